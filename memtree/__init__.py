@@ -1,0 +1,41 @@
+"""memtree: long-term memory for LLM applications as a dynamic tree (MemTree).
+
+The public entry point is :class:`MemTree`; see the README for a tour.
+"""
+
+from memtree.aggregate import (
+    AGGREGATE_PROMPT,
+    AGGREGATE_PROMPT_VERSION,
+    Aggregator,
+    ExtractiveAggregator,
+    LLMAggregator,
+)
+from memtree.config import MemTreeConfig
+from memtree.embed import Embedder, HashingEmbedder, LocalEmbedder
+from memtree.node import ROOT_ID, Node, RetrievedNode
+from memtree.stats import TreeStats
+from memtree.store import InMemoryStore, NamespaceInfo, Store
+from memtree.tree import MemTree
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AGGREGATE_PROMPT",
+    "AGGREGATE_PROMPT_VERSION",
+    "ROOT_ID",
+    "Aggregator",
+    "Embedder",
+    "ExtractiveAggregator",
+    "HashingEmbedder",
+    "InMemoryStore",
+    "LLMAggregator",
+    "LocalEmbedder",
+    "MemTree",
+    "MemTreeConfig",
+    "NamespaceInfo",
+    "Node",
+    "RetrievedNode",
+    "Store",
+    "TreeStats",
+    "__version__",
+]

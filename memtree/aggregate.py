@@ -1,0 +1,293 @@
+"""Aggregators write a summary node's text from what lies below it.
+
+``aggregate(summary, new_texts, count)`` merges raw new texts into an existing summary
+of ``count`` earlier entries (the paper's Aggregate step). With ``summary=""`` and
+``count=0`` it summarizes ``new_texts`` from scratch, which is how a node is rebuilt
+after a deletion. Two implementations:
+
+* :class:`ExtractiveAggregator`, the offline default: picks central, diverse
+  sentences of the leaves; no model call, every word traceable to a leaf.
+* :class:`LLMAggregator`: asks a chat model to merge the texts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+import threading
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from memtree.embed import Embedder, Matrix, check_embeddings
+from memtree.node import Vector
+from memtree.text import count_words, fold, split_sentences
+
+
+class Aggregator(ABC):
+    """Interface for writing summary texts.
+
+    ``centroid`` is the mean embedding of every leaf below the node after the change;
+    aggregators that select content by centrality use it, others ignore it.
+    Implement :meth:`aggregate`; override :meth:`aaggregate` for a native async path.
+    An aggregator that cannot produce a summary raises; the engine then keeps the
+    node's previous text and marks it stale, never losing the new leaf.
+    """
+
+    @abstractmethod
+    def aggregate(self, summary: str, new_texts: Sequence[str], count: int, *, centroid: Vector | None = None) -> str:
+        """Merge ``new_texts`` into ``summary`` (which covers ``count`` entries)."""
+
+    async def aaggregate(
+        self, summary: str, new_texts: Sequence[str], count: int, *, centroid: Vector | None = None
+    ) -> str:
+        """Async :meth:`aggregate`; by default runs the sync one in an executor."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, lambda: self.aggregate(summary, new_texts, count, centroid=centroid))
+
+    @property
+    def calls_model(self) -> bool:
+        """Whether aggregation costs a model call (the engine reports these)."""
+        return True
+
+
+class ExtractiveAggregator(Aggregator):
+    """Offline summaries made of the leaves' own sentences.
+
+    Candidates are the sentences of the current summary and of the new texts. When
+    they exceed the word budget, sentences are chosen by maximal marginal relevance:
+    close to the centroid of the node's leaves (central) and unlike those already
+    chosen (diverse). The budget shrinks as the node covers more leaves, from
+    ``max_words`` for two leaves towards ``min_words``, so shallow nodes stay short
+    and abstract while deep ones keep detail. Chosen sentences keep their original
+    order, one per line, so a summary splits back into exactly its sentences.
+
+    Sentence embeddings come from ``embedder`` (the memory binds its own when none
+    is given) and are cached, so a sentence is embedded once per process.
+    """
+
+    def __init__(
+        self,
+        embedder: Embedder | None = None,
+        *,
+        max_words: int = 80,
+        min_words: int = 24,
+        diversity: float = 0.3,
+        cache_size: int = 100_000,
+    ) -> None:
+        if min_words < 1 or max_words < min_words:
+            raise ValueError(f"need 1 <= min_words <= max_words, got {min_words} and {max_words}")
+        if not 0.0 <= diversity <= 1.0:
+            raise ValueError(f"diversity must be between 0 and 1, got {diversity}")
+        self.embedder = embedder
+        self.max_words = max_words
+        self.min_words = min_words
+        self.diversity = diversity
+        self._cache: OrderedDict[str, Vector] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+        self.embedding_calls = 0
+
+    @property
+    def calls_model(self) -> bool:
+        return False
+
+    def bound_to(self, embedder: Embedder) -> ExtractiveAggregator:
+        """This aggregator if it has an embedder, else a copy that uses ``embedder``."""
+        if self.embedder is not None:
+            return self
+        return ExtractiveAggregator(
+            embedder,
+            max_words=self.max_words,
+            min_words=self.min_words,
+            diversity=self.diversity,
+            cache_size=self._cache_size,
+        )
+
+    def word_budget(self, leaves: int) -> int:
+        """Words a summary of ``leaves`` leaves may use: ``max_words`` at 2, shrinking by log."""
+        scaled = self.max_words / math.log2(max(2, leaves))
+        return max(self.min_words, round(scaled))
+
+    def aggregate(self, summary: str, new_texts: Sequence[str], count: int, *, centroid: Vector | None = None) -> str:
+        candidates = _unique_sentences([summary, *new_texts])
+        if not candidates:
+            return ""
+        budget = self.word_budget(count + max(1, len(new_texts)))
+        lengths = [count_words(sentence) for sentence in candidates]
+        if sum(lengths) <= budget:
+            return "\n".join(candidates)
+        vectors = self._sentence_vectors(candidates)
+        target = vectors.mean(axis=0) if centroid is None else np.asarray(centroid, dtype=np.float32)
+        norm = float(np.linalg.norm(target))
+        relevance = vectors @ (target / norm) if norm > 0 else np.zeros(len(candidates), np.float32)
+        chosen = _select_mmr(vectors, relevance, lengths, budget, self.diversity)
+        if not chosen:  # even the best sentence is longer than the budget: keep its start
+            best = int(np.argmax(relevance))
+            return " ".join(candidates[best].split()[:budget]) + " …"
+        return "\n".join(candidates[i] for i in sorted(chosen))
+
+    def _sentence_vectors(self, sentences: list[str]) -> Matrix:
+        if self.embedder is None:
+            raise RuntimeError("ExtractiveAggregator has no embedder; pass one or let MemTree bind its own")
+        with self._lock:  # one thread embeds the misses, the others then hit the cache
+            missing = [s for s in dict.fromkeys(sentences) if s not in self._cache]
+            if missing:
+                self.embedding_calls += 1
+                raw = self.embedder.embed(missing)
+                vectors = check_embeddings(raw, len(missing), None, type(self.embedder).__name__)
+                for sentence, vector in zip(missing, vectors, strict=True):
+                    self._cache[sentence] = vector
+            for sentence in sentences:
+                self._cache.move_to_end(sentence)
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+            return np.stack([self._cache[s] for s in sentences])
+
+
+def _unique_sentences(texts: Sequence[str]) -> list[str]:
+    seen: set[str] = set()
+    out: list[str] = []
+    for text in texts:
+        for sentence in split_sentences(text):
+            key = fold(sentence)
+            if key not in seen:
+                seen.add(key)
+                out.append(sentence)
+    return out
+
+
+def _select_mmr(vectors: Matrix, relevance: np.ndarray, lengths: list[int], budget: int, diversity: float) -> list[int]:
+    """Greedy maximal marginal relevance under a word budget."""
+    chosen: list[int] = []
+    remaining = budget
+    available = np.ones(len(lengths), dtype=bool)
+    redundancy = np.full(len(lengths), -1.0, dtype=np.float32)
+    while True:
+        fits = available & (np.asarray(lengths) <= remaining)
+        if not fits.any():
+            return chosen
+        penalty = np.where(redundancy < 0, 0.0, redundancy)
+        score = (1.0 - diversity) * relevance - diversity * penalty
+        score = np.where(fits, score, -np.inf)
+        pick = int(np.argmax(score))
+        chosen.append(pick)
+        available[pick] = False
+        remaining -= lengths[pick]
+        redundancy = np.maximum(redundancy, vectors @ vectors[pick])
+
+
+AGGREGATE_PROMPT_VERSION = "memtree-aggregate-v1"
+
+AGGREGATE_PROMPT = """You keep a long-term memory in which each summary stands for a group of related entries.
+
+Current summary, standing for {count} earlier entries:
+{summary}
+
+New entries to fold in:
+{new_texts}
+
+Write a single, cohesive summary that keeps the key points of the current summary and of \
+the new entries: who, what, when, where, decisions and preferences. {guidance}
+Reply with the summary text only: no title, no preamble, no commentary."""
+"""The default aggregation prompt (version ``AGGREGATE_PROMPT_VERSION``).
+
+Placeholders: ``{summary}``, ``{count}``, ``{new_texts}`` (a bulleted list) and
+``{guidance}`` (how abstract to be, from the number of entries covered).
+"""
+
+_NO_SUMMARY = "(none yet: summarize the new entries on their own)"
+
+
+def abstraction_guidance(count: int) -> str:
+    """How abstract a summary of ``count`` entries should be (the paper's rule)."""
+    if count <= 2:
+        return "Keep concrete details; the group is still small."
+    return (
+        f"The group now holds {count} entries, so favour shared themes and patterns over "
+        "individual details, and keep the summary shorter than its inputs combined."
+    )
+
+
+LLMCallable = Callable[[str], str] | Callable[[str], Awaitable[str]]
+
+
+class LLMAggregator(Aggregator):
+    """The paper's aggregation: a chat model merges new texts into a summary.
+
+    ``llm`` is any callable taking a prompt and returning the reply text, sync or
+    async. ``prompt`` may replace :data:`AGGREGATE_PROMPT`; it must use the same
+    placeholders. An empty reply raises ``ValueError`` so the engine keeps the old
+    summary (stale) instead of storing nothing.
+
+    Example::
+
+        LLMAggregator(lambda prompt: my_client.complete(prompt))
+    """
+
+    def __init__(self, llm: LLMCallable, *, prompt: str = AGGREGATE_PROMPT) -> None:
+        if not callable(llm):
+            raise TypeError(f"llm must be callable (prompt -> text), got {type(llm).__name__}")
+        try:
+            prompt.format(summary="", count=0, new_texts="", guidance="")
+        except (KeyError, IndexError) as error:
+            raise ValueError(
+                f"prompt uses an unknown placeholder {error}; "
+                "allowed: {summary}, {count}, {new_texts}, {guidance}"
+            ) from None
+        self.llm = llm
+        self.prompt = prompt
+        self._is_async = _is_async_callable(llm)
+
+    def build_prompt(self, summary: str, new_texts: Sequence[str], count: int) -> str:
+        """The exact prompt sent for one aggregation."""
+        total = count + len(new_texts)
+        return self.prompt.format(
+            summary=summary.strip() or _NO_SUMMARY,
+            count=count,
+            new_texts="\n".join(f"- {text.strip()}" for text in new_texts),
+            guidance=abstraction_guidance(total),
+        )
+
+    def aggregate(self, summary: str, new_texts: Sequence[str], count: int, *, centroid: Vector | None = None) -> str:
+        prompt = self.build_prompt(summary, new_texts, count)
+        if self._is_async:
+            reply: Any = _run_coroutine(self.llm(prompt))  # type: ignore[arg-type]
+        else:
+            reply = self.llm(prompt)
+        return _require_summary(reply)
+
+    async def aaggregate(
+        self, summary: str, new_texts: Sequence[str], count: int, *, centroid: Vector | None = None
+    ) -> str:
+        if not self._is_async:
+            return await super().aaggregate(summary, new_texts, count, centroid=centroid)
+        prompt = self.build_prompt(summary, new_texts, count)
+        return _require_summary(await self.llm(prompt))  # type: ignore[misc]
+
+
+def _require_summary(reply: object) -> str:
+    if not isinstance(reply, str):
+        raise TypeError(f"the aggregation model returned {type(reply).__name__}, expected str")
+    text = reply.strip()
+    if not text:
+        raise ValueError("the aggregation model returned an empty summary")
+    return text
+
+
+def _is_async_callable(fn: object) -> bool:
+    call = type(fn).__call__ if callable(fn) and not inspect.isfunction(fn) else None
+    return inspect.iscoroutinefunction(fn) or (call is not None and inspect.iscoroutinefunction(call))
+
+
+def _run_coroutine(coroutine: Awaitable[Any]) -> Any:
+    """Run a coroutine from sync code (the engine calls aggregators from worker threads)."""
+
+    async def wrapper() -> Any:
+        return await coroutine
+
+    return asyncio.run(wrapper())

@@ -1,0 +1,44 @@
+"""The ``memtree`` command."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import typer
+
+app = typer.Typer(
+    help="memtree: long-term memory for LLM applications as a dynamic tree.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def main_options(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what memtree does.")) -> None:
+    level = logging.INFO if verbose else logging.WARNING
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+
+
+@app.command()
+def demo(
+    k: int = typer.Option(4, "-k", help="Results per question."),
+    budget: int = typer.Option(160, "--budget", help="Token budget per answer context."),
+    depth: int = typer.Option(3, "--depth", help="Deepest level of the tree to print."),
+) -> None:
+    """Build a memory from a sample conversation offline, print its tree and answer three questions."""
+    from memtree.demo import run_demo
+    from memtree.tree import MemTree
+
+    with MemTree() as memory:
+        run_demo(memory, sys.stdout, k=k, token_budget=budget, max_depth=depth)
+
+
+def main() -> None:
+    """Entry point of the ``memtree`` console script."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""``MemTreeConfig``: every tuning knob of a memory in one validated object."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from memtree.text import count_tokens
+
+RetrievalMode = Literal["collapsed", "traversal"]
+RETRIEVAL_MODES: tuple[str, ...] = ("collapsed", "traversal")
+ParentEmbedding = Literal["text", "mean"]
+
+
+@dataclass(frozen=True)
+class MemTreeConfig:
+    """How a memory routes, aggregates and retrieves.
+
+    The defaults follow ``design.md``: the paper's depth-adaptive threshold
+    ``θ(d) = θ0 · exp(λ · d / D)`` clamped to ``max_threshold``, where ``D`` is
+    ``threshold_depth`` or, when that is ``None``, the tree's current depth.
+
+    ``theta0="auto"`` calibrates θ0 from the embedder's own similarity scale: over the
+    first ``calibration_samples`` inserts it records how similar each new text is to
+    its nearest stored leaf and takes the ``calibration_quantile`` of those scores.
+    Until then it uses ``auto_theta0_start``. The calibrated value is stored with the
+    namespace, so a reopened memory routes exactly as before.
+
+    Example::
+
+        MemTreeConfig(theta0=0.4, depth_cap=12, parent_embedding="mean")
+    """
+
+    theta0: float | Literal["auto"] = "auto"
+    decay: float = 0.5
+    threshold_depth: int | None = None
+    max_threshold: float = 0.99
+    depth_cap: int = 24
+    near_duplicate: float = 0.99
+    deduplicate: bool = True
+    parent_embedding: ParentEmbedding = "text"
+    calibration_samples: int = 32
+    calibration_quantile: float = 0.5
+    auto_theta0_start: float = 0.4
+    k: int = 10
+    token_budget: int | None = None
+    retrieve_threshold: float = 0.0
+    mode: RetrievalMode = "collapsed"
+    beam: int = 3
+    drop_repeated_sentences: bool = True
+    max_concurrency: int = 8
+    token_counter: Callable[[str], int] = field(default=count_tokens, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.theta0 != "auto":
+            if isinstance(self.theta0, bool) or not isinstance(self.theta0, (int, float)):
+                raise TypeError(f"theta0 must be a number or 'auto', got {self.theta0!r}")
+            _check_range("theta0", float(self.theta0), -1.0, 1.0)
+        _check_range("auto_theta0_start", self.auto_theta0_start, -1.0, 1.0)
+        _check_range("max_threshold", self.max_threshold, -1.0, 1.0)
+        _check_range("near_duplicate", self.near_duplicate, -1.0, 1.0)
+        _check_range("retrieve_threshold", self.retrieve_threshold, -1.0, 1.0)
+        _check_range("calibration_quantile", self.calibration_quantile, 0.0, 1.0)
+        if not math.isfinite(self.decay):
+            raise ValueError(f"decay must be a finite number, got {self.decay}")
+        _check_positive("depth_cap", self.depth_cap, minimum=2)
+        _check_positive("calibration_samples", self.calibration_samples)
+        _check_positive("k", self.k)
+        _check_positive("beam", self.beam)
+        _check_positive("max_concurrency", self.max_concurrency)
+        if self.threshold_depth is not None:
+            _check_positive("threshold_depth", self.threshold_depth)
+        if self.token_budget is not None:
+            _check_positive("token_budget", self.token_budget)
+        if self.parent_embedding not in ("text", "mean"):
+            raise ValueError(f"parent_embedding must be 'text' or 'mean', got {self.parent_embedding!r}")
+        if self.mode not in RETRIEVAL_MODES:
+            raise ValueError(f"unknown mode {self.mode!r}; choose one of {', '.join(RETRIEVAL_MODES)}")
+
+    def with_options(self, **changes: object) -> MemTreeConfig:
+        """A copy with some fields changed (validated again)."""
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def _check_range(name: str, value: float, low: float, high: float) -> None:
+    if not (low <= value <= high):
+        raise ValueError(f"{name} must be between {low} and {high}, got {value}")
+
+
+def _check_positive(name: str, value: int, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")

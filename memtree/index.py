@@ -1,0 +1,220 @@
+"""The incremental vector index over a namespace's nodes (exact inner product).
+
+Vectors live in one FAISS ``IndexFlatIP`` whose rows are slots; a slot table maps
+node ids to rows. Updating a node overwrites its row in place, adding appends a row,
+removing moves the last row into the hole and shrinks the matrix by one. So an
+insert that changes ``depth + 2`` nodes writes ``depth + 2`` rows and nothing else:
+the upkeep cost does not grow with the number of nodes, and the matrix stays dense,
+so a query is exactly FAISS brute force over it.
+
+The index also keeps per-row ``is_leaf`` flags and event timestamps so filters become
+vectorized masks (passed to FAISS as an ``IDSelectorBitmap``).
+
+Not thread-safe on its own: the memory wraps it in a readers-writer lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import faiss
+import numpy as np
+import numpy.typing as npt
+
+from memtree.embed import Matrix
+from memtree.node import Vector
+
+Mask = npt.NDArray[np.bool_]
+
+_SUBSET_SEARCH_LIMIT = 50_000
+"""Below this many allowed rows a filtered query scores just those rows with NumPy."""
+
+
+class VectorIndex:
+    """Exact cosine search over unit vectors keyed by node id."""
+
+    def __init__(self, dimension: int) -> None:
+        if dimension <= 0:
+            raise ValueError(f"dimension must be positive, got {dimension}")
+        self.dimension = dimension
+        self._faiss = faiss.IndexFlatIP(dimension)
+        self._ids: list[str] = []
+        self._slot: dict[str, int] = {}
+        self._is_leaf = _Column(bool)
+        self._time = _Column(np.float64)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self._slot
+
+    @property
+    def ids(self) -> Sequence[str]:
+        """Node ids in row order."""
+        return self._ids
+
+    def _rows(self) -> Matrix:
+        """A writable NumPy view of the FAISS storage (valid until the next append)."""
+        n = self._faiss.ntotal
+        if n == 0:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        flat = faiss.rev_swig_ptr(self._faiss.get_xb(), n * self.dimension)
+        return flat.reshape(n, self.dimension)
+
+    def upsert(
+        self,
+        ids: Sequence[str],
+        vectors: Matrix,
+        is_leaf: Sequence[bool],
+        timestamps: Sequence[float | None],
+    ) -> None:
+        """Write these rows: overwrite the ids already present, append the others."""
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32).reshape(len(ids), self.dimension)
+        times = np.array([np.nan if t is None else t for t in timestamps], dtype=np.float64)
+        leaf_flags = np.asarray(is_leaf, dtype=bool)
+        new_rows: list[int] = []
+        rows = self._rows()
+        for i, node_id in enumerate(ids):
+            slot = self._slot.get(node_id)
+            if slot is None:
+                new_rows.append(i)
+                continue
+            rows[slot] = vectors[i]
+            self._is_leaf.values[slot] = leaf_flags[i]
+            self._time.values[slot] = times[i]
+        if new_rows:
+            start = len(self._ids)
+            fresh = [ids[i] for i in new_rows]
+            if len(set(fresh)) != len(fresh):
+                raise ValueError("upsert got the same new id twice")
+            self._faiss.add(vectors[new_rows])
+            for offset, node_id in enumerate(fresh):
+                self._slot[node_id] = start + offset
+            self._ids.extend(fresh)
+            self._is_leaf.extend(leaf_flags[new_rows])
+            self._time.extend(times[new_rows])
+
+    def remove(self, ids: Iterable[str]) -> None:
+        """Remove rows by moving the last row into each hole (O(d) per id)."""
+        for node_id in ids:
+            slot = self._slot.pop(node_id, None)
+            if slot is None:
+                continue
+            last = len(self._ids) - 1
+            if slot != last:
+                rows = self._rows()
+                rows[slot] = rows[last]
+                moved = self._ids[last]
+                self._ids[slot] = moved
+                self._slot[moved] = slot
+                self._is_leaf.move(last, slot)
+                self._time.move(last, slot)
+            self._ids.pop()
+            self._is_leaf.pop()
+            self._time.pop()
+            self._faiss.codes.resize(last * self.dimension * 4)
+            self._faiss.ntotal = last
+
+    def vectors(self, ids: Sequence[str]) -> Matrix:
+        """The stored vectors of these ids, as a new ``(len(ids), d)`` array."""
+        rows = self._rows()
+        return np.array([rows[self._slot[node_id]] for node_id in ids], dtype=np.float32).reshape(
+            len(ids), self.dimension
+        )
+
+    def score(self, query: Vector, ids: Sequence[str]) -> npt.NDArray[np.float32]:
+        """Inner products of ``query`` with the vectors of ``ids`` (routing's scores)."""
+        if not ids:
+            return np.zeros(0, dtype=np.float32)
+        rows = self._rows()
+        slots = np.fromiter((self._slot[node_id] for node_id in ids), dtype=np.int64, count=len(ids))
+        return rows[slots] @ np.asarray(query, dtype=np.float32)
+
+    def mask(
+        self,
+        *,
+        leaves_only: bool = False,
+        time_range: tuple[float | None, float | None] | None = None,
+        ids: Iterable[str] | None = None,
+    ) -> Mask | None:
+        """A row mask for these filters, or ``None`` when nothing is filtered."""
+        if not leaves_only and time_range is None and ids is None:
+            return None
+        allowed = np.ones(len(self._ids), dtype=bool)
+        if leaves_only:
+            allowed &= self._is_leaf.values
+        if time_range is not None:
+            start, end = time_range
+            times = self._time.values
+            known = ~np.isnan(times)
+            allowed &= known
+            if start is not None:
+                allowed &= np.where(known, times >= start, False)
+            if end is not None:
+                allowed &= np.where(known, times <= end, False)
+        if ids is not None:
+            subset = np.zeros(len(self._ids), dtype=bool)
+            slots = [self._slot[node_id] for node_id in ids if node_id in self._slot]
+            subset[slots] = True
+            allowed &= subset
+        return allowed
+
+    def search(self, query: Vector, k: int, allowed: Mask | None = None) -> list[tuple[str, float]]:
+        """The ``k`` best rows by inner product, best first, among ``allowed`` rows."""
+        n = len(self._ids)
+        if n == 0 or k <= 0:
+            return []
+        q = np.ascontiguousarray(query, dtype=np.float32).reshape(1, self.dimension)
+        if allowed is None:
+            scores, slots = self._faiss.search(q, min(k, n))
+            return self._pairs(scores[0], slots[0])
+        allowed_slots = np.flatnonzero(allowed)
+        if allowed_slots.size == 0:
+            return []
+        if allowed_slots.size <= _SUBSET_SEARCH_LIMIT:
+            subset_scores = self._rows()[allowed_slots] @ q[0]
+            take = min(k, allowed_slots.size)
+            top = np.argpartition(-subset_scores, take - 1)[:take]
+            top = top[np.argsort(-subset_scores[top], kind="stable")]
+            return self._pairs(subset_scores[top], allowed_slots[top])
+        bitmap = np.packbits(allowed, bitorder="little")
+        selector = faiss.IDSelectorBitmap(n, faiss.swig_ptr(bitmap))
+        params = faiss.SearchParameters(sel=selector)
+        scores, slots = self._faiss.search(q, min(k, int(allowed_slots.size)), params=params)
+        return self._pairs(scores[0], slots[0])
+
+    def _pairs(self, scores: np.ndarray, slots: np.ndarray) -> list[tuple[str, float]]:
+        return [(self._ids[int(s)], float(v)) for v, s in zip(scores, slots, strict=True) if s >= 0]
+
+    def all_vectors(self) -> Matrix:
+        """A copy of the whole matrix in row order (for checks and exports)."""
+        return np.array(self._rows(), dtype=np.float32)
+
+
+class _Column:
+    """A 1-D NumPy array with amortized O(1) append and pop (capacity doubling)."""
+
+    def __init__(self, dtype: type) -> None:
+        self._data = np.zeros(16, dtype=dtype)
+        self._size = 0
+
+    @property
+    def values(self) -> np.ndarray:
+        """A view of the live part (writable)."""
+        return self._data[: self._size]
+
+    def extend(self, items: np.ndarray) -> None:
+        needed = self._size + len(items)
+        if needed > len(self._data):
+            grown = np.zeros(max(needed, 2 * len(self._data)), dtype=self._data.dtype)
+            grown[: self._size] = self._data[: self._size]
+            self._data = grown
+        self._data[self._size : needed] = items
+        self._size = needed
+
+    def move(self, source: int, target: int) -> None:
+        self._data[target] = self._data[source]
+
+    def pop(self) -> None:
+        self._size -= 1

@@ -1,0 +1,95 @@
+"""Checks and conversions for what callers hand a memory (besides text, see ``text.py``)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from typing import Any
+
+from memtree.node import JSONDict
+from memtree.text import require_text
+
+TimeLike = datetime | date | float | int | str
+
+
+def to_timestamp(value: TimeLike | None, what: str = "timestamp") -> float | None:
+    """POSIX seconds from a datetime (naive means UTC), a date, a number or an ISO 8601 string."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise TypeError(f"{what} must be a datetime, date, number or ISO 8601 string, got bool")
+    if isinstance(value, datetime):
+        moment = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+        return moment.timestamp()
+    if isinstance(value, date):
+        return datetime(value.year, value.month, value.day, tzinfo=UTC).timestamp()
+    if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise ValueError(f"{what} must be finite, got {value}")
+        return float(value)
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"{what} {value!r} is not an ISO 8601 date or datetime") from None
+        return to_timestamp(parsed, what)
+    raise TypeError(f"{what} must be a datetime, date, number or ISO 8601 string, got {type(value).__name__}")
+
+
+def to_time_range(
+    time_range: tuple[TimeLike | None, TimeLike | None] | None,
+) -> tuple[float | None, float | None] | None:
+    """Normalize ``(start, end)``; either side may be ``None`` (open)."""
+    if time_range is None:
+        return None
+    if not isinstance(time_range, (tuple, list)) or len(time_range) != 2:
+        raise TypeError("time_range must be a (start, end) pair; use None for an open side")
+    start = to_timestamp(time_range[0], "time_range start")
+    end = to_timestamp(time_range[1], "time_range end")
+    if start is not None and end is not None and start > end:
+        raise ValueError(f"time_range starts after it ends ({time_range[0]!r} > {time_range[1]!r})")
+    return start, end
+
+
+def to_metadata(metadata: Mapping[str, Any] | None) -> JSONDict:
+    """A detached JSON-safe copy of caller metadata (``TypeError`` if it is not JSON)."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping):
+        raise TypeError(f"metadata must be a dict, got {type(metadata).__name__}")
+    for key in metadata:
+        if not isinstance(key, str):
+            raise TypeError(f"metadata keys must be str, got {type(key).__name__} {key!r}")
+    try:
+        encoded = json.dumps(dict(metadata), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"metadata must be JSON-serializable: {error}") from None
+    if "\\u0000" in encoded:
+        raise ValueError("metadata contains a NUL character (\\x00); remove it before storing")
+    return json.loads(encoded)  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class Item:
+    """One text to remember, checked."""
+
+    text: str
+    metadata: JSONDict
+    timestamp: float | None
+    source_id: str | None
+
+
+def make_item(
+    text: object,
+    metadata: Mapping[str, Any] | None = None,
+    timestamp: TimeLike | None = None,
+    source_id: object = None,
+) -> Item:
+    if source_id is not None and not isinstance(source_id, str):
+        raise TypeError(f"source_id must be a str, got {type(source_id).__name__}")
+    if isinstance(source_id, str) and "\x00" in source_id:
+        raise ValueError("source_id contains a NUL character (\\x00)")
+    return Item(require_text(text), to_metadata(metadata), to_timestamp(timestamp), source_id)

@@ -1,0 +1,115 @@
+"""The two records a memory hands out: a stored :class:`Node` and a :class:`RetrievedNode`.
+
+A node is either the root (no text, no embedding, never aggregated), a leaf (a text
+the caller gave, never changed after it is stored), or a summary (an internal node
+whose text aggregates the leaves below it). Internal nodes always have two or more
+children: a parent left with one child is folded away.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+ROOT_ID = "root"
+"""Id of every namespace's root node."""
+
+Vector = npt.NDArray[np.float32]
+JSONDict = dict[str, Any]
+
+
+def to_datetime(timestamp: float | None) -> datetime | None:
+    """POSIX seconds to an aware UTC datetime (``None`` stays ``None``)."""
+    if timestamp is None:
+        return None
+    return datetime.fromtimestamp(timestamp, tz=UTC)
+
+
+@dataclass(slots=True)
+class Node:
+    """One node of a memory tree, as stored.
+
+    ``timestamp`` is when the remembered event happened (POSIX seconds, UTC), if the
+    caller said; for a summary it is the latest timestamp among its leaves.
+    ``leaf_sum`` is the sum of the leaf embeddings below a summary, kept so that its
+    centroid can be updated per insert without reading its subtree.
+    ``stale`` marks a summary whose text is missing a change below it because a model
+    call failed; ``MemTree.repair()`` brings it up to date.
+    ``children`` is not stored: the engine derives it from the children's ``parent``.
+    """
+
+    id: str
+    text: str
+    embedding: Vector | None
+    parent: str | None
+    depth: int
+    is_leaf: bool
+    leaf_count: int
+    created_at: float
+    updated_at: float
+    timestamp: float | None = None
+    metadata: JSONDict = field(default_factory=dict)
+    source_id: str | None = None
+    leaf_sum: Vector | None = None
+    stale: bool = False
+    children: list[str] = field(default_factory=list)
+
+    @property
+    def is_root(self) -> bool:
+        return self.parent is None
+
+    @property
+    def time(self) -> datetime | None:
+        """``timestamp`` as an aware UTC datetime."""
+        return to_datetime(self.timestamp)
+
+    def copy(self) -> Node:
+        """A copy that shares the (read-only) embedding arrays but not the lists."""
+        return Node(
+            id=self.id,
+            text=self.text,
+            embedding=self.embedding,
+            parent=self.parent,
+            depth=self.depth,
+            is_leaf=self.is_leaf,
+            leaf_count=self.leaf_count,
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+            timestamp=self.timestamp,
+            metadata=dict(self.metadata),
+            source_id=self.source_id,
+            leaf_sum=self.leaf_sum,
+            stale=self.stale,
+            children=list(self.children),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievedNode:
+    """One retrieval result.
+
+    ``text`` is the node's full stored text. ``context`` is what this result adds to a
+    context built from the results above it: its text without the sentences an
+    earlier result already contributed (summaries repeat their leaves' sentences).
+    Budgets are charged on ``context``; join the ``context`` fields to build a prompt.
+    """
+
+    id: str
+    text: str
+    score: float
+    depth: int
+    is_leaf: bool
+    timestamp: float | None
+    metadata: JSONDict
+    leaf_ids: tuple[str, ...]
+    source_id: str | None = None
+    context: str = ""
+
+    @property
+    def time(self) -> datetime | None:
+        """``timestamp`` as an aware UTC datetime."""
+        return to_datetime(self.timestamp)

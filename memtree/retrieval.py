@@ -1,0 +1,154 @@
+"""Retrieval: rank nodes for a query, then pack them into a result list.
+
+Ranking is either *collapsed* (score every node but the root at once, design.md
+§1) or *traversal* (from the root keep the best ``beam`` children per level, as in
+RAPTOR and HAT). Packing walks the ranking best first and applies the similarity
+threshold, ``k``, sentence de-duplication and the token budget.
+
+De-duplication matters because a summary repeats sentences of its leaves (an
+extractive one only repeats them): a result's ``context`` keeps just the sentences
+no better-ranked result already contributed, a result with nothing new is skipped,
+and the budget is charged on ``context``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from memtree.index import VectorIndex
+from memtree.node import ROOT_ID, RetrievedNode, Vector
+from memtree.state import TreeState
+from memtree.text import fold, split_sentences
+
+Ranked = list[tuple[str, float]]
+
+
+@dataclass(frozen=True)
+class Filters:
+    """What a result may be: only leaves, leaf metadata equal to ``where``, an event
+    time inside ``time_range`` (inclusive; ``None`` leaves a side open)."""
+
+    leaves_only: bool = False
+    where: Mapping[str, Any] | None = None
+    time_range: tuple[float | None, float | None] | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.leaves_only or bool(self.where) or self.time_range is not None
+
+
+def rank_collapsed(index: VectorIndex, state: TreeState, query: Vector, limit: int, filters: Filters) -> Ranked:
+    """The ``limit`` best nodes by cosine similarity among those the filters allow."""
+    allowed_ids = state.leaves_matching(filters.where) if filters.where else None
+    mask = index.mask(leaves_only=filters.leaves_only, time_range=filters.time_range, ids=allowed_ids)
+    return index.search(query, limit, mask)
+
+
+def rank_traversal(index: VectorIndex, state: TreeState, query: Vector, beam: int, filters: Filters) -> Ranked:
+    """Beam descent: at each level keep the ``beam`` best children of the kept nodes."""
+    kept: Ranked = []
+    frontier = [ROOT_ID]
+    while frontier:
+        children = [child for node_id in frontier for child in state.nodes[node_id].children]
+        if not children:
+            break
+        scores = index.score(query, children)
+        order = np.argsort(-scores, kind="stable")[:beam]
+        level = [(children[i], float(scores[i])) for i in order]
+        kept.extend(level)
+        frontier = [node_id for node_id, _ in level if not state.nodes[node_id].is_leaf]
+    kept.sort(key=lambda pair: -pair[1])
+    return [pair for pair in kept if _allowed(state, pair[0], filters)]
+
+
+def _allowed(state: TreeState, node_id: str, filters: Filters) -> bool:
+    node = state.nodes[node_id]
+    if filters.leaves_only and not node.is_leaf:
+        return False
+    if filters.where and any(
+        key not in node.metadata or node.metadata[key] != value for key, value in filters.where.items()
+    ):
+        return False
+    if filters.time_range is not None:
+        start, end = filters.time_range
+        if node.timestamp is None:
+            return False
+        if (start is not None and node.timestamp < start) or (end is not None and node.timestamp > end):
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class Packing:
+    """How a ranking becomes results."""
+
+    k: int
+    token_budget: int | None
+    min_score: float
+    drop_repeated_sentences: bool
+    count_tokens: Callable[[str], int]
+
+
+def pack(state: TreeState, ranked: Ranked, packing: Packing) -> tuple[list[RetrievedNode], bool]:
+    """Results in rank order; also whether the ranking ran out before ``k`` or the budget."""
+    results: list[RetrievedNode] = []
+    seen: set[str] = set()
+    used = 0
+    for node_id, score in ranked:
+        if score < packing.min_score:
+            return results, False
+        node = state.nodes[node_id]
+        sentences = split_sentences(node.text)
+        context = node.text
+        if packing.drop_repeated_sentences:
+            fresh = [s for s in sentences if fold(s) not in seen]
+            if not fresh:
+                continue
+            if len(fresh) < len(sentences):
+                context = ("\n" if "\n" in node.text else " ").join(fresh)
+        full = True
+        if packing.token_budget is not None:
+            cost = packing.count_tokens(context)
+            if used + cost > packing.token_budget:
+                context = _cut(context, packing.token_budget - used, packing.count_tokens)
+                full = False
+                if not context:
+                    return results, False
+            used += packing.count_tokens(context)
+        seen.update(fold(s) for s in sentences)
+        results.append(
+            RetrievedNode(
+                id=node.id,
+                text=node.text,
+                score=score,
+                depth=node.depth,
+                is_leaf=node.is_leaf,
+                timestamp=node.timestamp,
+                metadata=dict(node.metadata),
+                leaf_ids=state.leaf_ids_under(node.id),
+                source_id=node.source_id,
+                context=context,
+            )
+        )
+        if not full or len(results) >= packing.k:
+            return results, False
+    return results, True
+
+
+def _cut(text: str, budget: int, count_tokens: Callable[[str], int]) -> str:
+    """The longest word prefix of ``text`` that costs at most ``budget`` tokens."""
+    if budget <= 0:
+        return ""
+    words = text.split(" ")
+    low, high = 0, len(words)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if count_tokens(" ".join(words[:middle])) <= budget:
+            low = middle
+        else:
+            high = middle - 1
+    return " ".join(words[:low]).strip()

@@ -1,0 +1,179 @@
+"""``TreeState``: the in-process picture of one namespace's tree.
+
+It is built and kept current only by applying :class:`~memtree.store.ChangeBatch`
+es, whether they come from this process's own commits or from other writers, so
+there is exactly one way the picture changes. Besides the nodes it keeps the lookups
+the engine needs per insert or query without scanning the tree: leaves by exact
+text (duplicate guard), leaves by source id (adapters), leaves by metadata value
+(``where`` filters) and a depth histogram (the tree's depth for the threshold).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from memtree.node import ROOT_ID, Node
+from memtree.store.base import ChangeBatch, NamespaceInfo
+
+
+def metadata_key(value: Any) -> str:
+    """Canonical text of a metadata value, so equal JSON values compare equal."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+class TreeState:
+    """Nodes by id with children lists, plus the lookups above."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, Node] = {}
+        self.seq = 0
+        self.generation: str | None = None
+        self.info = NamespaceInfo()
+        self.leaf_by_text: dict[str, str] = {}
+        self.leaves_by_source: dict[str, list[str]] = {}
+        self._by_metadata: dict[str, dict[str, set[str]]] = {}
+        self._depths: Counter[int] = Counter()
+        self.leaf_total = 0
+
+    # -- applying changes ---------------------------------------------------------
+
+    def apply(self, batch: ChangeBatch) -> tuple[list[Node], list[str], bool]:
+        """Apply a batch; return (nodes written, ids removed, whether it reset the tree).
+
+        A batch from another incarnation of the namespace (it was deleted and made
+        again) resets the state first. Batches not newer than the state are ignored.
+        """
+        reset = batch.generation != self.generation
+        if reset:
+            self.__init__()  # type: ignore[misc]
+            self.generation = batch.generation
+        elif batch.seq <= self.seq:
+            return [], [], False
+        removed: list[str] = []
+        for node_id in batch.deleted:
+            node = self.nodes.pop(node_id, None)
+            if node is None:
+                continue
+            self._unindex(node)
+            parent = self.nodes.get(node.parent) if node.parent else None
+            if parent is not None and node_id in parent.children:
+                parent.children.remove(node_id)
+            removed.append(node_id)
+        moved: list[tuple[Node, str | None]] = []
+        for node in batch.nodes:
+            old = self.nodes.get(node.id)
+            if old is not None:
+                node.children = old.children
+                self._unindex(old)
+            self.nodes[node.id] = node
+            self._index(node)
+            if old is None or old.parent != node.parent:
+                moved.append((node, old.parent if old is not None else None))
+        for node, old_parent in moved:
+            previous = self.nodes.get(old_parent) if old_parent else None
+            if previous is not None and node.id in previous.children:
+                previous.children.remove(node.id)
+            parent = self.nodes.get(node.parent) if node.parent else None
+            if parent is not None and node.id not in parent.children:
+                parent.children.append(node.id)
+        self.seq = batch.seq
+        self.info = batch.info
+        return [node for node in batch.nodes if not node.is_root], removed, reset
+
+    def _index(self, node: Node) -> None:
+        if node.is_root:
+            return
+        self._depths[node.depth] += 1
+        if not node.is_leaf:
+            return
+        self.leaf_total += 1
+        self.leaf_by_text.setdefault(node.text, node.id)
+        if node.source_id is not None:
+            self.leaves_by_source.setdefault(node.source_id, []).append(node.id)
+        for key, value in node.metadata.items():
+            self._by_metadata.setdefault(key, {}).setdefault(metadata_key(value), set()).add(node.id)
+
+    def _unindex(self, node: Node) -> None:
+        if node.is_root:
+            return
+        self._depths[node.depth] -= 1
+        if self._depths[node.depth] <= 0:
+            del self._depths[node.depth]
+        if not node.is_leaf:
+            return
+        self.leaf_total -= 1
+        if self.leaf_by_text.get(node.text) == node.id:
+            del self.leaf_by_text[node.text]
+        if node.source_id is not None:
+            ids = self.leaves_by_source.get(node.source_id, [])
+            if node.id in ids:
+                ids.remove(node.id)
+            if not ids:
+                self.leaves_by_source.pop(node.source_id, None)
+        for key, value in node.metadata.items():
+            values = self._by_metadata.get(key, {})
+            members = values.get(metadata_key(value))
+            if members is not None:
+                members.discard(node.id)
+                if not members:
+                    del values[metadata_key(value)]
+
+    # -- reading ---------------------------------------------------------------------
+
+    @property
+    def root(self) -> Node | None:
+        return self.nodes.get(ROOT_ID)
+
+    @property
+    def depth(self) -> int:
+        """The depth of the deepest node (0 for an empty tree)."""
+        return max(self._depths) if self._depths else 0
+
+    def depth_histogram(self) -> dict[int, int]:
+        return dict(sorted(self._depths.items()))
+
+    def leaves_matching(self, where: Mapping[str, Any]) -> set[str]:
+        """Ids of leaves whose metadata equals every item of ``where``."""
+        result: set[str] | None = None
+        for key, value in where.items():
+            members = self._by_metadata.get(key, {}).get(metadata_key(value), set())
+            result = set(members) if result is None else result & members
+            if not result:
+                return set()
+        return result if result is not None else set()
+
+    def leaf_ids_under(self, node_id: str) -> tuple[str, ...]:
+        """Ids of the leaves below a node (the node itself if it is a leaf), in tree order."""
+        out: list[str] = []
+        stack = [node_id]
+        while stack:
+            node = self.nodes[stack.pop()]
+            if node.is_leaf:
+                out.append(node.id)
+            else:
+                stack.extend(reversed(node.children))
+        return tuple(out)
+
+    def walk(self, start: str = ROOT_ID) -> Iterator[Node]:
+        """Nodes in depth-first pre-order from ``start``."""
+        if start not in self.nodes:
+            return
+        stack = [start]
+        while stack:
+            node = self.nodes[stack.pop()]
+            yield node
+            stack.extend(reversed(node.children))
+
+    def path_to_root(self, node_id: str) -> list[Node]:
+        """The node's ancestors below the root, deepest first."""
+        out: list[Node] = []
+        node = self.nodes[node_id]
+        while node.parent is not None and node.parent != ROOT_ID:
+            node = self.nodes[node.parent]
+            out.append(node)
+        return out

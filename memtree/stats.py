@@ -1,0 +1,123 @@
+"""Tree shape and cost counters, so a bad shape or an expensive setup is visible."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from memtree.node import ROOT_ID
+from memtree.state import TreeState
+
+
+class Counters:
+    """Thread-safe cost counters of one memory object (since it was opened)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.values: dict[str, float] = {}
+
+    def add(self, name: str, amount: float = 1) -> None:
+        with self._lock:
+            self.values[name] = self.values.get(name, 0) + amount
+
+    def get(self, name: str) -> float:
+        with self._lock:
+            return self.values.get(name, 0)
+
+    def snapshot(self) -> dict[str, float]:
+        with self._lock:
+            return dict(self.values)
+
+
+@dataclass(frozen=True)
+class TreeStats:
+    """A memory's size, shape and costs.
+
+    Shape: ``max_depth`` and ``mean_leaf_depth``; ``branching`` is the mean number of
+    children of the summaries (the root excluded); ``root_children`` and
+    ``largest_root_share`` (the fraction of all leaves under the biggest root
+    child) reveal a tree that degenerated into one chain.
+
+    Costs are counted since this memory object was opened: ``embedding_calls``
+    (model calls; ``embedded_texts`` counts the texts in them), ``aggregation_calls``
+    (summaries written; ``llm_calls`` counts those that called a model) and
+    ``aggregation_failures`` (summaries left stale after a failure).
+    """
+
+    nodes: int
+    leaves: int
+    summaries: int
+    max_depth: int
+    mean_leaf_depth: float
+    branching: float
+    root_children: int
+    largest_root_share: float
+    stale: int
+    theta0: float
+    inserts: int
+    embedding_calls: int
+    embedded_texts: int
+    aggregation_calls: int
+    llm_calls: int
+    aggregation_failures: int
+    depth_histogram: dict[int, int] = field(default_factory=dict)
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def embedding_calls_per_insert(self) -> float:
+        return self.embedding_calls / self.inserts if self.inserts else 0.0
+
+    @property
+    def aggregation_calls_per_insert(self) -> float:
+        return self.aggregation_calls / self.inserts if self.inserts else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["embedding_calls_per_insert"] = self.embedding_calls_per_insert
+        out["aggregation_calls_per_insert"] = self.aggregation_calls_per_insert
+        return out
+
+
+def tree_stats(state: TreeState, counters: dict[str, float], theta0: float) -> TreeStats:
+    """Walk the tree once and combine its shape with the cost counters."""
+    leaves = summaries = stale = 0
+    leaf_depth_total = 0
+    child_total = 0
+    for node in state.nodes.values():
+        if node.id == ROOT_ID:
+            continue
+        if node.is_leaf:
+            leaves += 1
+            leaf_depth_total += node.depth
+        else:
+            summaries += 1
+            child_total += len(node.children)
+            stale += int(node.stale)
+    root = state.root
+    root_children = len(root.children) if root is not None else 0
+    largest = 0
+    if root is not None:
+        for child_id in root.children:
+            largest = max(largest, state.nodes[child_id].leaf_count)
+    known = {"inserts", "embedding_calls", "embedded_texts", "aggregation_calls", "llm_calls", "aggregation_failures"}
+    return TreeStats(
+        nodes=leaves + summaries,
+        leaves=leaves,
+        summaries=summaries,
+        max_depth=state.depth,
+        mean_leaf_depth=leaf_depth_total / leaves if leaves else 0.0,
+        branching=child_total / summaries if summaries else 0.0,
+        root_children=root_children,
+        largest_root_share=largest / leaves if leaves else 0.0,
+        stale=stale,
+        theta0=theta0,
+        inserts=int(counters.get("inserts", 0)),
+        embedding_calls=int(counters.get("embedding_calls", 0)),
+        embedded_texts=int(counters.get("embedded_texts", 0)),
+        aggregation_calls=int(counters.get("aggregation_calls", 0)),
+        llm_calls=int(counters.get("llm_calls", 0)),
+        aggregation_failures=int(counters.get("aggregation_failures", 0)),
+        depth_histogram=state.depth_histogram(),
+        extra={name: value for name, value in counters.items() if name not in known},
+    )

@@ -1,0 +1,152 @@
+"""The ``Store`` boundary: where a memory's nodes live between processes and restarts.
+
+A store keeps many namespaces, one tree each. The engine talks to it in two ways:
+
+* ``read_changes(namespace, since)``: every node written and every id deleted after
+  sequence number ``since``. A fresh memory reads from 0; a running one reads only
+  what other writers added, so its in-process index catches up incrementally.
+* ``write(namespace)``: an exclusive, atomic write transaction. Writers to one
+  namespace are serialized (across threads, processes and machines, as far as the
+  backend reaches); everything committed in one transaction shares one new
+  sequence number, and a failure before ``commit`` leaves the store untouched.
+
+Stores persist the fields of :class:`~memtree.node.Node` except ``children``, which
+the engine derives from ``parent``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from memtree.node import Node
+
+Namespace = str | tuple[str, ...]
+NamespaceKey = tuple[str, ...]
+
+DEFAULT_NAMESPACE: NamespaceKey = ("default",)
+
+
+def namespace_key(namespace: Namespace) -> NamespaceKey:
+    """Normalize a namespace (``"alice"`` or ``("users", "alice")``) to a tuple.
+
+    Raises ``TypeError`` for anything else and ``ValueError`` for an empty namespace
+    or an empty part.
+    """
+    parts: tuple[Any, ...] = (namespace,) if isinstance(namespace, str) else tuple(namespace)
+    if isinstance(namespace, (bytes, bytearray)) or not parts:
+        raise ValueError(f"namespace must be a non-empty str or tuple of str, got {namespace!r}")
+    for part in parts:
+        if not isinstance(part, str):
+            raise TypeError(f"namespace parts must be str, got {type(part).__name__} in {namespace!r}")
+        if not part or "\x00" in part:
+            raise ValueError(f"namespace parts must be non-empty text without NUL, got {namespace!r}")
+    return tuple(parts)
+
+
+def encode_namespace(key: NamespaceKey) -> str:
+    """The text form stores use as a column value (a JSON array)."""
+    return json.dumps(list(key), ensure_ascii=False, separators=(",", ":"))
+
+
+def decode_namespace(text: str) -> NamespaceKey:
+    return tuple(json.loads(text))
+
+
+def new_generation() -> str:
+    """A token that changes when a namespace is deleted and created again."""
+    return uuid.uuid4().hex
+
+
+@dataclass
+class NamespaceInfo:
+    """What a namespace remembers about itself besides its nodes.
+
+    ``dimension`` and ``embedder`` catch a memory reopened with another model;
+    ``settings`` holds engine state that must survive a restart (the calibrated θ0).
+    """
+
+    dimension: int | None = None
+    embedder: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ChangeBatch:
+    """Nodes written and ids deleted after some sequence number, up to ``seq``.
+
+    ``generation`` identifies the namespace's current incarnation: if it differs
+    from the one a memory loaded, the namespace was deleted meanwhile and the memory
+    must start over from an empty tree.
+    """
+
+    nodes: list[Node]
+    deleted: list[str]
+    seq: int
+    generation: str
+    info: NamespaceInfo
+
+
+class WriteTransaction(ABC):
+    """An exclusive write to one namespace, open until committed or rolled back."""
+
+    @abstractmethod
+    def read_changes(self, since: int) -> ChangeBatch:
+        """What other writers committed after ``since`` (read inside the lock)."""
+
+    @abstractmethod
+    def commit(self, upserts: Sequence[Node], deletions: Sequence[str], info: NamespaceInfo | None = None) -> int:
+        """Write everything atomically under one new sequence number and return it."""
+
+    @abstractmethod
+    def rollback(self) -> None:
+        """Give up the transaction; nothing it would have written is kept."""
+
+
+class Store(ABC):
+    """Interface for memory backends (in-memory, SQLite, PostgreSQL).
+
+    Implement :meth:`read_changes`, :meth:`begin`, :meth:`head`,
+    :meth:`list_namespaces` and :meth:`delete_namespace`; :meth:`write` wraps
+    :meth:`begin` with commit-or-rollback.
+    """
+
+    @abstractmethod
+    def read_changes(self, namespace: NamespaceKey, since: int) -> ChangeBatch:
+        """Everything committed to ``namespace`` after ``since`` (0: everything)."""
+
+    @abstractmethod
+    def head(self, namespace: NamespaceKey) -> tuple[int, str]:
+        """The namespace's latest sequence number and generation (cheap)."""
+
+    @abstractmethod
+    def begin(self, namespace: NamespaceKey) -> WriteTransaction:
+        """Wait for the namespace's writer lock and open a transaction."""
+
+    @abstractmethod
+    def list_namespaces(self, prefix: NamespaceKey = ()) -> list[NamespaceKey]:
+        """Namespaces that hold a tree, sorted, optionally those under ``prefix``."""
+
+    @abstractmethod
+    def delete_namespace(self, namespace: NamespaceKey) -> bool:
+        """Delete a namespace's whole tree; ``False`` if it did not exist."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
+        """Release connections and files."""
+
+    @contextmanager
+    def write(self, namespace: NamespaceKey) -> Iterator[WriteTransaction]:
+        """``with store.write(ns) as txn:``; rolls back if the block raises or never commits."""
+        transaction = self.begin(namespace)
+        try:
+            yield transaction
+        except BaseException:
+            transaction.rollback()
+            raise
+        else:
+            transaction.rollback()  # a no-op after commit; releases the lock otherwise

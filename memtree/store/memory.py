@@ -1,0 +1,123 @@
+"""An in-process store: for tests and throwaway memories; gone when the process ends."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from memtree.node import Node
+from memtree.store.base import (
+    ChangeBatch,
+    NamespaceInfo,
+    NamespaceKey,
+    Store,
+    WriteTransaction,
+    new_generation,
+)
+
+
+@dataclass
+class _Namespace:
+    generation: str = field(default_factory=new_generation)
+    seq: int = 0
+    nodes: dict[str, tuple[int, Node]] = field(default_factory=dict)
+    tombstones: list[tuple[int, str]] = field(default_factory=list)
+    info: NamespaceInfo = field(default_factory=NamespaceInfo)
+    writer: threading.Lock = field(default_factory=threading.Lock)
+
+
+class InMemoryStore(Store):
+    """Keeps nodes in dictionaries, with the same sequence and lock semantics as the
+    durable stores, so the engine behaves identically on every store.
+
+    Several memories in one process may share one ``InMemoryStore``; writers to a
+    namespace are serialized by a per-namespace lock.
+    """
+
+    def __init__(self) -> None:
+        self._namespaces: dict[NamespaceKey, _Namespace] = {}
+        self._data_lock = threading.Lock()  # short critical sections only
+
+    def _space(self, namespace: NamespaceKey) -> _Namespace:
+        with self._data_lock:
+            space = self._namespaces.get(namespace)
+            if space is None:
+                space = self._namespaces[namespace] = _Namespace()
+            return space
+
+    def read_changes(self, namespace: NamespaceKey, since: int) -> ChangeBatch:
+        space = self._space(namespace)
+        with self._data_lock:
+            return _changes(space, since)
+
+    def head(self, namespace: NamespaceKey) -> tuple[int, str]:
+        space = self._space(namespace)
+        with self._data_lock:
+            return space.seq, space.generation
+
+    def begin(self, namespace: NamespaceKey) -> WriteTransaction:
+        space = self._space(namespace)
+        space.writer.acquire()
+        return _MemoryTransaction(self, space)
+
+    def list_namespaces(self, prefix: NamespaceKey = ()) -> list[NamespaceKey]:
+        with self._data_lock:
+            return sorted(
+                key for key, space in self._namespaces.items() if space.nodes and key[: len(prefix)] == prefix
+            )
+
+    def delete_namespace(self, namespace: NamespaceKey) -> bool:
+        with self._data_lock:
+            space = self._namespaces.pop(namespace, None)
+        return bool(space and space.nodes)
+
+
+def _changes(space: _Namespace, since: int) -> ChangeBatch:
+    nodes = [_detached(node) for seq, node in space.nodes.values() if seq > since]
+    deleted = [node_id for seq, node_id in space.tombstones if seq > since]
+    return ChangeBatch(nodes, deleted, space.seq, space.generation, copy.deepcopy(space.info))
+
+
+def _detached(node: Node) -> Node:
+    out = node.copy()
+    out.children = []
+    return out
+
+
+class _MemoryTransaction(WriteTransaction):
+    def __init__(self, store: InMemoryStore, space: _Namespace) -> None:
+        self._store = store
+        self._space = space
+        self._open = True
+
+    def read_changes(self, since: int) -> ChangeBatch:
+        with self._store._data_lock:
+            return _changes(self._space, since)
+
+    def commit(self, upserts: Sequence[Node], deletions: Sequence[str], info: NamespaceInfo | None = None) -> int:
+        if not self._open:
+            raise RuntimeError("this transaction is already finished")
+        staged = [_detached(node) for node in upserts]  # copy first: a failure changes nothing
+        with self._store._data_lock:
+            space = self._space
+            seq = space.seq + 1
+            for node in staged:
+                space.nodes[node.id] = (seq, node)
+            for node_id in deletions:
+                if space.nodes.pop(node_id, None) is not None:
+                    space.tombstones.append((seq, node_id))
+            if info is not None:
+                space.info = copy.deepcopy(info)
+            space.seq = seq
+        self._finish()
+        return seq
+
+    def rollback(self) -> None:
+        self._finish()
+
+    def _finish(self) -> None:
+        if self._open:
+            self._open = False
+            self._space.writer.release()

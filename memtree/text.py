@@ -1,0 +1,69 @@
+"""Text helpers shared by the engine: input checks, sentences, token counts."""
+
+from __future__ import annotations
+
+import re
+
+_SENTENCE_END = re.compile(r"(?<=[.!?…])[\"')\]]*\s+|\n+")
+_TOKEN = re.compile(r"\w+|[^\w\s]", re.UNICODE)
+_SPACE = re.compile(r"\s+")
+
+
+def require_text(text: object, what: str = "text") -> str:
+    """Return ``text`` if it can be stored, else raise a clear error.
+
+    Raises ``TypeError`` for a non-``str`` and ``ValueError`` for empty or
+    whitespace-only text, a NUL character (PostgreSQL cannot store it) or text that
+    is not valid Unicode (lone surrogates cannot be written as UTF-8).
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"{what} must be a str, got {type(text).__name__}")
+    if not text.strip():
+        raise ValueError(f"{what} is empty or whitespace-only; give it some words to remember")
+    if "\x00" in text:
+        raise ValueError(f"{what} contains a NUL character (\\x00); remove it before storing")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(f"{what} is not valid Unicode ({error.reason} at {error.start})") from None
+    return text
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split text into sentences at ., !, ?, … followed by space, and at line breaks.
+
+    Deliberately simple and deterministic: it only has to find the units that
+    extractive summaries pick and that retrieval de-duplicates, and it must split a
+    summary it built (one sentence per line) back into exactly those sentences.
+    """
+    return [part.strip() for part in _SENTENCE_END.split(text) if part and part.strip()]
+
+
+def count_tokens(text: str) -> int:
+    """Approximate LLM tokens: words and punctuation marks, counted separately.
+
+    Close to what BPE tokenizers give for English prose without needing one; pass
+    your own counter as ``MemTreeConfig(token_counter=...)`` for exact budgets.
+    """
+    return len(_TOKEN.findall(text))
+
+
+def count_words(text: str) -> int:
+    """Whitespace-separated words (the benchmark's budget unit)."""
+    return len(text.split())
+
+
+def fold(text: str) -> str:
+    """Case- and whitespace-folded text, for comparing sentences."""
+    return _SPACE.sub(" ", text).strip().casefold()
+
+
+def preview(text: str, width: int = 80) -> str:
+    """One line of at most ``width`` characters."""
+    flat = _SPACE.sub(" ", text).strip()
+    return flat if len(flat) <= width else flat[: max(1, width - 1)].rstrip() + "…"
+
+
+def tokenize_words(text: str) -> list[str]:
+    """Lower-cased word tokens (for hashing and lexical scoring)."""
+    return [token.casefold() for token in re.findall(r"\w+", text, re.UNICODE)]

@@ -1,0 +1,812 @@
+"""``MemTree``: the public entry point of the engine.
+
+Each write is written once, as a generator of *requests* (run these aggregation
+jobs, embed these texts) that a sync driver (thread pool) or an async driver
+(``asyncio.gather``) answers. The generator does all the bookkeeping: it reads what
+other writers committed, plans the change, fills in what the models returned and
+commits everything in one store transaction. The in-process tree and index then
+apply that commit exactly as they would apply another writer's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+
+from memtree import calibration
+from memtree.aggregate import Aggregator, ExtractiveAggregator, LLMAggregator, LLMCallable
+from memtree.config import RETRIEVAL_MODES, MemTreeConfig
+from memtree.embed import Embedder, LocalEmbedder, Matrix, check_embeddings
+from memtree.index import VectorIndex
+from memtree.inputs import Item, TimeLike, make_item, to_time_range
+from memtree.integrity import integrity_problems
+from memtree.locks import ReadWriteLock
+from memtree.node import ROOT_ID, Node, RetrievedNode, Vector
+from memtree.planning import (
+    AggregationJob,
+    DeletePlan,
+    centroid_of,
+    latest,
+    normalized,
+    plan_delete,
+    plan_insert,
+    rebuild_job,
+    root_node,
+)
+from memtree.retrieval import Filters, Packing, pack, rank_collapsed, rank_traversal
+from memtree.routing import route
+from memtree.state import TreeState
+from memtree.stats import Counters, TreeStats, tree_stats
+from memtree.store.base import (
+    ChangeBatch,
+    Namespace,
+    NamespaceInfo,
+    NamespaceKey,
+    Store,
+    WriteTransaction,
+    namespace_key,
+)
+from memtree.store.memory import InMemoryStore
+from memtree.text import require_text
+from memtree.viz import format_tree
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_EMBED_CHUNK = 256
+"""Texts per embedding call when many arrive together."""
+
+
+@dataclass(frozen=True)
+class _Aggregate:
+    """Request: run these jobs concurrently; answer with a text or an exception each."""
+
+    jobs: list[AggregationJob]
+
+
+@dataclass(frozen=True)
+class _Embed:
+    """Request: embed these texts in one call; answer with a matrix or the exception.
+    ``query`` asks for the embedder's query embedding of a single text."""
+
+    texts: list[str]
+    query: bool = False
+
+
+_Request = _Aggregate | _Embed
+_Steps = Generator[_Request, Any, T]
+
+
+class MemTree:
+    """A long-term memory that grows as a tree of texts and their summaries.
+
+    New texts are routed down from the root by similarity and hang as leaves; every
+    summary on the way is re-aggregated, so shallow nodes hold broad themes and deep
+    nodes hold details. Retrieval scores every node at once ("collapsed") or
+    descends by beam ("traversal").
+
+    Works offline by default (local sentence-transformers embeddings, extractive
+    summaries, in-memory store). Pass your own ``embedder``, an ``aggregator`` or an
+    ``llm`` callable for LLM summaries, and a ``store`` to persist.
+
+    Example::
+
+        memory = MemTree()
+        memory.add("Alice adopted a cat named Miso.", timestamp="2024-05-01")
+        for hit in memory.retrieve("What is Alice's pet called?", k=3):
+            print(round(hit.score, 2), hit.text)
+    """
+
+    def __init__(
+        self,
+        *,
+        embedder: Embedder | None = None,
+        aggregator: Aggregator | None = None,
+        llm: LLMCallable | None = None,
+        store: Store | None = None,
+        namespace: Namespace = "default",
+        config: MemTreeConfig | None = None,
+        refresh_interval: float = 0.0,
+    ) -> None:
+        if aggregator is not None and llm is not None:
+            raise ValueError("pass either aggregator or llm, not both")
+        if embedder is not None and not isinstance(embedder, Embedder):
+            raise TypeError(f"embedder must be a memtree Embedder, got {type(embedder).__name__}")
+        if aggregator is not None and not isinstance(aggregator, Aggregator):
+            raise TypeError(f"aggregator must be a memtree Aggregator, got {type(aggregator).__name__}")
+        self.config = config or MemTreeConfig()
+        self.embedder: Embedder = embedder or LocalEmbedder()
+        if llm is not None:
+            aggregator = LLMAggregator(llm)
+        chosen = aggregator or ExtractiveAggregator()
+        if isinstance(chosen, ExtractiveAggregator):
+            chosen = chosen.bound_to(self.embedder)
+        self.aggregator: Aggregator = chosen
+        self.store: Store = store or InMemoryStore()
+        self.namespace: NamespaceKey = namespace_key(namespace)
+        if refresh_interval < 0:
+            raise ValueError(f"refresh_interval must be >= 0 seconds, got {refresh_interval}")
+        self.refresh_interval = refresh_interval
+        self._state = TreeState()
+        self._index: VectorIndex | None = None
+        self._rw = ReadWriteLock()
+        self._sync_lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+        self._counters = Counters()
+        self._last_refresh = 0.0
+        self._closed = False
+        self.refresh(force=True)
+
+    # -- siblings and lifecycle ----------------------------------------------------
+
+    def with_namespace(self, namespace: Namespace) -> MemTree:
+        """The memory of another namespace in the same store, sharing models and config."""
+        return MemTree(
+            embedder=self.embedder,
+            aggregator=self.aggregator,
+            store=self.store,
+            namespace=namespace,
+            config=self.config,
+            refresh_interval=self.refresh_interval,
+        )
+
+    def namespaces(self, prefix: Namespace | None = None) -> list[NamespaceKey]:
+        """Namespaces in this memory's store that hold a tree (optionally under ``prefix``)."""
+        return self.store.list_namespaces(namespace_key(prefix) if prefix is not None else ())
+
+    def delete_namespace(self, namespace: Namespace | None = None) -> bool:
+        """Delete a whole namespace (this one by default). Returns whether it existed."""
+        key = self.namespace if namespace is None else namespace_key(namespace)
+        existed = self.store.delete_namespace(key)
+        if key == self.namespace:
+            self.refresh(force=True)
+        return existed
+
+    def close(self) -> None:
+        """Stop worker threads. The store is the caller's to close if they passed it."""
+        self._closed = True
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def __enter__(self) -> MemTree:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- adding ----------------------------------------------------------------------
+
+    def add(
+        self,
+        text: str,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timestamp: TimeLike | None = None,
+        source_id: str | None = None,
+    ) -> str:
+        """Remember one text; return its leaf id (an identical stored text's id if
+        ``config.deduplicate``). ``timestamp`` is when the event happened; ``source_id``
+        is your id for it (message id, document node id)."""
+        item = make_item(text, metadata, timestamp, source_id)
+        vectors = self._drive(self._embed_steps([item.text]))
+        return self._write(lambda txn: self._insert_steps(txn, item, vectors[0]))
+
+    async def aadd(
+        self,
+        text: str,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timestamp: TimeLike | None = None,
+        source_id: str | None = None,
+    ) -> str:
+        """Async :meth:`add`: aggregations run on the event loop (``aaggregate``)."""
+        item = make_item(text, metadata, timestamp, source_id)
+        vectors = await self._adrive(self._embed_steps([item.text]))
+        return await self._awrite(lambda txn: self._insert_steps(txn, item, vectors[0]))
+
+    def add_many(
+        self,
+        texts: Sequence[str],
+        *,
+        metadata: Sequence[Mapping[str, Any] | None] | None = None,
+        timestamps: Sequence[TimeLike | None] | None = None,
+        source_ids: Sequence[str | None] | None = None,
+    ) -> list[str]:
+        """Remember several texts in order; embeddings are computed in batches.
+
+        Every item is checked before anything is stored, so one bad item stores
+        nothing. Each item is then inserted (and committed) in turn.
+        """
+        items = _make_items(texts, metadata, timestamps, source_ids)
+        vectors = self._drive(self._embed_steps([item.text for item in items]))
+        return [
+            self._write(lambda txn, item=item, vector=vector: self._insert_steps(txn, item, vector))
+            for item, vector in zip(items, vectors, strict=True)
+        ]
+
+    async def aadd_many(
+        self,
+        texts: Sequence[str],
+        *,
+        metadata: Sequence[Mapping[str, Any] | None] | None = None,
+        timestamps: Sequence[TimeLike | None] | None = None,
+        source_ids: Sequence[str | None] | None = None,
+    ) -> list[str]:
+        """Async :meth:`add_many`."""
+        items = _make_items(texts, metadata, timestamps, source_ids)
+        vectors = await self._adrive(self._embed_steps([item.text for item in items]))
+        return [
+            await self._awrite(lambda txn, item=item, vector=vector: self._insert_steps(txn, item, vector))
+            for item, vector in zip(items, vectors, strict=True)
+        ]
+
+    # -- retrieving -----------------------------------------------------------------
+
+    def retrieve(
+        self,
+        query: str,
+        *,
+        k: int | None = None,
+        token_budget: int | None = None,
+        mode: str | None = None,
+        leaves_only: bool = False,
+        where: Mapping[str, Any] | None = None,
+        time_range: tuple[TimeLike | None, TimeLike | None] | None = None,
+        min_score: float | None = None,
+    ) -> list[RetrievedNode]:
+        """The nodes most relevant to ``query``, best first.
+
+        ``mode`` is ``"collapsed"`` (every node scored at once) or ``"traversal"``
+        (beam descent from the root). ``token_budget`` caps the tokens of the
+        results' ``context`` (the last result is cut to fit). ``where`` keeps leaves
+        whose metadata equals each given item; ``time_range=(start, end)`` keeps
+        nodes whose event time lies inside (either side may be ``None``).
+        """
+        options = self._retrieval_options(query, k, token_budget, mode, leaves_only, where, time_range, min_score)
+        self._maybe_refresh()
+        vectors = self._drive(self._embed_steps([query], query=True))
+        return self._retrieve_embedded(vectors[0], *options)
+
+    async def aretrieve(
+        self,
+        query: str,
+        *,
+        k: int | None = None,
+        token_budget: int | None = None,
+        mode: str | None = None,
+        leaves_only: bool = False,
+        where: Mapping[str, Any] | None = None,
+        time_range: tuple[TimeLike | None, TimeLike | None] | None = None,
+        min_score: float | None = None,
+    ) -> list[RetrievedNode]:
+        """Async :meth:`retrieve`."""
+        options = self._retrieval_options(query, k, token_budget, mode, leaves_only, where, time_range, min_score)
+        await asyncio.to_thread(self._maybe_refresh)
+        vectors = await self._adrive(self._embed_steps([query], query=True))
+        return self._retrieve_embedded(vectors[0], *options)
+
+    def _retrieval_options(
+        self,
+        query: str,
+        k: int | None,
+        token_budget: int | None,
+        mode: str | None,
+        leaves_only: bool,
+        where: Mapping[str, Any] | None,
+        time_range: tuple[TimeLike | None, TimeLike | None] | None,
+        min_score: float | None,
+    ) -> tuple[str, Packing, Filters]:
+        require_text(query, "query")
+        k = self.config.k if k is None else k
+        if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
+            raise ValueError(f"k must be a positive integer, got {k!r}")
+        budget = self.config.token_budget if token_budget is None else token_budget
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0):
+            raise ValueError(f"token_budget must be a positive integer or None, got {budget!r}")
+        mode = self.config.mode if mode is None else mode
+        if mode not in RETRIEVAL_MODES:
+            raise ValueError(f"unknown mode {mode!r}; choose one of: {', '.join(RETRIEVAL_MODES)}")
+        if where is not None and not isinstance(where, Mapping):
+            raise TypeError(f"where must be a dict of metadata values, got {type(where).__name__}")
+        threshold = self.config.retrieve_threshold if min_score is None else float(min_score)
+        packing = Packing(k, budget, threshold, self.config.drop_repeated_sentences, self.config.token_counter)
+        filters = Filters(leaves_only, dict(where) if where else None, to_time_range(time_range))
+        return mode, packing, filters
+
+    def _retrieve_embedded(self, query: Vector, mode: str, packing: Packing, filters: Filters) -> list[RetrievedNode]:
+        with self._rw.read():
+            index = self._index
+            if index is None or len(index) == 0:
+                return []
+            if mode == "traversal":
+                ranked = rank_traversal(index, self._state, query, self.config.beam, filters)
+                return pack(self._state, ranked, packing)[0]
+            limit = packing.k * 4 + 16
+            while True:
+                ranked = rank_collapsed(index, self._state, query, limit, filters)
+                results, exhausted = pack(self._state, ranked, packing)
+                if not exhausted or len(ranked) < limit:
+                    return results
+                limit *= 4
+
+    # -- deleting and repairing ----------------------------------------------------
+
+    def delete(self, node_id: str) -> None:
+        """Forget a leaf. Its ancestors are rewritten from what remains (no summary
+        keeps its text) and a parent left with one child is folded away.
+        Raises ``KeyError`` for an unknown id and ``ValueError`` for a summary id."""
+        self._check_leaf_id(node_id)
+        self._write(lambda txn: self._delete_steps(txn, node_id))
+
+    async def adelete(self, node_id: str) -> None:
+        """Async :meth:`delete`."""
+        self._check_leaf_id(node_id)
+        await self._awrite(lambda txn: self._delete_steps(txn, node_id))
+
+    def repair(self) -> int:
+        """Rewrite every stale summary (deepest first); return how many were fixed."""
+        return self._write(self._repair_steps)
+
+    async def arepair(self) -> int:
+        """Async :meth:`repair`."""
+        return await self._awrite(self._repair_steps)
+
+    # -- reading the tree -------------------------------------------------------------
+
+    def get(self, node_id: str) -> Node:
+        """A copy of a node (``KeyError`` naming the id if there is none)."""
+        self._maybe_refresh()
+        with self._rw.read():
+            node = self._state.nodes.get(node_id)
+            if node is None:
+                raise KeyError(f"no node with id {node_id!r} in namespace {self.namespace!r}")
+            out = node.copy()
+            if node.id == ROOT_ID:  # the stored root does not count; the state does
+                out.leaf_count = self._state.leaf_total
+            return out
+
+    def find(self, *, source_id: str) -> list[str]:
+        """Ids of the leaves stored with this ``source_id``, oldest first."""
+        self._maybe_refresh()
+        with self._rw.read():
+            return list(self._state.leaves_by_source.get(source_id, []))
+
+    def leaf_ids_under(self, node_id: str) -> tuple[str, ...]:
+        """Ids of the leaves below a node."""
+        with self._rw.read():
+            if node_id not in self._state.nodes:
+                raise KeyError(f"no node with id {node_id!r} in namespace {self.namespace!r}")
+            return self._state.leaf_ids_under(node_id)
+
+    def walk(self) -> Iterator[Node]:
+        """Copies of every node, root first, in depth-first pre-order (a snapshot)."""
+        self._maybe_refresh()
+        with self._rw.read():
+            snapshot = [node.copy() for node in self._state.walk()]
+        return iter(snapshot)
+
+    __iter__ = walk
+
+    def leaves(self) -> list[Node]:
+        """Copies of all leaves, oldest first."""
+        return sorted((node for node in self.walk() if node.is_leaf), key=lambda n: (n.created_at, n.id))
+
+    def __len__(self) -> int:
+        """The number of leaves (texts remembered)."""
+        self._maybe_refresh()
+        with self._rw.read():
+            return self._state.leaf_total
+
+    def to_dict(self) -> dict[str, Any]:
+        """The tree as nested dicts (id, text, depth, leaf_count, timestamp, metadata, children)."""
+        self._maybe_refresh()
+        with self._rw.read():
+
+            def build(node_id: str) -> dict[str, Any]:
+                node = self._state.nodes[node_id]
+                return {
+                    "id": node.id,
+                    "text": node.text,
+                    "depth": node.depth,
+                    "is_leaf": node.is_leaf,
+                    "leaf_count": node.leaf_count,
+                    "timestamp": node.timestamp,
+                    "metadata": dict(node.metadata),
+                    "stale": node.stale,
+                    "children": [build(child) for child in node.children],
+                }
+
+            if self._state.root is None:
+                return {"id": ROOT_ID, "text": "", "depth": 0, "children": []}
+            return build(ROOT_ID)
+
+    def format_tree(self, *, max_depth: int | None = None, width: int = 72) -> str:
+        """An indented outline of the tree (depth, leaf count and a preview per node)."""
+        self._maybe_refresh()
+        with self._rw.read():
+            return format_tree(self._state, max_depth=max_depth, width=width)
+
+    def stats(self) -> TreeStats:
+        """Size, shape and cost counters (see :class:`~memtree.stats.TreeStats`)."""
+        self._maybe_refresh()
+        with self._rw.read():
+            return tree_stats(self._state, self._counters.snapshot(), self._theta0())
+
+    def check_integrity(self) -> list[str]:
+        """Every broken invariant of the tree and its index, described (empty: sound)."""
+        self._maybe_refresh()
+        with self._rw.read():
+            return integrity_problems(self._state, self._index, self.config.depth_cap)
+
+    @property
+    def dimension(self) -> int | None:
+        """The embedding dimension of this memory (``None`` until something is stored)."""
+        return self._state.info.dimension
+
+    # -- catching up with the store --------------------------------------------------
+
+    def refresh(self, *, force: bool = False) -> None:
+        """Apply what other writers committed since this memory last looked."""
+        if not force and self._state.generation is not None:
+            seq, generation = self.store.head(self.namespace)
+            if seq == self._state.seq and generation == self._state.generation:
+                self._last_refresh = time.monotonic()
+                return
+        self._catch_up(lambda since: self.store.read_changes(self.namespace, since))
+
+    def _maybe_refresh(self) -> None:
+        if time.monotonic() - self._last_refresh >= self.refresh_interval:
+            self.refresh()
+
+    def _catch_up(self, read: Callable[[int], ChangeBatch]) -> None:
+        with self._sync_lock:
+            batch = read(self._state.seq)
+            if batch.generation != self._state.generation and self._state.seq > 0:
+                batch = read(0)  # the namespace was deleted and made again: start over
+            self._apply(batch)
+            self._last_refresh = time.monotonic()
+
+    def _apply(self, batch: ChangeBatch) -> None:
+        with self._rw.write():
+            written, removed, reset = self._state.apply(batch)
+            if reset:
+                self._index = None
+            dimension = self._state.info.dimension
+            if self._index is None and dimension is not None:
+                self._index = VectorIndex(dimension)
+                written = [node for node in self._state.nodes.values() if not node.is_root]
+                removed = []
+            if self._index is None:
+                return
+            self._index.remove(removed)
+            embedded = [node for node in written if node.embedding is not None]
+            if embedded:
+                self._index.upsert(
+                    [node.id for node in embedded],
+                    np.stack([node.embedding for node in embedded]),  # type: ignore[misc]
+                    [node.is_leaf for node in embedded],
+                    [node.timestamp for node in embedded],
+                )
+
+    def _commit(
+        self,
+        transaction: WriteTransaction,
+        upserts: list[Node],
+        deletions: list[str],
+        info: NamespaceInfo | None = None,
+    ) -> None:
+        """Commit atomically, then show the same change to this process's tree."""
+        seq = transaction.commit(upserts, deletions, info)
+        batch = ChangeBatch(
+            nodes=[node.copy() for node in upserts],
+            deleted=list(deletions),
+            seq=seq,
+            generation=self._state.generation or "",
+            info=info if info is not None else self._state.info,
+        )
+        with self._sync_lock:
+            self._apply(batch)
+
+    def _theta0(self) -> float:
+        return calibration.effective_theta0(self.config, self._state.info.settings)
+
+    # -- the write procedures (sans I/O) -------------------------------------------
+
+    def _embed_steps(self, texts: list[str], *, query: bool = False) -> _Steps[Matrix]:
+        """Embed texts in chunks, counting calls and checking every vector."""
+        parts: list[Matrix] = []
+        for start in range(0, len(texts), _EMBED_CHUNK):
+            chunk = texts[start : start + _EMBED_CHUNK]
+            answer = yield _Embed(chunk, query)
+            if isinstance(answer, BaseException):
+                raise answer
+            parts.append(self._check_vectors(answer, len(chunk)))
+        return np.concatenate(parts) if parts else np.zeros((0, self.dimension or 1), np.float32)
+
+    def _check_vectors(self, vectors: Any, count: int) -> Matrix:
+        return check_embeddings(vectors, count, self._state.info.dimension, type(self.embedder).__name__)
+
+    def _write(self, steps: Callable[[WriteTransaction], _Steps[T]]) -> T:
+        """Run a write procedure inside the namespace's write transaction."""
+        with self.store.write(self.namespace) as transaction:
+            self._catch_up(transaction.read_changes)
+            return self._drive(steps(transaction))
+
+    async def _awrite(self, steps: Callable[[WriteTransaction], _Steps[T]]) -> T:
+        """Async :meth:`_write`. Waiting for the store's writer lock happens in a
+        worker thread, so other coroutines keep running (and may hold that lock)."""
+        transaction = await asyncio.to_thread(self.store.begin, self.namespace)
+        try:
+            self._catch_up(transaction.read_changes)
+            return await self._adrive(steps(transaction))
+        finally:
+            transaction.rollback()  # a no-op once committed
+
+    def _insert_steps(self, transaction: WriteTransaction, item: Item, embedding: Vector) -> _Steps[str]:
+        info = self._state.info
+        if info.dimension is not None and embedding.shape[0] != info.dimension:
+            raise ValueError(
+                f"embedding dimension {embedding.shape[0]} does not match this memory's "
+                f"{info.dimension}; use the embedder this memory was built with"
+            )
+        if self.config.deduplicate:
+            existing = self._state.leaf_by_text.get(item.text)
+            if existing is not None:
+                return existing
+        now = time.time()
+        new_info = self._next_info(info, embedding)
+        with self._rw.read():
+            path = route(self._state, self._scorer(embedding), self._theta0(), self.config)
+            plan = plan_insert(
+                self._state,
+                path,
+                text=item.text,
+                embedding=embedding,
+                metadata=item.metadata,
+                timestamp=item.timestamp,
+                source_id=item.source_id,
+                now=now,
+            )
+            upserts = [] if self._state.root is not None else [root_node(now)]
+        yield from self._write_summaries(plan.jobs, plan.summaries, fallback=plan.fallback_texts())
+        self._commit(transaction, [*upserts, *plan.nodes()], [], new_info)
+        self._counters.add("inserts")
+        return plan.leaf.id
+
+    def _scorer(self, embedding: Vector) -> Callable[[Sequence[str]], Any]:
+        index = self._index
+        if index is None:
+            return lambda ids: np.zeros(len(ids), dtype=np.float32)
+        return lambda ids: index.score(embedding, ids)
+
+    def _next_info(self, info: NamespaceInfo, embedding: Vector) -> NamespaceInfo:
+        """Namespace info after this insert: dimension, model name, calibration."""
+        settings = dict(info.settings)
+        if calibration.needs_sample(self.config, settings) and self._index is not None:
+            with self._rw.read():
+                nearest = self._index.search(embedding, 1, self._index.mask(leaves_only=True))
+            if nearest:
+                settings = calibration.with_sample(self.config, settings, nearest[0][1])
+        if info.embedder is not None and info.embedder != self.embedder.name:
+            logger.warning(
+                "namespace %r was built with %s but this memory uses %s",
+                self.namespace,
+                info.embedder,
+                self.embedder.name,
+            )
+        return NamespaceInfo(
+            dimension=int(embedding.shape[0]),
+            embedder=info.embedder or self.embedder.name,
+            settings=settings,
+        )
+
+    def _write_summaries(
+        self,
+        jobs: list[AggregationJob],
+        nodes: Mapping[str, Node],
+        fallback: Mapping[str, str] | None = None,
+    ) -> Generator[_Request, Any, None]:
+        """Run aggregation jobs and give their nodes new texts and embeddings.
+
+        A failed job leaves its node's old text (or ``fallback`` for a new node) and
+        marks it stale; the node's embedding is then kept, or for a new node taken
+        from its leaves' centroid. Nothing the caller gave is dropped.
+        """
+        if not jobs:
+            return
+        outcomes = yield _Aggregate(jobs)
+        written: list[Node] = []
+        for job, outcome in zip(jobs, outcomes, strict=True):
+            node = nodes[job.node_id]
+            if isinstance(outcome, BaseException) or not outcome.strip():
+                logger.warning("aggregation failed for node %s; marked stale: %r", node.id, outcome)
+                self._counters.add("aggregation_failures")
+                node.stale = True
+                if fallback is not None and job.node_id in fallback:
+                    node.text = fallback[job.node_id]
+            else:
+                node.text = outcome.strip()
+                node.stale = False
+                written.append(node)
+        if self.config.parent_embedding == "text" and written:
+            answer = yield _Embed([node.text for node in written])
+            try:
+                if isinstance(answer, BaseException):
+                    raise answer
+                vectors = self._check_vectors(answer, len(written))
+            except Exception as error:  # noqa: BLE001 - a summary embedding must not lose the leaf
+                logger.warning("embedding summaries failed; marked stale: %s", error)
+                for node in written:
+                    node.stale = True
+            else:
+                for node, vector in zip(written, vectors, strict=True):
+                    node.embedding = vector
+        for node in nodes.values():
+            if self.config.parent_embedding == "mean" or node.embedding is None:
+                centroid = centroid_of(node)
+                if centroid is not None:
+                    node.embedding = normalized(centroid)
+
+    def _check_leaf_id(self, node_id: object) -> None:
+        if not isinstance(node_id, str):
+            raise TypeError(f"node id must be a str, got {type(node_id).__name__}")
+
+    def _delete_steps(self, transaction: WriteTransaction, node_id: str) -> _Steps[None]:
+        node = self._state.nodes.get(node_id)
+        if node is None:
+            raise KeyError(f"no node with id {node_id!r} in namespace {self.namespace!r}")
+        if not node.is_leaf:
+            raise ValueError(f"node {node_id!r} is a summary, not a leaf; delete the leaves below it instead")
+        with self._rw.read():
+            plan = plan_delete(self._state, node_id, time.time())
+        yield from self._rewrite_ancestors(plan)
+        self._commit(transaction, plan.nodes(), plan.deleted)
+        self._counters.add("deletes")
+
+    def _rewrite_ancestors(self, plan: DeletePlan) -> Generator[_Request, Any, None]:
+        rewritten: dict[str, Node] = {}
+        for node in plan.ancestors:  # deepest first; each needs its child's new text
+            texts = plan.child_texts(node.id, self._state, rewritten)
+            times = plan.child_timestamps(node.id, self._state, rewritten)
+            node.timestamp = None
+            for moment in times:
+                node.timestamp = latest(node.timestamp, moment)
+            yield from self._write_summaries([rebuild_job(node, texts)], {node.id: node})
+            rewritten[node.id] = node
+
+    def _repair_steps(self, transaction: WriteTransaction) -> _Steps[int]:
+        with self._rw.read():
+            stale = [node.copy() for node in self._state.nodes.values() if node.stale]
+        if not stale:
+            return 0
+        fixed: dict[str, Node] = {}
+        for depth in sorted({node.depth for node in stale}, reverse=True):
+            level = {node.id: node for node in stale if node.depth == depth}
+            jobs = [
+                rebuild_job(node, [(fixed.get(c) or self._state.nodes[c]).text for c in node.children])
+                for node in level.values()
+            ]
+            yield from self._write_summaries(jobs, level)
+            fixed.update(level)
+        self._commit(transaction, list(fixed.values()), [])
+        return sum(1 for node in fixed.values() if not node.stale)
+
+    # -- drivers -------------------------------------------------------------------------
+
+    def _drive(self, steps: _Steps[T]) -> T:
+        """Run a write procedure, answering its requests with threads."""
+        answer: Any = None
+        try:
+            while True:
+                request = steps.send(answer)
+                answer = self._answer_sync(request)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+    async def _adrive(self, steps: _Steps[T]) -> T:
+        """Run a write procedure, answering its requests on the event loop.
+
+        Reads and the final commit are short blocking store calls made from the
+        loop's thread; model calls are awaited.
+        """
+        answer: Any = None
+        try:
+            while True:
+                request = steps.send(answer)
+                answer = await self._answer_async(request)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+    def _answer_sync(self, request: _Request) -> Any:
+        if isinstance(request, _Embed):
+            self._count_embedding(request.texts)
+            try:
+                if request.query:
+                    return np.asarray(self.embedder.embed_query(request.texts[0]))[None, :]
+                return self.embedder.embed(request.texts)
+            except Exception as error:  # noqa: BLE001 - handed back to the procedure
+                return error
+        self._count_aggregations(request.jobs)
+        if len(request.jobs) == 1 and not self.aggregator.calls_model:
+            return [self._aggregate_one(request.jobs[0])]  # CPU-bound: no thread hop
+        return list(self._thread_pool().map(self._aggregate_one, request.jobs))
+
+    async def _answer_async(self, request: _Request) -> Any:
+        if isinstance(request, _Embed):
+            self._count_embedding(request.texts)
+            try:
+                if request.query:
+                    return np.asarray(await self.embedder.aembed_query(request.texts[0]))[None, :]
+                return await self.embedder.aembed(request.texts)
+            except Exception as error:  # noqa: BLE001
+                return error
+        self._count_aggregations(request.jobs)
+        limit = asyncio.Semaphore(self.config.max_concurrency)
+
+        async def one(job: AggregationJob) -> str | BaseException:
+            async with limit:
+                try:
+                    return await self.aggregator.aaggregate(
+                        job.summary, job.new_texts, job.count, centroid=job.centroid
+                    )
+                except Exception as error:  # noqa: BLE001
+                    return error
+
+        return list(await asyncio.gather(*(one(job) for job in request.jobs)))
+
+    def _aggregate_one(self, job: AggregationJob) -> str | BaseException:
+        try:
+            return self.aggregator.aggregate(job.summary, job.new_texts, job.count, centroid=job.centroid)
+        except Exception as error:  # noqa: BLE001 - the procedure marks the node stale
+            return error
+
+    def _thread_pool(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    max_workers=self.config.max_concurrency, thread_name_prefix="memtree-aggregate"
+                )
+            return self._pool
+
+    def _count_embedding(self, texts: list[str]) -> None:
+        self._counters.add("embedding_calls")
+        self._counters.add("embedded_texts", len(texts))
+
+    def _count_aggregations(self, jobs: list[AggregationJob]) -> None:
+        self._counters.add("aggregation_calls", len(jobs))
+        if self.aggregator.calls_model:
+            self._counters.add("llm_calls", len(jobs))
+
+
+def _make_items(
+    texts: Sequence[str],
+    metadata: Sequence[Mapping[str, Any] | None] | None,
+    timestamps: Sequence[TimeLike | None] | None,
+    source_ids: Sequence[str | None] | None,
+) -> list[Item]:
+    if isinstance(texts, str) or not isinstance(texts, Sequence):
+        raise TypeError("texts must be a list of str (for one text use add)")
+    count = len(texts)
+    for name, values in (("metadata", metadata), ("timestamps", timestamps), ("source_ids", source_ids)):
+        if values is not None and len(values) != count:
+            raise ValueError(f"{name} has {len(values)} entries for {count} texts")
+    return [
+        make_item(
+            text,
+            metadata[i] if metadata is not None else None,
+            timestamps[i] if timestamps is not None else None,
+            source_ids[i] if source_ids is not None else None,
+        )
+        for i, text in enumerate(texts)
+    ]

@@ -1,0 +1,39 @@
+"""Pictures of a tree: an indented text outline (Mermaid, DOT and HTML come alongside)."""
+
+from __future__ import annotations
+
+from memtree.node import ROOT_ID
+from memtree.state import TreeState
+from memtree.text import preview
+
+
+def format_tree(state: TreeState, *, max_depth: int | None = None, width: int = 72) -> str:
+    """An indented outline: one line per node with its depth, leaf count and a preview.
+
+    Example line: ``  ├─ [d2 · 5 leaves] Caroline joined a support group…``
+    """
+    root = state.root
+    if root is None or not root.children:
+        return "(empty memory)"
+    lines = [f"root · {sum(1 for n in state.nodes.values() if n.is_leaf)} leaves"]
+
+    def visit(node_id: str, prefix: str, last: bool) -> None:
+        node = state.nodes[node_id]
+        branch = "└─ " if last else "├─ "
+        if node.is_leaf:
+            label = f"[d{node.depth} · leaf]"
+        else:
+            label = f"[d{node.depth} · {node.leaf_count} leaves{' · stale' if node.stale else ''}]"
+        lines.append(f"{prefix}{branch}{label} {preview(node.text, width)}")
+        if max_depth is not None and node.depth >= max_depth:
+            if node.children:
+                lines.append(f"{prefix}{'   ' if last else '│  '}└─ … {len(node.children)} children")
+            return
+        extension = "   " if last else "│  "
+        for i, child in enumerate(node.children):
+            visit(child, prefix + extension, i == len(node.children) - 1)
+
+    children = state.nodes[ROOT_ID].children
+    for i, child in enumerate(children):
+        visit(child, "", i == len(children) - 1)
+    return "\n".join(lines)

@@ -1,0 +1,61 @@
+"""Shared fixtures: fast deterministic embedders and memories built on them."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from memtree import HashingEmbedder, MemTree, MemTreeConfig
+from memtree.embed import Embedder, Matrix
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+class TableEmbedder(Embedder):
+    """Embeds texts by looking them up in a table of hand-built vectors.
+
+    Texts not in the table (summaries written by aggregators) get the normalized sum
+    of the vectors of table texts they contain, so parents stay near their members.
+    """
+
+    def __init__(self, table: dict[str, Sequence[float]]) -> None:
+        self.table = {text: np.asarray(vector, dtype=np.float32) for text, vector in table.items()}
+        self.dimension = len(next(iter(self.table.values())))
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        rows = []
+        for text in texts:
+            if text in self.table:
+                vector = self.table[text]
+            else:
+                parts = [v for key, v in self.table.items() if key in text]
+                if not parts:
+                    raise KeyError(f"TableEmbedder has no vector for {text!r}")
+                vector = np.sum(parts, axis=0)
+            rows.append(vector / np.linalg.norm(vector))
+        return np.asarray(rows, dtype=np.float32)
+
+
+def unit(*values: float) -> list[float]:
+    vector = np.asarray(values, dtype=np.float64)
+    return list(vector / np.linalg.norm(vector))
+
+
+@pytest.fixture
+def hashing_memory() -> MemTree:
+    """A memory with feature-hashing embeddings, a fixed θ0 and extractive summaries."""
+    return MemTree(embedder=HashingEmbedder(64), config=MemTreeConfig(theta0=0.2))
+
+
+@pytest.fixture(scope="session")
+def local_embedder():
+    """The real offline model (loaded once per test session)."""
+    from memtree import LocalEmbedder
+
+    embedder = LocalEmbedder()
+    embedder.embed(["warm up"])
+    return embedder

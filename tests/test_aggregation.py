@@ -1,0 +1,270 @@
+"""Aggregation: once per affected ancestor, concurrent, failures kept stale, both aggregators."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from memtree import (
+    ROOT_ID,
+    Aggregator,
+    ExtractiveAggregator,
+    HashingEmbedder,
+    LLMAggregator,
+    MemTree,
+    MemTreeConfig,
+)
+from memtree.node import Vector
+from memtree.text import count_words
+
+CHAIN = [f"note {i} about the garden and the roses number {i}" for i in range(8)]
+
+
+class RecordingAggregator(Aggregator):
+    """Joins texts; records every call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple[str, ...], int]] = []
+        self.lock = threading.Lock()
+
+    def aggregate(self, summary: str, new_texts: Sequence[str], count: int, *, centroid: Vector | None = None) -> str:
+        with self.lock:
+            self.calls.append((summary, tuple(new_texts), count))
+        return " | ".join([summary, *new_texts]) if summary else " | ".join(new_texts)
+
+
+class BarrierAggregator(RecordingAggregator):
+    """Every call waits until ``parties`` calls are in flight at once: sequential calls time out."""
+
+    def __init__(self, parties: int) -> None:
+        super().__init__()
+        self.barrier = threading.Barrier(parties, timeout=30)
+
+    def aggregate(self, summary: str, new_texts: Sequence[str], count: int, *, centroid: Vector | None = None) -> str:
+        self.barrier.wait()  # raises BrokenBarrierError unless all calls overlap
+        return super().aggregate(summary, new_texts, count, centroid=centroid)
+
+
+def chain_memory(aggregator: Aggregator) -> MemTree:
+    # θ0 = -1: every text descends as far as it can, so the tree grows deep.
+    config = MemTreeConfig(theta0=-1.0, parent_embedding="mean", near_duplicate=1.0)
+    return MemTree(embedder=HashingEmbedder(32), aggregator=aggregator, config=config)
+
+
+def ancestors(memory: MemTree, node_id: str) -> list[str]:
+    out = []
+    node = memory.get(node_id)
+    while node.parent not in (None, ROOT_ID):
+        node = memory.get(node.parent)
+        out.append(node.id)
+    return out
+
+
+def test_each_affected_ancestor_is_aggregated_exactly_once_with_raw_text_and_leaf_count() -> None:
+    recorder = RecordingAggregator()
+    memory = chain_memory(recorder)
+    for text in CHAIN:
+        counts_before = {node.id: node.leaf_count for node in memory.walk()}
+        recorder.calls.clear()
+        leaf = memory.add(text)
+        path = ancestors(memory, leaf)
+        assert len(recorder.calls) == len(path)
+        assert all(new_texts == (text,) for _, new_texts, _ in recorder.calls)
+        expected_counts = sorted(counts_before.get(node_id, 1) for node_id in path)  # a new parent: n = 1
+        assert sorted(count for _, _, count in recorder.calls) == expected_counts
+    assert memory.stats().max_depth >= 5
+
+
+def test_aggregations_of_one_insert_overlap_in_time() -> None:
+    dry = chain_memory(RecordingAggregator())
+    for text in CHAIN[:-1]:
+        dry.add(text)
+    jobs = len(ancestors(dry, dry.add(CHAIN[-1])))
+    assert jobs >= 4
+
+    recorder = RecordingAggregator()
+    memory = chain_memory(recorder)
+    for text in CHAIN[:-1]:
+        memory.add(text)
+    barrier = BarrierAggregator(jobs)
+    memory.aggregator = barrier
+    leaf = memory.add(CHAIN[-1])
+    assert len(barrier.calls) == jobs
+    assert memory.stats().stale == 0
+    assert all(not memory.get(a).stale for a in ancestors(memory, leaf))
+
+
+async def test_async_aggregations_overlap_on_the_event_loop() -> None:
+    class AsyncBarrierAggregator(RecordingAggregator):
+        def __init__(self, parties: int) -> None:
+            super().__init__()
+            self.barrier = asyncio.Barrier(parties)
+
+        async def aaggregate(self, summary, new_texts, count, *, centroid=None):  # type: ignore[no-untyped-def]
+            await asyncio.wait_for(self.barrier.wait(), timeout=30)
+            return self.aggregate(summary, new_texts, count, centroid=centroid)
+
+    dry = chain_memory(RecordingAggregator())
+    for text in CHAIN[:-1]:
+        dry.add(text)
+    jobs = len(ancestors(dry, dry.add(CHAIN[-1])))
+
+    memory = chain_memory(RecordingAggregator())
+    for text in CHAIN[:-1]:
+        await memory.aadd(text)
+    memory.aggregator = AsyncBarrierAggregator(jobs)
+    leaf = await memory.aadd(CHAIN[-1])
+    assert memory.stats().stale == 0
+    assert len(ancestors(memory, leaf)) == jobs
+    hits = await memory.aretrieve(CHAIN[-1], k=1)
+    assert hits[0].id == leaf
+
+
+class FailingAggregator(RecordingAggregator):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail = False
+
+    def aggregate(self, summary: str, new_texts: Sequence[str], count: int, *, centroid: Vector | None = None) -> str:
+        if self.fail:
+            raise ConnectionError("model unavailable")
+        return super().aggregate(summary, new_texts, count, centroid=centroid)
+
+
+def test_failed_aggregation_keeps_the_leaf_marks_ancestors_stale_and_repair_fixes_them() -> None:
+    aggregator = FailingAggregator()
+    memory = chain_memory(aggregator)
+    for text in CHAIN[:5]:
+        memory.add(text)
+    texts_before = {node.id: node.text for node in memory.walk()}
+    aggregator.fail = True
+    leaf = memory.add(CHAIN[5])
+    assert memory.get(leaf).text == CHAIN[5]
+    path = ancestors(memory, leaf)
+    assert path and all(memory.get(a).stale for a in path)
+    for node_id in path:
+        if node_id in texts_before:  # old summaries keep their text
+            assert memory.get(node_id).text == texts_before[node_id]
+        else:  # a new parent keeps both texts verbatim
+            assert CHAIN[5] in memory.get(node_id).text
+    assert memory.stats().stale == len(path)
+    assert memory.check_integrity() == []
+    aggregator.fail = False
+    assert memory.repair() == len(path)
+    assert memory.stats().stale == 0
+    for node_id in path:
+        assert CHAIN[5] in memory.get(node_id).text
+    assert memory.repair() == 0
+
+
+def test_insert_through_a_stale_summary_rewrites_it_whole() -> None:
+    aggregator = FailingAggregator()
+    memory = chain_memory(aggregator)
+    for text in CHAIN[:4]:
+        memory.add(text)
+    aggregator.fail = True
+    memory.add(CHAIN[4])
+    aggregator.fail = False
+    leaf = memory.add(CHAIN[5])
+    for node_id in ancestors(memory, leaf):
+        node = memory.get(node_id)
+        if not node.stale:
+            assert CHAIN[5] in node.text
+
+
+def test_llm_aggregator_prompt_and_reply_handling() -> None:
+    prompts: list[str] = []
+
+    def model(prompt: str) -> str:
+        prompts.append(prompt)
+        return "  Merged summary.  "
+
+    aggregator = LLMAggregator(model)
+    assert aggregator.aggregate("Old summary.", ["New detail."], 5) == "Merged summary."
+    assert "Old summary." in prompts[0] and "- New detail." in prompts[0] and "5 earlier entries" in prompts[0]
+    assert "themes" in prompts[0]  # more abstract past two entries
+    aggregator.aggregate("", ["a", "b"], 0)
+    assert "summarize the new entries on their own" in prompts[1]
+
+    with pytest.raises(ValueError, match="empty summary"):
+        LLMAggregator(lambda prompt: "   ").aggregate("x", ["y"], 1)
+    with pytest.raises(ValueError, match="unknown placeholder"):
+        LLMAggregator(model, prompt="Summarize {text}")
+    with pytest.raises(TypeError, match="callable"):
+        LLMAggregator("gpt-4o")  # type: ignore[arg-type]
+
+
+async def test_llm_aggregator_accepts_async_callables() -> None:
+    async def model(prompt: str) -> str:
+        await asyncio.sleep(0)
+        return "async summary"
+
+    aggregator = LLMAggregator(model)
+    assert await aggregator.aaggregate("s", ["t"], 1) == "async summary"
+    assert await asyncio.to_thread(aggregator.aggregate, "s", ["t"], 1) == "async summary"
+
+
+def test_memory_with_llm_callable_stores_model_summaries() -> None:
+    memory = MemTree(embedder=HashingEmbedder(32), llm=lambda prompt: "SUMMARY", config=MemTreeConfig(theta0=-1.0))
+    memory.add("the garden roses")
+    memory.add("the garden tulips")
+    summaries = [node for node in memory.walk() if not node.is_leaf and node.id != ROOT_ID]
+    assert [node.text for node in summaries] == ["SUMMARY"]
+    stats = memory.stats()
+    assert stats.llm_calls == stats.aggregation_calls == 1
+
+
+def test_extractive_summary_uses_only_leaf_sentences_within_the_budget() -> None:
+    embedder = HashingEmbedder(64)
+    aggregator = ExtractiveAggregator(embedder, max_words=20, min_words=8)
+    leaves = [
+        "The roses bloomed early this year. We cut them for the table.",
+        "The tulips came up in red rows. The roses smelled of honey.",
+        "A fox crossed the garden at dawn. It dug under the fence.",
+        "The roses need pruning in winter.",
+    ]
+    vectors = embedder.embed(leaves)
+    summary = ""
+    for n, leaf in enumerate(leaves):
+        centroid = vectors[: n + 1].mean(axis=0)
+        summary = aggregator.aggregate(summary, [leaf], n, centroid=centroid)
+        assert count_words(summary) <= aggregator.word_budget(n + 1)
+    sentences = {s for leaf in leaves for s in leaf.replace(". ", ".\n").splitlines()}
+    for line in summary.splitlines():
+        assert line in sentences  # every word traceable to a leaf
+    # Sentences keep their original order.
+    order = [s for leaf in leaves for s in leaf.replace(". ", ".\n").splitlines()]
+    positions = [order.index(line) for line in summary.splitlines()]
+    assert positions == sorted(positions)
+
+
+def test_extractive_picks_the_sentence_closest_to_the_centroid_first() -> None:
+    embedder = HashingEmbedder(64)
+    aggregator = ExtractiveAggregator(embedder, max_words=6, min_words=6, diversity=0.0)
+    texts = ["cats purr softly at night.", "dogs bark loudly at noon.", "cats and dogs play together."]
+    target = embedder.embed(["cats purr softly at night."])[0]
+    assert aggregator.aggregate("", texts, 0, centroid=target) == "cats purr softly at night."
+    budget = aggregator.word_budget(50)
+    assert budget == 6
+    with pytest.raises(ValueError):
+        ExtractiveAggregator(max_words=5, min_words=10)
+
+
+def test_word_budget_shrinks_with_leaf_count() -> None:
+    aggregator = ExtractiveAggregator(max_words=80, min_words=20)
+    budgets = [aggregator.word_budget(n) for n in (2, 4, 16, 256, 10_000)]
+    assert budgets == sorted(budgets, reverse=True)
+    assert budgets[0] == 80 and budgets[-1] == 20
+
+
+def test_summary_embedding_matches_text_after_aggregation() -> None:
+    memory = MemTree(embedder=HashingEmbedder(32), config=MemTreeConfig(theta0=-1.0))
+    for text in CHAIN[:4]:
+        memory.add(text)
+    for node in memory.walk():
+        if node.id != ROOT_ID and not node.is_leaf:
+            np.testing.assert_allclose(node.embedding, HashingEmbedder(32).embed([node.text])[0], atol=1e-6)

@@ -1,0 +1,80 @@
+"""The incremental index: in-place updates, swap-removal, filters, exactness."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memtree.index import VectorIndex
+
+
+def unit_rows(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["put", "remove"]), st.integers(0, 40)), max_size=120), st.integers(0, 99))
+def test_incremental_index_matches_a_fresh_brute_force(ops: list[tuple[str, int]], seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    index = VectorIndex(8)
+    truth: dict[str, np.ndarray] = {}
+    for op, key in ops:
+        node_id = f"n{key}"
+        if op == "put":
+            vector = unit_rows(rng, 1, 8)
+            index.upsert([node_id], vector, [key % 2 == 0], [float(key)])
+            truth[node_id] = vector[0]
+        else:
+            index.remove([node_id])
+            truth.pop(node_id, None)
+    assert set(index.ids) == set(truth) and len(index) == len(truth)
+    for node_id in truth:
+        np.testing.assert_array_equal(index.vectors([node_id])[0], truth[node_id])
+    query = unit_rows(rng, 1, 8)[0]
+    got = index.search(query, 5)
+    ids = list(truth)
+    if ids:
+        scores = np.array([truth[i] @ query for i in ids])
+        expected = sorted(scores, reverse=True)[:5]
+        np.testing.assert_allclose([s for _, s in got], expected, atol=1e-5)
+
+
+def test_filters_become_masks() -> None:
+    rng = np.random.default_rng(0)
+    index = VectorIndex(16)
+    vectors = unit_rows(rng, 100, 16)
+    index.upsert(
+        [f"n{i}" for i in range(100)],
+        vectors,
+        [i % 3 == 0 for i in range(100)],
+        [float(i) if i % 5 else None for i in range(100)],
+    )
+    query = vectors[7]
+    leaves = index.search(query, 200, index.mask(leaves_only=True))
+    assert {node_id for node_id, _ in leaves} == {f"n{i}" for i in range(0, 100, 3)}
+    timed = index.search(query, 200, index.mask(time_range=(10.0, 20.0)))
+    assert {node_id for node_id, _ in timed} == {f"n{i}" for i in range(10, 21) if i % 5}
+    subset = index.search(query, 3, index.mask(ids=["n1", "n2", "missing"]))
+    assert {node_id for node_id, _ in subset} == {"n1", "n2"}
+    assert index.mask() is None
+
+
+def test_large_filtered_search_uses_faiss_selector_and_stays_exact() -> None:
+    rng = np.random.default_rng(1)
+    n = 60_000
+    index = VectorIndex(8)
+    vectors = unit_rows(rng, n, 8)
+    index.upsert([str(i) for i in range(n)], vectors, [i % 2 == 0 for i in range(n)], [None] * n)
+    query = unit_rows(rng, 1, 8)[0]
+    got = index.search(query, 10, index.mask(leaves_only=True))
+    even = vectors[::2] @ query
+    np.testing.assert_allclose([s for _, s in got], np.sort(even)[::-1][:10], atol=1e-5)
+    assert all(int(node_id) % 2 == 0 for node_id, _ in got)
+
+
+def test_dimension_must_be_positive() -> None:
+    with pytest.raises(ValueError):
+        VectorIndex(0)

@@ -1,0 +1,62 @@
+"""Tree invariants under random sequences of adds and deletes (hypothesis)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memtree import ROOT_ID, HashingEmbedder, MemTree, MemTreeConfig
+
+WORDS = ["cat", "dog", "run", "park", "rain", "code", "tea", "book", "sea", "hill", "jazz", "bike"]
+
+texts = st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(" ".join)
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), texts),
+        st.tuples(st.just("delete"), st.integers(min_value=0, max_value=10_000)),
+    ),
+    min_size=1,
+    max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    ops=operations,
+    theta0=st.floats(min_value=0.0, max_value=0.7),
+    depth_cap=st.integers(min_value=2, max_value=8),
+    parent_embedding=st.sampled_from(["text", "mean"]),
+)
+def test_invariants_hold_after_any_adds_and_deletes(
+    ops: list[tuple[str, object]], theta0: float, depth_cap: int, parent_embedding: str
+) -> None:
+    config = MemTreeConfig(theta0=theta0, depth_cap=depth_cap, parent_embedding=parent_embedding)  # type: ignore[arg-type]
+    memory = MemTree(embedder=HashingEmbedder(16), config=config)
+    added: dict[str, str] = {}
+    embeddings: dict[str, np.ndarray] = {}
+    for op, value in ops:
+        if op == "add":
+            assert isinstance(value, str)
+            leaf = memory.add(value)
+            if leaf in added:
+                assert added[leaf] == value  # an exact duplicate returns the stored leaf
+            added[leaf] = value
+            embeddings.setdefault(leaf, memory.get(leaf).embedding.copy())
+        elif added:
+            assert isinstance(value, int)
+            victim = sorted(added)[value % len(added)]
+            memory.delete(victim)
+            del added[victim]
+
+        assert memory.check_integrity() == []
+        leaves = {node.id: node for node in memory.walk() if node.is_leaf}
+        assert set(leaves) == set(added)
+        for leaf_id, node in leaves.items():
+            assert node.text == added[leaf_id]  # a leaf never changes
+            np.testing.assert_array_equal(node.embedding, embeddings[leaf_id])
+        assert len(memory) == len(added)
+        if added:
+            root = memory.get(ROOT_ID)
+            assert root.text == "" and root.embedding is None
+            assert memory.stats().max_depth <= depth_cap

@@ -1,0 +1,140 @@
+"""The MemTree surface: async twins, namespaces, stats, export, source ids."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memtree import ROOT_ID, HashingEmbedder, InMemoryStore, MemTree, MemTreeConfig
+
+FACTS = [
+    "Dana keeps bees on her roof in Oslo.",
+    "Dana's bees made twelve jars of honey.",
+    "Eli is learning the cello.",
+    "Eli practices cello scales every morning.",
+    "Dana sold honey at the Saturday market.",
+]
+
+
+def make(**kw: object) -> MemTree:
+    return MemTree(embedder=HashingEmbedder(64), config=MemTreeConfig(theta0=0.15), **kw)  # type: ignore[arg-type]
+
+
+async def test_async_twins_match_sync_results() -> None:
+    sync, other = make(), make()
+    for fact in FACTS:
+        sync.add(fact)
+    for fact in FACTS:
+        await other.aadd(fact)
+    assert [r.text for r in sync.retrieve("bees honey", k=4)] == [
+        r.text for r in await other.aretrieve("bees honey", k=4)
+    ]
+    ids = await other.aadd_many(["Fay paints murals.", "Fay painted a whale."])
+    assert len(ids) == 2 and len(other) == 7
+    await other.adelete(ids[0])
+    assert len(other) == 6 and other.check_integrity() == []
+
+
+def test_add_many_keeps_order_metadata_timestamps_and_source_ids() -> None:
+    memory = make()
+    ids = memory.add_many(
+        FACTS,
+        metadata=[{"i": i} for i in range(5)],
+        timestamps=[f"2024-01-0{i + 1}" for i in range(5)],
+        source_ids=[f"msg-{i}" for i in range(5)],
+    )
+    for i, leaf_id in enumerate(ids):
+        node = memory.get(leaf_id)
+        assert (node.text, node.metadata, node.source_id) == (FACTS[i], {"i": i}, f"msg-{i}")
+        assert node.time is not None and node.time.day == i + 1
+    assert memory.find(source_id="msg-3") == [ids[3]]
+    assert [n.id for n in memory.leaves()] == ids
+
+
+def test_summary_timestamp_is_the_latest_below() -> None:
+    memory = make()
+    memory.add_many(FACTS, timestamps=[1000.0, 5000.0, 2000.0, 3000.0, 4000.0])
+    for node in memory.walk():
+        if node.id != ROOT_ID and not node.is_leaf:
+            below = [memory.get(leaf).timestamp for leaf in memory.leaf_ids_under(node.id)]
+            assert node.timestamp == max(below)
+
+
+def test_namespaces_are_isolated_in_a_shared_store() -> None:
+    store = InMemoryStore()
+    alice = make(store=store, namespace=("users", "alice"))
+    bob = alice.with_namespace(("users", "bob"))
+    alice.add("I like green tea.")
+    bob.add("I like green tea.")
+    bob.add("I ride a red bicycle.")
+    assert len(alice) == 1 and len(bob) == 2
+    assert {r.id for r in alice.retrieve("tea")} <= {n.id for n in alice.walk()}
+    assert all(r.id not in {n.id for n in alice.walk()} for r in bob.retrieve("tea bicycle", k=10))
+    assert alice.namespaces() == [("users", "alice"), ("users", "bob")]
+    assert alice.namespaces(prefix="users") == [("users", "alice"), ("users", "bob")]
+    assert bob.delete_namespace() is True
+    assert len(bob) == 0 and len(alice) == 1
+    assert alice.namespaces() == [("users", "alice")]
+
+
+def test_two_memory_objects_on_one_store_see_each_others_writes() -> None:
+    store = InMemoryStore()
+    first, second = make(store=store), make(store=store)
+    first.add(FACTS[0])
+    second.add(FACTS[1])
+    assert len(first) == 2 and len(second) == 2
+    assert first.check_integrity() == [] and second.check_integrity() == []
+    second.delete(first.leaves()[0].id)
+    assert len(first) == 1 and first.leaves()[0].text == FACTS[1]
+
+
+def test_stats_report_shape_and_costs() -> None:
+    memory = make()
+    ancestors_per_insert = []
+    for fact in FACTS:
+        node = memory.get(memory.add(fact))
+        ancestors_per_insert.append(node.depth - 1)  # summaries between it and the root
+    stats = memory.stats()
+    assert stats.leaves == 5 and stats.nodes == stats.leaves + stats.summaries
+    assert stats.inserts == 5
+    assert stats.aggregation_calls == sum(ancestors_per_insert) > 0
+    assert stats.llm_calls == 0  # extractive summaries call no model
+    # One call per insert for the leaf, one per insert that wrote summaries.
+    assert stats.embedding_calls == 5 + sum(1 for n in ancestors_per_insert if n)
+    assert stats.max_depth == max(n.depth for n in memory.walk())
+    assert 0 < stats.largest_root_share <= 1
+    assert sum(stats.depth_histogram.values()) == stats.nodes
+    assert json.dumps(stats.as_dict())
+
+
+def test_export_and_outline() -> None:
+    memory = make()
+    memory.add_many(FACTS)
+    tree = memory.to_dict()
+    assert tree["id"] == ROOT_ID
+
+    def count(node: dict) -> int:  # type: ignore[type-arg]
+        return (
+            int(node["is_leaf"]) + sum(count(child) for child in node["children"])
+            if node["id"] != ROOT_ID
+            else sum(count(c) for c in node["children"])
+        )
+
+    assert count(tree) == 5
+    outline = memory.format_tree()
+    assert outline.startswith("root · 5 leaves")
+    assert "Eli is learning the cello." in outline
+    assert make().format_tree() == "(empty memory)"
+
+
+def test_auto_theta0_calibrates_and_is_remembered() -> None:
+    store = InMemoryStore()
+    config = MemTreeConfig(theta0="auto", calibration_samples=4, calibration_quantile=0.5)
+    memory = MemTree(embedder=HashingEmbedder(64), store=store, config=config)
+    assert memory.stats().theta0 == config.auto_theta0_start
+    memory.add_many(FACTS)  # the first insert has no neighbour; the next four are samples
+    calibrated = memory.stats().theta0
+    assert calibrated != config.auto_theta0_start
+    reopened = MemTree(embedder=HashingEmbedder(64), store=store, config=config)
+    assert reopened.stats().theta0 == pytest.approx(calibrated)

@@ -1,0 +1,141 @@
+"""Retrieval: collapsed equals a brute-force ranking; budgets, filters, traversal."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from memtree import ROOT_ID, HashingEmbedder, MemTree, MemTreeConfig
+from memtree.text import count_tokens
+
+TEXTS = [
+    "Alice adopted a grey cat named Miso in March.",
+    "Bob started training for the Berlin marathon.",
+    "Alice's cat Miso likes to sleep on the piano.",
+    "Bob injured his knee during a long run.",
+    "Carol moved to Lisbon for a job in a bakery.",
+    "Carol's bakery sells custard tarts every morning.",
+    "Alice plays jazz piano on Friday nights.",
+    "Bob's marathon time was three hours and forty minutes.",
+]
+
+
+def build(**options: object) -> MemTree:
+    config = MemTreeConfig(theta0=0.15, drop_repeated_sentences=False, **options)  # type: ignore[arg-type]
+    memory = MemTree(embedder=HashingEmbedder(64), config=config)
+    for day, text in enumerate(TEXTS, start=1):
+        memory.add(text, timestamp=f"2024-03-{day:02d}", metadata={"person": text.split()[0].strip("'s")})
+    return memory
+
+
+def brute_force(memory: MemTree, query: str) -> list[tuple[str, float]]:
+    q = memory.embedder.embed([query])[0]
+    nodes = [node for node in memory.walk() if node.id != ROOT_ID]
+    scores = np.array([float(node.embedding @ q) for node in nodes])
+    order = np.argsort(-scores, kind="stable")
+    return [(nodes[i].id, float(scores[i])) for i in order]
+
+
+@pytest.mark.parametrize("query", ["Miso the cat", "marathon knee", "bakery in Lisbon", "piano jazz"])
+def test_collapsed_retrieval_equals_brute_force_ranking(query: str) -> None:
+    memory = build()
+    assert memory.stats().summaries > 0  # the ranking mixes leaves and summaries
+    ranking = brute_force(memory, query)
+    got = memory.retrieve(query, k=5, min_score=-1.0)
+    np.testing.assert_allclose([r.score for r in got], [s for _, s in ranking[:5]], atol=1e-5)
+    # Ids must match exactly, up to the order of exactly tied scores.
+    by_score: dict[float, set[str]] = {}
+    for node_id, score in ranking:
+        by_score.setdefault(round(score, 5), set()).add(node_id)
+    for result in got:
+        assert result.id in by_score[round(result.score, 5)]
+    assert len({r.id for r in got}) == 5
+
+
+def test_results_carry_node_fields_and_leaf_ids() -> None:
+    memory = build()
+    for result in memory.retrieve("Alice cat", k=20):
+        node = memory.get(result.id)
+        assert (result.text, result.depth, result.is_leaf) == (node.text, node.depth, node.is_leaf)
+        assert result.timestamp == node.timestamp
+        assert result.leaf_ids == memory.leaf_ids_under(node.id)
+        assert len(result.leaf_ids) == node.leaf_count
+        if result.is_leaf:
+            assert result.leaf_ids == (result.id,) and result.metadata == node.metadata
+
+
+def test_token_budget_is_respected_and_last_result_is_cut() -> None:
+    memory = build()
+    for budget in (5, 17, 40, 90):
+        results = memory.retrieve("Bob marathon", k=50, token_budget=budget)
+        used = sum(count_tokens(r.context) for r in results)
+        assert 0 < used <= budget
+    unlimited = memory.retrieve("Bob marathon", k=50)
+    total = sum(count_tokens(r.context) for r in unlimited)
+    cut = memory.retrieve("Bob marathon", k=50, token_budget=total - 3)
+    assert sum(count_tokens(r.context) for r in cut) == total - 3
+
+
+def test_leaves_only_where_and_time_range_filters() -> None:
+    memory = build()
+    leaves = memory.retrieve("Alice", k=20, leaves_only=True)
+    assert leaves and all(r.is_leaf for r in leaves)
+    alice = memory.retrieve("cat", k=20, where={"person": "Alice"})
+    assert {r.text for r in alice} == {t for t in TEXTS if t.startswith("Alice")}
+    march_4_to_6 = memory.retrieve(
+        "anything about people", k=20, leaves_only=True, time_range=("2024-03-04", "2024-03-06"), min_score=-1
+    )
+    assert {r.text for r in march_4_to_6} == set(TEXTS[3:6])
+    open_start = memory.retrieve("anything", k=20, leaves_only=True, time_range=(None, "2024-03-02"), min_score=-1)
+    assert {r.text for r in open_start} == set(TEXTS[:2])
+    assert memory.retrieve("cat", where={"person": "Nobody"}) == []
+
+
+def test_filtered_collapsed_ranking_equals_brute_force_over_allowed_nodes() -> None:
+    memory = build()
+    expected = [(i, s) for i, s in brute_force(memory, "Bob knee marathon") if memory.get(i).is_leaf]
+    got = memory.retrieve("Bob knee marathon", k=3, leaves_only=True)
+    assert len({round(s, 5) for _, s in expected[:4]}) == 4  # no ties at the top
+    assert [r.id for r in got] == [i for i, _ in expected[:3]]
+
+
+def test_min_score_drops_weak_results() -> None:
+    memory = build()
+    scores = [r.score for r in memory.retrieve("Carol bakery", k=20, min_score=-1)]
+    distinct = sorted(set(scores))
+    cutoff = distinct[len(distinct) // 2]
+    kept = memory.retrieve("Carol bakery", k=20, min_score=cutoff)
+    assert kept and all(r.score >= cutoff for r in kept)
+    assert len(kept) < len(scores)
+
+
+def test_repeated_sentences_are_dropped_from_context() -> None:
+    memory = MemTree(embedder=HashingEmbedder(64), config=MemTreeConfig(theta0=0.15))
+    for text in TEXTS:
+        memory.add(text)
+    results = memory.retrieve("Alice cat Miso piano", k=30)
+    seen: set[str] = set()
+    for result in results:
+        lines = [line.strip() for line in result.context.replace("\n", " \n ").split("\n") if line.strip()]
+        assert result.context  # a result that adds nothing is skipped
+        for line in lines:
+            assert line not in seen
+            seen.add(line)
+
+
+def test_traversal_descends_by_beam() -> None:
+    memory = build(beam=1)
+    results = memory.retrieve("Miso the cat", mode="traversal", k=20)
+    # beam 1: exactly one node per level, each the child of the previous one.
+    for upper, lower in zip(
+        sorted(results, key=lambda r: r.depth), sorted(results, key=lambda r: r.depth)[1:], strict=False
+    ):
+        assert memory.get(lower.id).parent == upper.id
+    assert sorted(r.depth for r in results) == list(range(1, len(results) + 1))
+    assert results[-1].is_leaf or any(r.is_leaf for r in results)
+
+
+def test_empty_memory_returns_nothing() -> None:
+    memory = MemTree(embedder=HashingEmbedder(32))
+    assert memory.retrieve("anything") == []
+    assert memory.retrieve("anything", mode="traversal") == []
