@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import copy
 import threading
 from collections.abc import Sequence
@@ -22,8 +23,9 @@ from memtree.store.base import (
 class _Namespace:
     generation: str = field(default_factory=new_generation)
     seq: int = 0
-    nodes: dict[str, tuple[int, Node]] = field(default_factory=dict)
-    tombstones: list[tuple[int, str]] = field(default_factory=list)
+    nodes: dict[str, Node] = field(default_factory=dict)
+    log: list[tuple[int, list[str], list[str]]] = field(default_factory=list)
+    """(seq, ids written, ids deleted) per commit: catching up reads only the tail."""
     info: NamespaceInfo = field(default_factory=NamespaceInfo)
     writer: threading.Lock = field(default_factory=threading.Lock)
 
@@ -75,8 +77,18 @@ class InMemoryStore(Store):
 
 
 def _changes(space: _Namespace, since: int) -> ChangeBatch:
-    nodes = [_detached(node) for seq, node in space.nodes.values() if seq > since]
-    deleted = [node_id for seq, node_id in space.tombstones if seq > since]
+    if since <= 0:
+        nodes = [_detached(node) for node in space.nodes.values()]
+        deleted: list[str] = []
+    else:
+        start = bisect.bisect_right(space.log, since, key=lambda entry: entry[0])
+        written: dict[str, None] = {}
+        deleted_ids: dict[str, None] = {}
+        for _, ids, gone in space.log[start:]:
+            written.update(dict.fromkeys(ids))
+            deleted_ids.update(dict.fromkeys(gone))
+        nodes = [_detached(space.nodes[i]) for i in written if i in space.nodes]
+        deleted = [i for i in deleted_ids if i not in space.nodes]
     return ChangeBatch(nodes, deleted, space.seq, space.generation, copy.deepcopy(space.info))
 
 
@@ -104,10 +116,10 @@ class _MemoryTransaction(WriteTransaction):
             space = self._space
             seq = space.seq + 1
             for node in staged:
-                space.nodes[node.id] = (seq, node)
+                space.nodes[node.id] = node
             for node_id in deletions:
-                if space.nodes.pop(node_id, None) is not None:
-                    space.tombstones.append((seq, node_id))
+                space.nodes.pop(node_id, None)
+            space.log.append((seq, [node.id for node in staged], list(deletions)))
             if info is not None:
                 space.info = copy.deepcopy(info)
             space.seq = seq
