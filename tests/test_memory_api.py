@@ -138,3 +138,22 @@ def test_auto_theta0_calibrates_and_is_remembered() -> None:
     assert calibrated != config.auto_theta0_start
     reopened = MemTree(embedder=HashingEmbedder(64), store=store, config=config)
     assert reopened.stats().theta0 == pytest.approx(calibrated)
+
+
+def test_records_live_beside_the_tree_and_go_with_the_namespace() -> None:
+    store = InMemoryStore()
+    key = ("chat", "s1")
+    store.put_records(key, "messages", {"0002": {"text": "b"}, "0001": {"text": "a"}})
+    store.put_records(key, "messages", {"0003": {"text": "c"}, "0002": None})
+    assert list(store.get_records(key, "messages")) == ["0001", "0003"]  # first-written order
+    assert store.get_records(key, "messages", ["0003", "nope"]) == {"0003": {"text": "c"}}
+    assert store.get_records(key, "other") == {}
+    assert store.list_namespaces() == [key]
+    got = store.get_records(key, "messages")
+    got["0001"]["text"] = "changed"  # callers get copies
+    assert store.get_records(key, "messages")["0001"] == {"text": "a"}
+    assert store.delete_records(key, "messages") == 2
+    assert store.list_namespaces() == []
+    store.put_records(key, "messages", {"1": {"x": 1}})
+    assert store.delete_namespace(key) is True
+    assert store.get_records(key, "messages") == {}

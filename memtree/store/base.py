@@ -12,6 +12,12 @@ A store keeps many namespaces, one tree each. The engine talks to it in two ways
 
 Stores persist the fields of :class:`~memtree.node.Node` except ``children``, which
 the engine derives from ``parent``.
+
+Besides the tree, a namespace holds *records*: small JSON documents under a
+``kind`` and a key, for what adapters must keep exactly as given next to the tree
+(a chat history's message log, a key-value store's items). Records are not
+embedded and never routed; they only share the namespace, its lifetime and the
+store's durability.
 """
 
 from __future__ import annotations
@@ -19,12 +25,12 @@ from __future__ import annotations
 import json
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from memtree.node import Node
+from memtree.node import JSONDict, Node
 
 Namespace = str | tuple[str, ...]
 NamespaceKey = tuple[str, ...]
@@ -112,8 +118,8 @@ class Store(ABC):
     """Interface for memory backends (in-memory, SQLite, PostgreSQL).
 
     Implement :meth:`read_changes`, :meth:`begin`, :meth:`head`,
-    :meth:`list_namespaces` and :meth:`delete_namespace`; :meth:`write` wraps
-    :meth:`begin` with commit-or-rollback.
+    :meth:`list_namespaces`, :meth:`delete_namespace` and the three record
+    methods; :meth:`write` wraps :meth:`begin` with commit-or-rollback.
     """
 
     @abstractmethod
@@ -134,7 +140,19 @@ class Store(ABC):
 
     @abstractmethod
     def delete_namespace(self, namespace: NamespaceKey) -> bool:
-        """Delete a namespace's whole tree; ``False`` if it did not exist."""
+        """Delete a namespace's whole tree and its records; ``False`` if it did not exist."""
+
+    @abstractmethod
+    def put_records(self, namespace: NamespaceKey, kind: str, records: Mapping[str, JSONDict | None]) -> None:
+        """Write records of one kind atomically; a ``None`` value deletes that key."""
+
+    @abstractmethod
+    def get_records(self, namespace: NamespaceKey, kind: str, keys: Sequence[str] | None = None) -> dict[str, JSONDict]:
+        """Records of one kind (only ``keys`` if given), in the order first written."""
+
+    @abstractmethod
+    def delete_records(self, namespace: NamespaceKey, kind: str) -> int:
+        """Delete every record of one kind; return how many there were."""
 
     def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release connections and files."""

@@ -5,10 +5,10 @@ from __future__ import annotations
 import bisect
 import copy
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from memtree.node import Node
+from memtree.node import JSONDict, Node
 from memtree.store.base import (
     ChangeBatch,
     NamespaceInfo,
@@ -27,6 +27,7 @@ class _Namespace:
     log: list[tuple[int, list[str], list[str]]] = field(default_factory=list)
     """(seq, ids written, ids deleted) per commit: catching up reads only the tail."""
     info: NamespaceInfo = field(default_factory=NamespaceInfo)
+    records: dict[str, dict[str, JSONDict]] = field(default_factory=dict)
     writer: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -67,13 +68,40 @@ class InMemoryStore(Store):
     def list_namespaces(self, prefix: NamespaceKey = ()) -> list[NamespaceKey]:
         with self._data_lock:
             return sorted(
-                key for key, space in self._namespaces.items() if space.nodes and key[: len(prefix)] == prefix
+                key for key, space in self._namespaces.items() if _holds_data(space) and key[: len(prefix)] == prefix
             )
 
     def delete_namespace(self, namespace: NamespaceKey) -> bool:
         with self._data_lock:
             space = self._namespaces.pop(namespace, None)
-        return bool(space and space.nodes)
+        return space is not None and _holds_data(space)
+
+    def put_records(self, namespace: NamespaceKey, kind: str, records: Mapping[str, JSONDict | None]) -> None:
+        staged = {key: copy.deepcopy(value) for key, value in records.items()}
+        space = self._space(namespace)
+        with self._data_lock:
+            table = space.records.setdefault(kind, {})
+            for key, value in staged.items():
+                if value is None:
+                    table.pop(key, None)
+                else:
+                    table[key] = value
+
+    def get_records(self, namespace: NamespaceKey, kind: str, keys: Sequence[str] | None = None) -> dict[str, JSONDict]:
+        space = self._space(namespace)
+        with self._data_lock:
+            table = space.records.get(kind, {})
+            chosen = table if keys is None else {key: table[key] for key in keys if key in table}
+            return copy.deepcopy(dict(chosen))
+
+    def delete_records(self, namespace: NamespaceKey, kind: str) -> int:
+        space = self._space(namespace)
+        with self._data_lock:
+            return len(space.records.pop(kind, {}))
+
+
+def _holds_data(space: _Namespace) -> bool:
+    return bool(space.nodes) or any(space.records.values())
 
 
 def _changes(space: _Namespace, since: int) -> ChangeBatch:
