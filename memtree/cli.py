@@ -1,4 +1,8 @@
-"""The ``memtree`` command."""
+"""The ``memtree`` command: the app, its global options and ``demo``.
+
+The other commands live in ``memtree/commands/`` (one small module each) and are
+registered below; sub-apps (``bench``) are added with ``app.add_typer``.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,9 @@ import logging
 import sys
 
 import typer
+
+from memtree.commands import add, backup, query, repair, show, stats
+from memtree.commands.common import set_verbose
 
 app = typer.Typer(
     help="memtree: long-term memory for LLM applications as a dynamic tree.",
@@ -19,6 +26,7 @@ app = typer.Typer(
 def main_options(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what memtree does.")) -> None:
     level = logging.INFO if verbose else logging.WARNING
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    set_verbose(verbose)
 
 
 @app.command()
@@ -33,6 +41,15 @@ def demo(
 
     with MemTree() as memory:
         run_demo(memory, sys.stdout, k=k, token_budget=budget, max_depth=depth)
+
+
+app.command()(add.add)
+app.command()(query.query)
+app.command()(show.show)
+app.command()(stats.stats)
+app.command()(backup.export)
+app.command(name="import")(backup.import_)
+app.command()(repair.repair)
 
 
 def main() -> None:

@@ -57,11 +57,11 @@ from memtree.store.base import (
 )
 from memtree.store.memory import InMemoryStore
 from memtree.text import require_text
+from memtree.viz import format_tree
 from memtree.viz.dot import to_dot
 from memtree.viz.graphviz import ImageFormat, render_dot
 from memtree.viz.html import HtmlQuery, to_html
 from memtree.viz.mermaid import to_mermaid
-from memtree.viz.outline import format_tree
 from memtree.viz.picture import Direction
 
 logger = logging.getLogger(__name__)
