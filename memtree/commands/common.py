@@ -19,6 +19,7 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from memtree.embed import Embedder, HashingEmbedder, LocalEmbedder
 from memtree.store.base import NamespaceKey, namespace_key
@@ -92,18 +93,18 @@ EXPECTED_ERRORS: tuple[type[BaseException], ...] = (
 
 def fail(message: str, code: int = 1) -> typer.Exit:
     """Print ``memtree: error: message`` on stderr and return the exit to raise."""
-    err.print(f"[bold red]memtree: error:[/] {_markup_safe(message)}")
+    err.print(f"[bold red]memtree: error:[/] {escape(message)}")
     return typer.Exit(code)
 
 
-def _markup_safe(text: str) -> str:
-    return text.replace("[", "\\[")
+EMBEDDER_MISMATCH = "use the embedder this memory was built with"
 
 
 def _describe(error: BaseException) -> str:
-    if isinstance(error, KeyError) and error.args:
-        return str(error.args[0])
-    return str(error) or type(error).__name__
+    message = str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
+    if EMBEDDER_MISMATCH in message:
+        message += " (choose it with --embedder or MEMTREE_EMBEDDER)"
+    return message or type(error).__name__
 
 
 def cli_errors(command: Callable[P, R]) -> Callable[P, R]:

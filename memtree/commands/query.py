@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from memtree.commands.common import (
@@ -45,7 +46,7 @@ def hit_record(rank: int, hit: RetrievedNode) -> dict[str, object]:
 
 
 def results_table(hits: list[RetrievedNode], width: int, full: bool) -> Table:
-    table = Table(show_lines=full, header_style="bold", pad_edge=False, expand=False)
+    table = Table(show_lines=full, header_style="bold")
     table.add_column("#", justify="right", style="dim")
     table.add_column("score", justify="right")
     table.add_column("depth", justify="right")
@@ -55,7 +56,7 @@ def results_table(hits: list[RetrievedNode], width: int, full: bool) -> Table:
     for rank, hit in enumerate(hits, start=1):
         kind = "leaf" if hit.is_leaf else f"summary of {len(hit.leaf_ids)}"
         text = hit.text if full else preview(hit.text, width)
-        table.add_row(str(rank), f"{hit.score:.3f}", str(hit.depth), kind, moment(hit.timestamp) or "", text)
+        table.add_row(str(rank), f"{hit.score:.3f}", str(hit.depth), kind, moment(hit.timestamp) or "", escape(text))
     return table
 
 

@@ -137,11 +137,10 @@ def _jsonl_records(text: str) -> Iterator[tuple[int, dict[str, Any] | LineProble
         try:
             record = json.loads(line)
         except json.JSONDecodeError as error:
-            yield number, LineProblem(number, f"not valid JSON ({error.msg} at column {error.colno})")
+            yield number, LineProblem(number, f"not valid JSON: {error.msg} (column {error.colno})")
             continue
         if not isinstance(record, dict):
-            kind = type(record).__name__.replace("dict", "object").replace("list", "array")
-            yield number, LineProblem(number, f'expected a JSON object with a "text" field, got a {kind}')
+            yield number, LineProblem(number, f'expected a JSON object with a "text" field, got {_json_kind(record)}')
             continue
         unknown = sorted(set(record) - set(JSONL_FIELDS))
         if unknown:
@@ -155,3 +154,15 @@ def _jsonl_records(text: str) -> Iterator[tuple[int, dict[str, Any] | LineProble
             yield number, LineProblem(number, f'"metadata" must be a JSON object, got {json.dumps(record["metadata"])}')
             continue
         yield number, record
+
+
+def _json_kind(value: object) -> str:
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return "null"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from memtree.commands.common import (
@@ -56,7 +57,7 @@ def stats(
         data.update(figures.as_dict())
         print_json(data)
         return
-    table = Table(title=f"{db} [{name}]", show_header=False, title_justify="left", pad_edge=False)
+    table = Table(title=escape(f"{db} [{name}]"), show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
     for label, value in shape_rows(figures):

@@ -109,7 +109,7 @@ def picture_of(state: TreeState, *, max_depth: int | None = None, width: int = 8
         if max_depth is not None and node.depth >= max_depth:
             more = f"n{len(boxes)}"
             hidden = sum(1 for _ in state.walk(node.id)) - 1
-            boxes.append(Box(more, "more", f"… {hidden} more below", (f"{len(node.children)} children",)))
+            boxes.append(Box(more, "more", f"… {hidden} more nodes", (f"{len(node.children)} children",)))
             edges.append((key, more))
             continue
         stack.extend((key, child) for child in reversed(node.children))
