@@ -89,7 +89,8 @@ def test_page_shows_the_root_children_and_the_retrieved_nodes(page: Any, made: d
 
 def test_clicking_a_node_shows_its_full_text_and_metadata(page: Any, tmp_path: Path) -> None:
     text = "Leo ate chicken ramen with yuzu in Kyoto."
-    page.locator("#tree li.node", has_text=text).locator(":scope > .row").first.click()
+    page.click("#expand-all")
+    page.locator("#tree li.node.leaf", has_text=text).locator(":scope > .row").click()
     details = page.locator("#detail-body")
     assert details.locator(".fulltext").text_content() == text
     fields = details.locator(".fields").text_content()
