@@ -373,9 +373,13 @@
     depthInput.value = String(Math.max(1, DATA.expand_depth));
     depthInput.max = String(Math.max(1, stats.depth));
     depthInput.addEventListener("change", () => openToDepth(Math.max(1, Number(depthInput.value) || 1)));
-    $("expand-all").addEventListener("click", () => openToDepth(Infinity));
+    $("expand-all").addEventListener("click", () => {
+      depthInput.value = depthInput.max;
+      openToDepth(Infinity);
+    });
     $("collapse-all").addEventListener("click", () => {
       hitAncestors = new Set();
+      depthInput.value = "1";
       openToDepth(1);
     });
 
