@@ -10,19 +10,9 @@ from pathlib import Path
 import pytest
 from cli_runner import as_json, memtree, ok, refused
 from diagram_checks import dot_to_svg, parse_dot, parse_mermaid
+from tree_facts import FACTS
 
 from memtree.viz.graphviz import dot_program
-
-FACTS = [
-    "Maya adopted a rescue greyhound called Pepper.",
-    "Pepper the greyhound is scared of bicycles.",
-    "Pepper the greyhound sleeps on the sofa all day.",
-    "Leo ate chicken ramen with yuzu in Kyoto.",
-    "Leo ate ramen twice in Kyoto and once in Tokyo.",
-    "Maya ran the Lisbon half marathon in October.",
-    "Maya hurt her left knee on a hill session in May.",
-    "Leo painted a plate at a Kutani pottery workshop.",
-]
 
 
 @pytest.fixture(scope="module")

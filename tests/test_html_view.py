@@ -10,16 +10,10 @@ from typing import Any
 import pytest
 from cli_runner import as_json, memtree, ok
 from headless import browser  # noqa: F401 - a fixture
+from tree_facts import FACTS as SHARED_FACTS
 
 FACTS = [
-    "Maya adopted a rescue greyhound called Pepper.",
-    "Pepper the greyhound is scared of bicycles.",
-    "Pepper the greyhound sleeps on the sofa all day.",
-    "Leo ate chicken ramen with yuzu in Kyoto.",
-    "Leo ate ramen twice in Kyoto and once in Tokyo.",
-    "Maya ran the Lisbon half marathon in October.",
-    "Maya hurt her left knee on a hill session in May.",
-    "Leo painted a plate at a Kutani pottery workshop.",
+    *SHARED_FACTS,
     'A tricky note: <script>window.__pwned = 1</script> "quoted" & <b>bold</b>',
 ]
 QUESTION = "Where did Leo eat ramen in Kyoto?"

@@ -14,6 +14,7 @@ from diagram_checks import decode_entities, dot_to_svg, parse_dot, parse_mermaid
 from headless import browser  # noqa: F401 - a fixture
 from hypothesis import given
 from hypothesis import strategies as st
+from tree_facts import FACTS
 
 from memtree import ROOT_ID, HashingEmbedder, MemTree, MemTreeConfig
 from memtree.viz import GraphvizNotFoundError
@@ -30,14 +31,6 @@ NASTY = [
     "Unicode: café, 東京, emoji 🐕, RTL שלום",
     "control \x07 bell \x1b escape",
 ]
-PLAIN = [
-    "Maya adopted a rescue greyhound called Pepper.",
-    "Pepper the greyhound is scared of bicycles.",
-    "Pepper the greyhound sleeps on the sofa all day.",
-    "Leo ate chicken ramen with yuzu in Kyoto.",
-    "Leo ate ramen twice in Kyoto and once in Tokyo.",
-    "Maya ran the Lisbon half marathon in October.",
-]
 
 needs_dot = pytest.mark.skipif(dot_program() is None, reason="Graphviz dot is not installed (apt-get install graphviz)")
 
@@ -50,7 +43,7 @@ def build(texts: list[str]) -> MemTree:
 
 @pytest.fixture(scope="module")
 def memory() -> MemTree:
-    built = build(PLAIN + NASTY)
+    built = build(FACTS + NASTY)
     assert built.stats().summaries >= 1, "the pictures should show summaries too"
     return built
 
@@ -66,7 +59,7 @@ def test_mermaid_is_a_tree_of_every_node_with_its_text(memory: MemTree) -> None:
     assert len(diagram.labels) == len(nodes)
     assert diagram.labels["n0"] == ["root", f"{len(memory)} leaves"]
     shown_leaves = {" ".join(lines[1:]) for lines in diagram.labels.values() if lines[0].startswith("leaf")}
-    assert shown_leaves == {flat(text) for text in PLAIN + NASTY}
+    assert shown_leaves == {flat(text) for text in FACTS + NASTY}
     summaries = [lines for lines in diagram.labels.values() if lines[0].endswith("leaves") and lines[0] != "root"]
     assert len(summaries) == memory.stats().summaries
     assert parse_mermaid(memory.to_mermaid(direction="TB")).direction == "TB"
@@ -76,7 +69,7 @@ def test_dot_is_a_tree_that_graphviz_parses(memory: MemTree) -> None:
     source = memory.to_dot()
     tooltips = parse_dot(source)
     assert len(tooltips) == len(list(memory.walk()))
-    assert {" ".join(printable(text).splitlines()) for text in PLAIN + NASTY} <= set(tooltips.values())
+    assert {" ".join(printable(text).splitlines()) for text in FACTS + NASTY} <= set(tooltips.values())
     if dot_program() is None:
         pytest.skip("Graphviz dot is not installed (apt-get install graphviz): checked the DOT structure only")
     svg = dot_to_svg(source)
@@ -171,7 +164,7 @@ def test_html_is_one_self_contained_file_with_text_escaped(memory: MemTree) -> N
     assert "<title>&lt;b&gt;Maya&#x27;s&lt;/b&gt; memory</title>" in page
     data = page_data(page)
     assert [node["id"] for node in data["nodes"]] == [node.id for node in memory.walk()]
-    assert {node["text"] for node in data["nodes"] if node["leaf"]} == set(PLAIN + NASTY)  # exact, unflattened
+    assert {node["text"] for node in data["nodes"] if node["leaf"]} == set(FACTS + NASTY)  # exact, unflattened
     assert data["nodes"][0]["id"] == ROOT_ID and data["nodes"][0]["leaves"] == len(memory)
     expected = [hit.id for hit in memory.retrieve("Pepper greyhound bicycles", k=3)]
     (preset,) = data["queries"]
