@@ -372,7 +372,11 @@
     const depthInput = $("depth");
     depthInput.value = String(Math.max(1, DATA.expand_depth));
     depthInput.max = String(Math.max(1, stats.depth));
-    depthInput.addEventListener("change", () => openToDepth(Math.max(1, Number(depthInput.value) || 1)));
+    // "input", not "change": a change event fires again when the field loses focus,
+    // and re-rendering then would swallow the click that took the focus away.
+    depthInput.addEventListener("input", () => {
+      if (depthInput.value !== "") openToDepth(Math.max(1, Number(depthInput.value) || 1));
+    });
     $("expand-all").addEventListener("click", () => {
       depthInput.value = depthInput.max;
       openToDepth(Infinity);
