@@ -19,17 +19,19 @@ def memtree(
     stdin: str | bytes | None = None,
     embedder: str | None = FAST_EMBEDDER,
     cwd: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``python -m memtree ARGS [--db DB]`` with a wide terminal and no colours."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("MEMTREE_", "OPENAI"))}
-    env.update(HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", COLUMNS="200", NO_COLOR="1", TERM="dumb")
+    environment = {key: value for key, value in os.environ.items() if not key.startswith(("MEMTREE_", "OPENAI"))}
+    environment.update(HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", COLUMNS="200", NO_COLOR="1", TERM="dumb")
     if embedder is not None:
-        env["MEMTREE_EMBEDDER"] = embedder
+        environment["MEMTREE_EMBEDDER"] = embedder
+    environment.update(env or {})
     command = [sys.executable, "-m", "memtree", *map(str, args)]
     if db is not None:
         command += ["--db", str(db)]
     data = stdin.encode() if isinstance(stdin, str) else stdin
-    done = subprocess.run(command, input=data, capture_output=True, env=env, cwd=cwd, timeout=300, check=False)
+    done = subprocess.run(command, input=data, capture_output=True, env=environment, cwd=cwd, timeout=300, check=False)
     return subprocess.CompletedProcess(
         done.args, done.returncode, done.stdout.decode("utf-8", "replace"), done.stderr.decode("utf-8", "replace")
     )

@@ -162,6 +162,12 @@ def test_repair_checks_the_tree(built: Path) -> None:
 # -- bad input: a clear message, exit status 1, no traceback, nothing stored ---------
 
 
+def test_png_without_graphviz_says_how_to_install_it(built: Path, tmp_path: Path) -> None:
+    no_dot = {"PATH": str(tmp_path)}  # python is called by its full path; dot cannot be found
+    refused(memtree("show", "--out", tmp_path / "tree.png", db=built, env=no_dot), "apt-get install graphviz")
+    assert not (tmp_path / "tree.png").exists()
+
+
 def test_missing_unreadable_and_non_utf8_files(tmp_path: Path) -> None:
     db = tmp_path / "m.db"
     refused(memtree("add", "--file", tmp_path / "nope.txt", db=db), "nope.txt: no such file")
