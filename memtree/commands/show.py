@@ -25,7 +25,10 @@ FORMATS = ("text", "mermaid", "dot", "html", "png", "svg")
 SUFFIXES = {".txt": "text", ".mmd": "mermaid", ".mermaid": "mermaid", ".dot": "dot", ".gv": "dot"}
 SUFFIXES.update({".html": "html", ".htm": "html", ".png": "png", ".svg": "svg"})
 BIG_PICTURE = 400
-"""Boxes beyond which a Mermaid/DOT/PNG picture gets a hint to pass --depth."""
+"""Boxes beyond which a Graphviz picture gets a hint to pass --depth."""
+MERMAID_MAX_EDGES = 500
+MERMAID_MAX_TEXT = 50_000
+"""Mermaid's default ``maxEdges`` and ``maxTextSize``: beyond them renderers (GitHub's too) refuse a diagram."""
 
 
 def choose_format(chosen: str | None, out: str | None) -> str:
@@ -121,7 +124,15 @@ def show(
     with open_memory(db, namespace, embedder) as memory:
         drawing = draw(memory, picture, depth=depth, width=width, direction=direction, queries=query or [], k=k)
         nodes = memory.stats().nodes
-    if picture in ("mermaid", "dot", "png", "svg") and depth is None and nodes > BIG_PICTURE:
+    if picture == "mermaid" and isinstance(drawing, str):
+        edges = drawing.count(" --> ")
+        if edges > MERMAID_MAX_EDGES or len(drawing) > MERMAID_MAX_TEXT:
+            err.print(
+                f"memtree: this Mermaid has {edges} edges and {len(drawing)} characters; Mermaid renders at most "
+                f"{MERMAID_MAX_EDGES} edges and {MERMAID_MAX_TEXT} characters by default: pass --depth N",
+                markup=False,
+            )
+    elif picture in ("dot", "png", "svg") and depth is None and nodes > BIG_PICTURE:
         err.print(f"memtree: the picture has {nodes} boxes; pass --depth N to draw the top levels only", markup=False)
     data = drawing.encode("utf-8") if isinstance(drawing, str) else drawing
     if out is None or out == "-":
