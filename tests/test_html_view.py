@@ -132,3 +132,17 @@ def test_tree_opens_and_closes_by_node_and_by_level(page: Any, made: dict[str, A
     assert visible_rows(page) == made["stats"]["root_children"] + children
     summary.locator(":scope > .row > .caret").click()
     assert visible_rows(page) == made["stats"]["root_children"]
+
+
+def test_keyboard_moves_the_selection_and_opens_nodes(page: Any, made: dict[str, Any]) -> None:
+    page.click("#collapse-all")
+    top = page.eval_on_selector_all("#tree > li.node", "items => items.map(li => li.dataset.id)")
+    page.locator(f'#tree li[data-id="{top[0]}"] > .row').click()
+    page.keyboard.press("ArrowDown")
+    assert page.locator("#tree .row.selected").locator("xpath=..").get_attribute("data-id") == top[1]
+    summary = page.locator("#tree > li.node.summary").first
+    summary.locator(":scope > .row").click()
+    page.keyboard.press("ArrowRight")
+    assert "open" in summary.get_attribute("class")
+    page.keyboard.press("ArrowLeft")
+    assert "open" not in summary.get_attribute("class")
