@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
@@ -54,6 +55,7 @@ from memtree.store.base import (
     WriteTransaction,
     namespace_key,
 )
+from memtree.store.location import open_store
 from memtree.store.memory import InMemoryStore
 from memtree.text import require_text
 from memtree.viz import format_tree
@@ -145,7 +147,32 @@ class MemTree:
         self._counters = Counters()
         self._last_refresh = 0.0
         self._closed = False
+        self._owns_store = False
         self.refresh(force=True)
+
+    @classmethod
+    def open(cls, location: str | os.PathLike[str], *, namespace: Namespace = "default", **kwargs: Any) -> MemTree:
+        """Open a durable memory: a SQLite file (created if missing) or, for a
+        ``postgresql://`` / ``postgres://`` DSN, a PostgreSQL database.
+
+        The memory owns that store: :meth:`close` (or leaving a ``with`` block)
+        closes it. Every other keyword goes to :class:`MemTree`.
+
+        Example::
+
+            with MemTree.open("memory.db", namespace=("users", "alice")) as memory:
+                memory.add("Alice's sister is called Rosa.")
+        """
+        if "store" in kwargs:
+            raise TypeError("MemTree.open makes the store from location; to pass a store, use MemTree(store=...)")
+        store = open_store(location)
+        try:
+            memory = cls(store=store, namespace=namespace, **kwargs)
+        except BaseException:
+            store.close()
+            raise
+        memory._owns_store = True
+        return memory
 
     # -- siblings and lifecycle ----------------------------------------------------
 
@@ -173,11 +200,15 @@ class MemTree:
         return existed
 
     def close(self) -> None:
-        """Stop worker threads. The store is the caller's to close if they passed it."""
+        """Stop worker threads, and close the store if this memory opened it
+        (:meth:`open`); a store passed in is the caller's to close."""
         self._closed = True
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+        if self._owns_store:
+            self._owns_store = False
+            self.store.close()
 
     def __enter__(self) -> MemTree:
         return self
@@ -546,7 +577,7 @@ class MemTree:
     async def _awrite(self, steps: Callable[[WriteTransaction], _Steps[T]]) -> T:
         """Async :meth:`_write`. Waiting for the store's writer lock happens in a
         worker thread, so other coroutines keep running (and may hold that lock)."""
-        transaction = await asyncio.to_thread(self.store.begin, self.namespace)
+        transaction = await _begin_in_thread(self.store, self.namespace)
         try:
             self._catch_up(transaction.read_changes)
             return await self._adrive(steps(transaction))
@@ -787,6 +818,33 @@ class MemTree:
         self._counters.add("aggregation_calls", len(jobs))
         if self.aggregator.calls_model:
             self._counters.add("llm_calls", len(jobs))
+
+
+async def _begin_in_thread(store: Store, namespace: NamespaceKey) -> WriteTransaction:
+    """``store.begin`` in a worker thread. If the waiting coroutine is cancelled, the
+    transaction the thread opens anyway is rolled back, so its lock is never left held
+    (a held SQLite or PostgreSQL write lock would block every other writer)."""
+    guard = threading.Lock()
+    outcome: dict[str, Any] = {"abandoned": False, "transaction": None}
+
+    def begin() -> WriteTransaction:
+        transaction = store.begin(namespace)
+        with guard:
+            if outcome["abandoned"]:
+                transaction.rollback()
+            else:
+                outcome["transaction"] = transaction
+        return transaction
+
+    try:
+        return await asyncio.get_running_loop().run_in_executor(None, begin)
+    except asyncio.CancelledError:
+        with guard:
+            outcome["abandoned"] = True
+            opened = outcome["transaction"]
+        if opened is not None:
+            opened.rollback()
+        raise
 
 
 def _make_items(

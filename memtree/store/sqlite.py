@@ -1,0 +1,306 @@
+"""``SQLiteStore``: the default durable store, one file holding many namespaces.
+
+* WAL journal: readers never wait for the writer and see the last committed tree.
+* Writers take SQLite's write lock with ``BEGIN IMMEDIATE`` (waiting up to
+  ``busy_timeout`` seconds), so writers in all processes sharing the file are
+  serialized and each insert commits atomically.
+* ``synchronous=FULL`` by default: a commit is on disk before ``add`` returns,
+  so an acknowledged insert survives a power cut, not only a crash.
+* The file is checked read-only before anything is written: another
+  application's database or a newer memtree schema is refused untouched.
+
+Connections: one writer connection (guarded by a lock; a transaction may begin in
+one thread and commit in another, as the async engine does) and a small pool of
+reader connections handed to one thread at a time.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Literal
+from urllib.parse import quote
+
+from memtree.store import migrations
+from memtree.store.base import NamespaceKey
+from memtree.store.migrations import SCHEMA_TABLE, IncompatibleStoreError, Migration
+from memtree.store.sql import SQLStore
+
+APPLICATION_ID = 0x4D454D54
+"""``PRAGMA application_id`` of memtree files ("MEMT"), so tools like ``file`` can tell them apart."""
+
+_MAX_IDLE_READERS = 4
+
+SQLITE_MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "namespaces, nodes with change sequence numbers and tombstones, records",
+        (
+            f"CREATE TABLE {SCHEMA_TABLE} (version INTEGER PRIMARY KEY, description TEXT NOT NULL, "
+            "applied_at REAL NOT NULL)",
+            """CREATE TABLE memtree_namespaces (
+                id INTEGER PRIMARY KEY,
+                name TEXT NOT NULL UNIQUE,
+                generation TEXT NOT NULL,
+                seq INTEGER NOT NULL DEFAULT 0,
+                dimension INTEGER,
+                embedder TEXT,
+                settings TEXT NOT NULL DEFAULT '{}'
+            )""",
+            """CREATE TABLE memtree_nodes (
+                ns INTEGER NOT NULL,
+                id TEXT NOT NULL,
+                seq INTEGER NOT NULL,
+                deleted INTEGER NOT NULL DEFAULT 0,
+                parent TEXT,
+                text TEXT NOT NULL DEFAULT '',
+                depth INTEGER NOT NULL DEFAULT 0,
+                is_leaf INTEGER NOT NULL DEFAULT 0,
+                leaf_count INTEGER NOT NULL DEFAULT 0,
+                created_at REAL NOT NULL DEFAULT 0,
+                updated_at REAL NOT NULL DEFAULT 0,
+                event_time REAL,
+                metadata TEXT NOT NULL DEFAULT '{}',
+                source_id TEXT,
+                stale INTEGER NOT NULL DEFAULT 0,
+                embedding BLOB,
+                leaf_sum BLOB,
+                UNIQUE (ns, id)
+            )""",
+            "CREATE INDEX memtree_nodes_changes ON memtree_nodes (ns, seq)",
+            """CREATE TABLE memtree_records (
+                pos INTEGER PRIMARY KEY AUTOINCREMENT,
+                ns INTEGER NOT NULL,
+                kind TEXT NOT NULL,
+                key TEXT NOT NULL,
+                value TEXT NOT NULL,
+                UNIQUE (ns, kind, key)
+            )""",
+            f"PRAGMA application_id = {APPLICATION_ID}",
+        ),
+    ),
+)
+
+
+class SQLiteStore(SQLStore):
+    """Memory in one SQLite file (created if missing), shared by threads and processes.
+
+    ``busy_timeout`` is how long a writer waits for another writer before giving up
+    with ``TimeoutError``. ``synchronous="NORMAL"`` trades durability across power
+    loss (not across crashes) for faster commits.
+
+    Example::
+
+        store = SQLiteStore("memory.db")
+        memory = MemTree(store=store, namespace=("users", "alice"))
+
+    (``MemTree.open("memory.db")`` does the same and closes the store for you.)
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        busy_timeout: float = 30.0,
+        synchronous: Literal["FULL", "NORMAL"] = "FULL",
+    ) -> None:
+        super().__init__()
+        if busy_timeout < 0:
+            raise ValueError(f"busy_timeout must be >= 0 seconds, got {busy_timeout}")
+        if synchronous not in ("FULL", "NORMAL"):
+            raise ValueError(f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}")
+        text = os.fspath(path)
+        if not text or text == ":memory:" or text.startswith("file:"):
+            raise ValueError(
+                f"SQLiteStore needs a file path, got {text!r}; use InMemoryStore for a memory that lives in the process"
+            )
+        self.path = Path(text)
+        self.busy_timeout = busy_timeout
+        self.synchronous = synchronous
+        existing = _inspect(self.path)
+        self._writer_lock = threading.Lock()
+        self._pool_lock = threading.Lock()
+        self._idle: list[sqlite3.Connection] = []
+        self._connections: set[sqlite3.Connection] = set()
+        self._writer = self._connect()
+        try:
+            self._prepare(existing)
+        except BaseException:
+            self._writer.close()
+            raise
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({str(self.path)!r})"
+
+    # -- opening ---------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        connection = sqlite3.connect(
+            self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
+        )
+        connection.execute(f"PRAGMA synchronous = {self.synchronous}")
+        return connection
+
+    def _prepare(self, existing: int | None) -> None:
+        """Switch to WAL and bring the schema to the latest version."""
+        if existing is None or existing < migrations.latest_version(SQLITE_MIGRATIONS):
+            mode = self._writer.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        else:
+            mode = self._writer.execute("PRAGMA journal_mode").fetchone()[0]
+            if mode.lower() != "wal":
+                mode = self._writer.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if mode.lower() != "wal":
+            raise IncompatibleStoreError(f"{self.path}: SQLite refused WAL mode (got {mode!r}); use a local file")
+        if existing is not None and existing >= migrations.latest_version(SQLITE_MIGRATIONS):
+            return
+        with self._locked():
+            self._writer.execute("BEGIN IMMEDIATE")
+            try:
+                tables = _tables(self._writer)
+                if tables and SCHEMA_TABLE not in tables:  # someone else's tables appeared meanwhile
+                    raise _foreign(self.path, tables)
+                current = migrations.current_version(self._writer) if tables else 0
+                steps = migrations.pending(SQLITE_MIGRATIONS, current, str(self.path))
+                migrations.apply(self._writer, steps, "?")
+            except BaseException:
+                self._writer.execute("ROLLBACK")
+                raise
+            self._writer.execute("COMMIT")
+
+    # -- the SQLStore hooks ----------------------------------------------------------
+
+    @contextmanager
+    def _read_session(self) -> Iterator[sqlite3.Connection]:
+        with self._pool_lock:
+            connection = self._idle.pop() if self._idle else None
+        if connection is None:
+            connection = self._connect()
+            with self._pool_lock:
+                self._connections.add(connection)
+        try:
+            connection.execute("BEGIN")  # one snapshot for every statement of the block
+            try:
+                yield connection
+            finally:
+                connection.execute("COMMIT")
+        finally:
+            with self._pool_lock:
+                keep = not self._closed and len(self._idle) < _MAX_IDLE_READERS
+                if keep:
+                    self._idle.append(connection)
+                else:
+                    self._connections.discard(connection)
+            if not keep:
+                connection.close()
+
+    def _open_write(self, namespace: NamespaceKey | None) -> sqlite3.Connection:
+        # SQLite locks the whole file, so one lock serves every namespace.
+        if not self._writer_lock.acquire(timeout=self.busy_timeout):
+            raise TimeoutError(
+                f"{self!r}: another thread of this process held the write lock for more than "
+                f"{self.busy_timeout}s; raise busy_timeout or finish the other write"
+            )
+        try:
+            self._check_usable()
+            self._writer.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as error:
+            self._writer_lock.release()
+            if "locked" in str(error) or "busy" in str(error):
+                raise TimeoutError(
+                    f"{self!r}: another process held the write lock for more than {self.busy_timeout}s "
+                    f"(busy_timeout); try again or raise busy_timeout"
+                ) from error
+            raise
+        except BaseException:
+            self._writer_lock.release()
+            raise
+        return self._writer
+
+    def _close_write(self, connection: sqlite3.Connection, commit: bool) -> None:
+        try:
+            if commit:
+                try:
+                    connection.execute("COMMIT")
+                except BaseException:
+                    if connection.in_transaction:
+                        connection.execute("ROLLBACK")
+                    raise
+            elif connection.in_transaction:
+                connection.execute("ROLLBACK")
+        finally:
+            self._writer_lock.release()
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        with self._writer_lock:
+            yield
+
+    # -- closing -----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close every connection (waits for a write in progress, up to ``busy_timeout``)."""
+        if self._closed:
+            return
+        acquired = self._writer_lock.acquire(timeout=self.busy_timeout)
+        try:
+            with self._pool_lock:
+                self._closed = True
+                idle, self._idle = self._idle, []
+                for connection in idle:
+                    self._connections.discard(connection)
+            for connection in idle:
+                connection.close()
+            self._writer.close()
+        finally:
+            if acquired:
+                self._writer_lock.release()
+
+
+def _inspect(path: Path) -> int | None:
+    """The schema version of an existing memtree file, ``None`` for a new or empty one.
+
+    Opens the file read-only, so a file memtree refuses is left byte-for-byte as it was.
+    """
+    if not path.exists():
+        if not path.parent.exists():
+            raise FileNotFoundError(f"cannot create {path}: the folder {path.parent} does not exist")
+        return None
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a folder; give the path of a memory file, e.g. {path / 'memory.db'}")
+    if path.stat().st_size == 0:
+        return None
+    uri = f"file:{quote(str(path.resolve()))}?mode=ro"
+    try:
+        connection = sqlite3.connect(uri, uri=True)
+    except sqlite3.Error as error:
+        raise IncompatibleStoreError(f"cannot open {path} to read it ({error}); nothing was changed") from None
+    try:
+        tables = _tables(connection)
+        if not tables:
+            return None
+        if SCHEMA_TABLE not in tables:
+            raise _foreign(path, tables)
+        return migrations.current_version(connection)
+    except sqlite3.DatabaseError as error:
+        raise IncompatibleStoreError(
+            f"{path} is not a memtree memory file (not a SQLite database: {error}); memtree left it untouched. "
+            "Pass the path of a new file or of an existing memtree memory."
+        ) from None
+    finally:
+        connection.close()
+
+
+def _tables(connection: sqlite3.Connection) -> list[str]:
+    return [row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+
+
+def _foreign(path: Path, tables: list[str]) -> IncompatibleStoreError:
+    shown = ", ".join(sorted(tables)[:5]) + (", …" if len(tables) > 5 else "")
+    return IncompatibleStoreError(
+        f"{path} is a SQLite database of another application (tables: {shown}), not a memtree memory; "
+        "memtree left it untouched. Give memtree its own file, e.g. memory.db."
+    )
