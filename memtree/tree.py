@@ -18,11 +18,11 @@ import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar
 
 import numpy as np
 
-from memtree import calibration
+from memtree import backup, calibration
 from memtree.aggregate import Aggregator, ExtractiveAggregator, LLMAggregator, LLMCallable
 from memtree.config import RETRIEVAL_MODES, MemTreeConfig
 from memtree.embed import Embedder, LocalEmbedder, Matrix, check_embeddings
@@ -393,6 +393,54 @@ class MemTree:
         """Async :meth:`repair`."""
         return await self._awrite(self._repair_steps)
 
+    # -- backups ---------------------------------------------------------------------------
+
+    def export_jsonl(self, target: str | os.PathLike[str] | TextIO) -> int:
+        """Write this namespace (tree and records) as a JSONL backup to a path or text
+        stream; return the number of nodes written. The format is documented in
+        :mod:`memtree.backup`: human-readable, embeddings included, no pickle."""
+        return backup.export_jsonl(self, target)
+
+    def import_jsonl(self, source: str | os.PathLike[str] | TextIO, *, skip_bad: bool = False) -> int:
+        """Restore a JSONL backup into this namespace, which must be empty; return the
+        number of nodes imported. Nothing is re-embedded. The whole file is checked
+        first: a problem raises ``ValueError("line N: ...")`` and imports nothing,
+        unless ``skip_bad=True`` skips bad lines (with a warning) and routes leaves
+        that lost their summaries in again."""
+        return backup.import_jsonl(self, source, skip_bad=skip_bad)
+
+    def _snapshot(self) -> tuple[list[Node], NamespaceInfo]:
+        """Copies of every node (root first, parents before children) and the
+        namespace info, as of one commit."""
+        self.refresh()
+        with self._rw.read():
+            info = self._state.info
+            settings = dict(info.settings)
+            return [node.copy() for node in self._state.walk()], NamespaceInfo(info.dimension, info.embedder, settings)
+
+    def _restore(self, nodes: list[Node], info: NamespaceInfo) -> None:
+        """Write a whole checked tree into this (empty) namespace in one transaction."""
+        self._write(lambda transaction: self._restore_steps(transaction, nodes, info))
+
+    def _restore_steps(self, transaction: WriteTransaction, nodes: list[Node], info: NamespaceInfo) -> _Steps[None]:
+        leaves = self._state.leaf_total
+        kinds = self.store.record_kinds(self.namespace)
+        if leaves or kinds:
+            held = f"{leaves} leaves" + (f" and records ({', '.join(kinds)})" if kinds else "")
+            raise ValueError(
+                f"namespace {self.namespace!r} is not empty ({held}); import into a new namespace "
+                "or delete this one first (delete_namespace())"
+            )
+        self._commit(transaction, nodes, [], info)
+        yield from ()
+
+    def _reinsert_leaf(self, leaf: Node) -> None:
+        """Route a stored leaf in again with its own id, times and embedding."""
+        item = Item(leaf.text, dict(leaf.metadata), leaf.timestamp, leaf.source_id)
+        assert leaf.embedding is not None
+        embedding = leaf.embedding
+        self._write(lambda transaction: self._insert_steps(transaction, item, embedding, restore=leaf))
+
     # -- reading the tree -------------------------------------------------------------
 
     def get(self, node_id: str) -> Node:
@@ -584,14 +632,16 @@ class MemTree:
         finally:
             transaction.rollback()  # a no-op once committed
 
-    def _insert_steps(self, transaction: WriteTransaction, item: Item, embedding: Vector) -> _Steps[str]:
+    def _insert_steps(
+        self, transaction: WriteTransaction, item: Item, embedding: Vector, restore: Node | None = None
+    ) -> _Steps[str]:
         info = self._state.info
         if info.dimension is not None and embedding.shape[0] != info.dimension:
             raise ValueError(
                 f"embedding dimension {embedding.shape[0]} does not match this memory's "
                 f"{info.dimension}; use the embedder this memory was built with"
             )
-        if self.config.deduplicate:
+        if self.config.deduplicate and restore is None:
             existing = self._state.leaf_by_text.get(item.text)
             if existing is not None:
                 return existing
@@ -610,6 +660,12 @@ class MemTree:
                 now=now,
             )
             upserts = [] if self._state.root is not None else [root_node(now)]
+        if restore is not None:  # a leaf coming back from a backup keeps who it is
+            plan.leaf.id, plan.leaf.created_at, plan.leaf.updated_at = (
+                restore.id,
+                restore.created_at,
+                restore.updated_at,
+            )
         yield from self._write_summaries(plan.jobs, plan.summaries, fallback=plan.fallback_texts())
         self._commit(transaction, [*upserts, *plan.nodes()], [], new_info)
         self._counters.add("inserts")
