@@ -122,13 +122,15 @@ class SQLiteStore(SQLStore):
         self.busy_timeout = busy_timeout
         self.synchronous = synchronous
         existing = _inspect(self.path)
+        if existing is not None:  # refuse a newer schema before opening the file for writing
+            migrations.pending(SQLITE_MIGRATIONS, existing, str(self.path))
         self._writer_lock = threading.Lock()
         self._pool_lock = threading.Lock()
         self._idle: list[sqlite3.Connection] = []
         self._connections: set[sqlite3.Connection] = set()
         self._writer = self._connect()
         try:
-            self._prepare(existing)
+            self._prepare()
         except BaseException:
             self._writer.close()
             raise
@@ -145,25 +147,30 @@ class SQLiteStore(SQLStore):
         connection.execute(f"PRAGMA synchronous = {self.synchronous}")
         return connection
 
-    def _prepare(self, existing: int | None) -> None:
-        """Switch to WAL and bring the schema to the latest version."""
-        if existing is None or existing < migrations.latest_version(SQLITE_MIGRATIONS):
+    def _prepare(self) -> None:
+        """Switch to WAL and bring the schema to the latest version.
+
+        The check in :func:`_inspect` read the file without locks; this one reads it
+        properly (inside a transaction) and migrates under the write lock.
+        """
+        mode = self._writer.execute("PRAGMA journal_mode").fetchone()[0]
+        if mode.lower() != "wal":
             mode = self._writer.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        else:
-            mode = self._writer.execute("PRAGMA journal_mode").fetchone()[0]
-            if mode.lower() != "wal":
-                mode = self._writer.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if mode.lower() != "wal":
             raise IncompatibleStoreError(f"{self.path}: SQLite refused WAL mode (got {mode!r}); use a local file")
-        if existing is not None and existing >= migrations.latest_version(SQLITE_MIGRATIONS):
+        latest = migrations.latest_version(SQLITE_MIGRATIONS)
+        self._writer.execute("BEGIN")
+        try:
+            current = _schema_version(self._writer, self.path)
+        finally:
+            self._writer.execute("COMMIT")
+        if current is not None and current >= latest:
+            migrations.pending(SQLITE_MIGRATIONS, current, str(self.path))  # refuses a newer one
             return
         with self._locked():
             self._writer.execute("BEGIN IMMEDIATE")
             try:
-                tables = _tables(self._writer)
-                if tables and SCHEMA_TABLE not in tables:  # someone else's tables appeared meanwhile
-                    raise _foreign(self.path, tables)
-                current = migrations.current_version(self._writer) if tables else 0
+                current = _schema_version(self._writer, self.path) or 0
                 steps = migrations.pending(SQLITE_MIGRATIONS, current, str(self.path))
                 migrations.apply(self._writer, steps, "?")
             except BaseException:
@@ -263,7 +270,10 @@ class SQLiteStore(SQLStore):
 def _inspect(path: Path) -> int | None:
     """The schema version of an existing memtree file, ``None`` for a new or empty one.
 
-    Opens the file read-only, so a file memtree refuses is left byte-for-byte as it was.
+    Reads the file as immutable (no locks, no ``-wal``/``-shm`` files created), so a
+    file memtree refuses is left exactly as it was, with nothing beside it. Such a
+    read can be torn by a concurrent checkpoint, so a refusal is confirmed by a
+    normal read-only open first.
     """
     if not path.exists():
         if not path.parent.exists():
@@ -273,11 +283,26 @@ def _inspect(path: Path) -> int | None:
         raise IsADirectoryError(f"{path} is a folder; give the path of a memory file, e.g. {path / 'memory.db'}")
     if path.stat().st_size == 0:
         return None
-    uri = f"file:{quote(str(path.resolve()))}?mode=ro"
+    try:
+        return _read_version(path, "mode=ro&immutable=1")
+    except IncompatibleStoreError:
+        return _read_version(path, "mode=ro")
+
+
+def _read_version(path: Path, options: str) -> int | None:
+    uri = f"file:{quote(str(path.resolve()))}?{options}"
     try:
         connection = sqlite3.connect(uri, uri=True)
     except sqlite3.Error as error:
         raise IncompatibleStoreError(f"cannot open {path} to read it ({error}); nothing was changed") from None
+    try:
+        return _schema_version(connection, path)
+    finally:
+        connection.close()
+
+
+def _schema_version(connection: sqlite3.Connection, path: Path) -> int | None:
+    """The file's memtree schema version; ``None`` if it has no tables at all."""
     try:
         tables = _tables(connection)
         if not tables:
@@ -290,8 +315,6 @@ def _inspect(path: Path) -> int | None:
             f"{path} is not a memtree memory file (not a SQLite database: {error}); memtree left it untouched. "
             "Pass the path of a new file or of an existing memtree memory."
         ) from None
-    finally:
-        connection.close()
 
 
 def _tables(connection: sqlite3.Connection) -> list[str]:
