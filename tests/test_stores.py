@@ -216,8 +216,9 @@ def test_bad_records_are_refused_before_anything_is_written(backend: Backend) ->
 
 
 def canonical(memory: MemTree, query: str) -> list[tuple[str, float]]:
-    """Every node's score for a query, ties in id order (FAISS row order may differ)."""
-    hits = memory.retrieve(query, k=1000)
+    """The relevant nodes' scores for a query, ties in id order (FAISS row order may
+    differ between two copies of a tree, and so may the order of equal scores)."""
+    hits = memory.retrieve(query, k=10, min_score=0.05)
     return sorted(((hit.id, round(hit.score, 5)) for hit in hits), key=lambda item: (-item[1], item[0]))
 
 
