@@ -47,6 +47,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # the throwaway PostgreSQL server
 import faiss  # noqa: E402
 import numpy as np  # noqa: E402
 from pg_server import PostgresServer, PostgresUnavailable  # noqa: E402
+from store_worker import VOCABULARY  # noqa: E402
 
 from memtree import HashingEmbedder, InMemoryStore, MemTree, MemTreeConfig, PostgresStore, SQLiteStore  # noqa: E402
 from memtree.index import VectorIndex  # noqa: E402
@@ -54,10 +55,6 @@ from memtree.store import Store  # noqa: E402
 
 DIMENSION = 384
 CONFIG = MemTreeConfig()  # theta0="auto": the default a user gets
-VOCABULARY = (
-    "garden tomato river bicycle violin passport coffee mountain museum recipe doctor winter birthday kitten "
-    "laptop train ocean piano novel soccer market lantern harbor pepper meadow castle rocket pillow thunder candle"
-).split()
 NAMESPACE = ("bench",)
 
 
@@ -101,7 +98,9 @@ def timed(action: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - started, result
 
 
-def measure_store(name: str, make_store: Callable[[], Store], backup: Path, inserts: int, repeats: int) -> dict[str, Any]:
+def measure_store(
+    name: str, make_store: Callable[[], Store], backup: Path, inserts: int, repeats: int
+) -> dict[str, Any]:
     store = make_store()
     target = memory_on(store)
     import_seconds, _ = timed(lambda: target.import_jsonl(backup))
@@ -219,7 +218,8 @@ def write_report(out: Path, results: list[dict[str, Any]], index: dict[str, Any]
         f"`{info['command']}` on {info['date']}.",
         "",
         f"Machine: {info['cpu']}; Python {info['python']}, NumPy {info['numpy']}, FAISS {info['faiss']}, "
-        f"SQLite {info['sqlite']}, PostgreSQL {info['postgresql']} (local server, fsync on), psycopg {info['psycopg']}.",
+        f"SQLite {info['sqlite']}, PostgreSQL {info['postgresql']} (local server, fsync on), "
+        f"psycopg {info['psycopg']}.",
         "",
         "The machine is shared with other engineers' jobs; load (`uptime`) before and after:",
         "",
@@ -248,7 +248,8 @@ def write_report(out: Path, results: list[dict[str, Any]], index: dict[str, Any]
         "",
         "| method | seconds |",
         "|---|---:|",
-        f"| rebuild from the stored float32 embeddings (`VectorIndex.upsert`) | {index['rebuild_from_embeddings_s']:.3f} |",
+        "| rebuild from the stored float32 embeddings (`VectorIndex.upsert`) "
+        f"| {index['rebuild_from_embeddings_s']:.3f} |",
         f"| load a persisted index file (`faiss.read_index`, {index['index_file_mb']:.0f} MB) "
         f"| {index['load_index_file_s']:.3f} |",
         "",

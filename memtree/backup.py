@@ -44,7 +44,7 @@ import os
 import tempfile
 import warnings
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -68,23 +68,7 @@ FORMAT = "memtree-jsonl"
 VERSION = 1
 VECTOR_ENCODING = "base64 little-endian float32"
 
-_NODE_FIELDS = {
-    "type",
-    "id",
-    "parent",
-    "text",
-    "depth",
-    "is_leaf",
-    "leaf_count",
-    "created_at",
-    "updated_at",
-    "timestamp",
-    "metadata",
-    "source_id",
-    "stale",
-    "embedding",
-    "leaf_sum",
-}
+_NODE_FIELDS = {"type", *(item.name for item in fields(Node) if item.name != "children")}
 _RECORD_FIELDS = {"type", "kind", "key", "value"}
 _MAX_SHOWN = 20
 

@@ -12,17 +12,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import test_memory_api
 
 from memtree import HashingEmbedder, InMemoryStore, MemTree, MemTreeConfig, Node, PostgresStore, SQLiteStore
 from memtree.store import ChangeBatch, Store
 
 CONFIG = MemTreeConfig(theta0=0.2)
 FACTS = [
-    "Dana keeps bees on her roof in Oslo.",
-    "Dana's bees made twelve jars of honey.",
-    "Eli is learning the cello.",
-    "Eli practices cello scales every morning.",
-    "Dana sold honey at the Saturday market.",
+    *test_memory_api.FACTS,
     "Eli's cello teacher lives in Bergen.",
     "The Saturday market opens at eight.",
 ]

@@ -36,6 +36,72 @@ class Migration:
     statements: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class ColumnTypes:
+    """How a backend spells the types of the schema both SQL stores share."""
+
+    serial_key: str
+    """An auto-assigned integer primary key (namespace ids, record positions)."""
+    integer: str
+    boolean: str
+    false: str
+    real: str
+    blob: str
+    namespace_reference: str
+    """The constraint tying a row to its namespace (empty where deletes are explicit)."""
+    node_key: str
+
+
+SCHEMA_V1_DESCRIPTION = "namespaces, nodes with change sequence numbers and tombstones, records"
+
+
+def schema_v1(types: ColumnTypes) -> tuple[str, ...]:
+    """Version 1 of the tables described in :mod:`memtree.store.sql`."""
+    t = types
+    return (
+        f"CREATE TABLE {SCHEMA_TABLE} (version INTEGER PRIMARY KEY, description TEXT NOT NULL, "
+        f"applied_at {t.real} NOT NULL)",
+        f"""CREATE TABLE memtree_namespaces (
+            id {t.serial_key},
+            name TEXT NOT NULL UNIQUE,
+            generation TEXT NOT NULL,
+            seq {t.integer} NOT NULL DEFAULT 0,
+            dimension INTEGER,
+            embedder TEXT,
+            settings TEXT NOT NULL DEFAULT '{{}}'
+        )""",
+        f"""CREATE TABLE memtree_nodes (
+            ns {t.integer} NOT NULL{t.namespace_reference},
+            id TEXT NOT NULL,
+            seq {t.integer} NOT NULL,
+            deleted {t.boolean} NOT NULL DEFAULT {t.false},
+            parent TEXT,
+            text TEXT NOT NULL DEFAULT '',
+            depth INTEGER NOT NULL DEFAULT 0,
+            is_leaf {t.boolean} NOT NULL DEFAULT {t.false},
+            leaf_count INTEGER NOT NULL DEFAULT 0,
+            created_at {t.real} NOT NULL DEFAULT 0,
+            updated_at {t.real} NOT NULL DEFAULT 0,
+            event_time {t.real},
+            metadata TEXT NOT NULL DEFAULT '{{}}',
+            source_id TEXT,
+            stale {t.boolean} NOT NULL DEFAULT {t.false},
+            embedding {t.blob},
+            leaf_sum {t.blob},
+            {t.node_key}
+        )""",
+        "CREATE INDEX memtree_nodes_changes ON memtree_nodes (ns, seq)",
+        f"""CREATE TABLE memtree_records (
+            pos {t.serial_key},
+            ns {t.integer} NOT NULL{t.namespace_reference},
+            kind TEXT NOT NULL,
+            key TEXT NOT NULL,
+            value TEXT NOT NULL,
+            UNIQUE (ns, kind, key)
+        )""",
+    )
+
+
 def check_migrations(migrations: Sequence[Migration]) -> None:
     """Versions must be 1, 2, 3, … in order (a programming error otherwise)."""
     versions = [migration.version for migration in migrations]

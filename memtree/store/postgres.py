@@ -22,7 +22,15 @@ from typing import Any
 
 from memtree.store import migrations
 from memtree.store.base import NamespaceKey, encode_namespace
-from memtree.store.migrations import SCHEMA_TABLE, TABLES, IncompatibleStoreError, Migration
+from memtree.store.migrations import (
+    SCHEMA_TABLE,
+    SCHEMA_V1_DESCRIPTION,
+    TABLES,
+    ColumnTypes,
+    IncompatibleStoreError,
+    Migration,
+    schema_v1,
+)
 from memtree.store.sql import NAMESPACE_ID, SQLStore
 
 _LOCK_CLASS = 0x6D656D74
@@ -30,54 +38,18 @@ _LOCK_CLASS = 0x6D656D74
 _SCHEMA_LOCK_CLASS = 0x6D656D73
 """First key of the advisory lock held while migrating the schema ("mems")."""
 
-POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
-    Migration(
-        1,
-        "namespaces, nodes with change sequence numbers and tombstones, records",
-        (
-            f"CREATE TABLE {SCHEMA_TABLE} (version INTEGER PRIMARY KEY, description TEXT NOT NULL, "
-            "applied_at DOUBLE PRECISION NOT NULL)",
-            """CREATE TABLE memtree_namespaces (
-                id BIGSERIAL PRIMARY KEY,
-                name TEXT NOT NULL UNIQUE,
-                generation TEXT NOT NULL,
-                seq BIGINT NOT NULL DEFAULT 0,
-                dimension INTEGER,
-                embedder TEXT,
-                settings TEXT NOT NULL DEFAULT '{}'
-            )""",
-            """CREATE TABLE memtree_nodes (
-                ns BIGINT NOT NULL REFERENCES memtree_namespaces (id) ON DELETE CASCADE,
-                id TEXT NOT NULL,
-                seq BIGINT NOT NULL,
-                deleted BOOLEAN NOT NULL DEFAULT FALSE,
-                parent TEXT,
-                text TEXT NOT NULL DEFAULT '',
-                depth INTEGER NOT NULL DEFAULT 0,
-                is_leaf BOOLEAN NOT NULL DEFAULT FALSE,
-                leaf_count INTEGER NOT NULL DEFAULT 0,
-                created_at DOUBLE PRECISION NOT NULL DEFAULT 0,
-                updated_at DOUBLE PRECISION NOT NULL DEFAULT 0,
-                event_time DOUBLE PRECISION,
-                metadata TEXT NOT NULL DEFAULT '{}',
-                source_id TEXT,
-                stale BOOLEAN NOT NULL DEFAULT FALSE,
-                embedding BYTEA,
-                leaf_sum BYTEA,
-                PRIMARY KEY (ns, id)
-            )""",
-            "CREATE INDEX memtree_nodes_changes ON memtree_nodes (ns, seq)",
-            """CREATE TABLE memtree_records (
-                pos BIGSERIAL PRIMARY KEY,
-                ns BIGINT NOT NULL REFERENCES memtree_namespaces (id) ON DELETE CASCADE,
-                kind TEXT NOT NULL,
-                key TEXT NOT NULL,
-                value TEXT NOT NULL,
-                UNIQUE (ns, kind, key)
-            )""",
-        ),
-    ),
+POSTGRES_TYPES = ColumnTypes(
+    serial_key="BIGSERIAL PRIMARY KEY",
+    integer="BIGINT",
+    boolean="BOOLEAN",
+    false="FALSE",
+    real="DOUBLE PRECISION",
+    blob="BYTEA",
+    namespace_reference=" REFERENCES memtree_namespaces (id) ON DELETE CASCADE",
+    node_key="PRIMARY KEY (ns, id)",
 )
+
+POSTGRES_MIGRATIONS: tuple[Migration, ...] = (Migration(1, SCHEMA_V1_DESCRIPTION, schema_v1(POSTGRES_TYPES)),)
 
 
 def _psycopg() -> Any:

@@ -27,7 +27,14 @@ from urllib.parse import quote
 
 from memtree.store import migrations
 from memtree.store.base import NamespaceKey
-from memtree.store.migrations import SCHEMA_TABLE, IncompatibleStoreError, Migration
+from memtree.store.migrations import (
+    SCHEMA_TABLE,
+    SCHEMA_V1_DESCRIPTION,
+    ColumnTypes,
+    IncompatibleStoreError,
+    Migration,
+    schema_v1,
+)
 from memtree.store.sql import SQLStore
 
 APPLICATION_ID = 0x4D454D54
@@ -35,53 +42,22 @@ APPLICATION_ID = 0x4D454D54
 
 _MAX_IDLE_READERS = 4
 
+SQLITE_TYPES = ColumnTypes(
+    serial_key="INTEGER PRIMARY KEY AUTOINCREMENT",
+    integer="INTEGER",
+    boolean="INTEGER",
+    false="0",
+    real="REAL",
+    blob="BLOB",
+    namespace_reference="",  # rows are deleted explicitly with their namespace
+    node_key="UNIQUE (ns, id)",  # a rowid table: rows hold kilobytes of vectors
+)
+
 SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
-        "namespaces, nodes with change sequence numbers and tombstones, records",
-        (
-            f"CREATE TABLE {SCHEMA_TABLE} (version INTEGER PRIMARY KEY, description TEXT NOT NULL, "
-            "applied_at REAL NOT NULL)",
-            """CREATE TABLE memtree_namespaces (
-                id INTEGER PRIMARY KEY,
-                name TEXT NOT NULL UNIQUE,
-                generation TEXT NOT NULL,
-                seq INTEGER NOT NULL DEFAULT 0,
-                dimension INTEGER,
-                embedder TEXT,
-                settings TEXT NOT NULL DEFAULT '{}'
-            )""",
-            """CREATE TABLE memtree_nodes (
-                ns INTEGER NOT NULL,
-                id TEXT NOT NULL,
-                seq INTEGER NOT NULL,
-                deleted INTEGER NOT NULL DEFAULT 0,
-                parent TEXT,
-                text TEXT NOT NULL DEFAULT '',
-                depth INTEGER NOT NULL DEFAULT 0,
-                is_leaf INTEGER NOT NULL DEFAULT 0,
-                leaf_count INTEGER NOT NULL DEFAULT 0,
-                created_at REAL NOT NULL DEFAULT 0,
-                updated_at REAL NOT NULL DEFAULT 0,
-                event_time REAL,
-                metadata TEXT NOT NULL DEFAULT '{}',
-                source_id TEXT,
-                stale INTEGER NOT NULL DEFAULT 0,
-                embedding BLOB,
-                leaf_sum BLOB,
-                UNIQUE (ns, id)
-            )""",
-            "CREATE INDEX memtree_nodes_changes ON memtree_nodes (ns, seq)",
-            """CREATE TABLE memtree_records (
-                pos INTEGER PRIMARY KEY AUTOINCREMENT,
-                ns INTEGER NOT NULL,
-                kind TEXT NOT NULL,
-                key TEXT NOT NULL,
-                value TEXT NOT NULL,
-                UNIQUE (ns, kind, key)
-            )""",
-            f"PRAGMA application_id = {APPLICATION_ID}",
-        ),
+        SCHEMA_V1_DESCRIPTION,
+        (*schema_v1(SQLITE_TYPES), f"PRAGMA application_id = {APPLICATION_ID}"),
     ),
 )
 
