@@ -156,7 +156,8 @@ class MemTree:
         ``postgresql://`` / ``postgres://`` DSN, a PostgreSQL database.
 
         The memory owns that store: :meth:`close` (or leaving a ``with`` block)
-        closes it. Every other keyword goes to :class:`MemTree`.
+        closes it, so siblings from :meth:`with_namespace` must be done by then.
+        Every other keyword goes to :class:`MemTree`.
 
         Example::
 

@@ -135,8 +135,11 @@ class PostgresStore(SQLStore):
     # -- the SQLStore hooks ----------------------------------------------------------
 
     @contextmanager
-    def _read_session(self) -> Iterator[Any]:
+    def _read_session(self, snapshot: bool = False) -> Iterator[Any]:
         with self._pool.connection() as connection:
+            if not snapshot:
+                yield connection
+                return
             connection.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             try:
                 yield connection

@@ -14,7 +14,7 @@ Tables (created by each backend's migrations, same columns on both):
   order they were first written.
 
 A backend supplies connections and locking: :meth:`SQLStore._read_session` (a
-consistent snapshot for reading) and :meth:`SQLStore._open_write` /
+connection for reading, optionally inside one snapshot) and :meth:`SQLStore._open_write` /
 :meth:`SQLStore._close_write` (a transaction holding the writer lock of a
 namespace, or of the whole store). Queries are written with ``?`` placeholders;
 a backend with another style sets :attr:`SQLStore.placeholder`.
@@ -116,8 +116,9 @@ class SQLStore(Store):
     # -- backend hooks ------------------------------------------------------------------
 
     @abstractmethod
-    def _read_session(self) -> AbstractContextManager[Any]:
-        """A connection inside a read-only snapshot, for the duration of the block."""
+    def _read_session(self, snapshot: bool = False) -> AbstractContextManager[Any]:
+        """A connection for reading; with ``snapshot`` every statement of the block
+        sees the same committed state (one statement alone always does)."""
 
     @abstractmethod
     def _open_write(self, namespace: NamespaceKey | None) -> Any:
@@ -179,7 +180,7 @@ class SQLStore(Store):
 
     def read_changes(self, namespace: NamespaceKey, since: int) -> ChangeBatch:
         self._check_usable()
-        with self._read_session() as connection:
+        with self._read_session(snapshot=True) as connection:
             return self._changes(connection, namespace, since)
 
     def head(self, namespace: NamespaceKey) -> tuple[int, str]:

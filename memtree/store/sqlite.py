@@ -157,7 +157,7 @@ class SQLiteStore(SQLStore):
     # -- the SQLStore hooks ----------------------------------------------------------
 
     @contextmanager
-    def _read_session(self) -> Iterator[sqlite3.Connection]:
+    def _read_session(self, snapshot: bool = False) -> Iterator[sqlite3.Connection]:
         with self._pool_lock:
             connection = self._idle.pop() if self._idle else None
         if connection is None:
@@ -165,11 +165,14 @@ class SQLiteStore(SQLStore):
             with self._pool_lock:
                 self._connections.add(connection)
         try:
-            connection.execute("BEGIN")  # one snapshot for every statement of the block
-            try:
+            if snapshot:
+                connection.execute("BEGIN")  # one snapshot for every statement of the block
+                try:
+                    yield connection
+                finally:
+                    connection.execute("COMMIT")
+            else:
                 yield connection
-            finally:
-                connection.execute("COMMIT")
         finally:
             with self._pool_lock:
                 keep = not self._closed and len(self._idle) < _MAX_IDLE_READERS
