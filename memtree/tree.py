@@ -26,6 +26,7 @@ from memtree import backup, calibration
 from memtree.aggregate import Aggregator, ExtractiveAggregator, LLMAggregator, LLMCallable
 from memtree.config import RETRIEVAL_MODES, MemTreeConfig
 from memtree.embed import Embedder, LocalEmbedder, Matrix, check_embeddings
+from memtree.gcpause import paused_gc
 from memtree.index import VectorIndex
 from memtree.inputs import Item, TimeLike, make_item, to_time_range
 from memtree.integrity import integrity_problems
@@ -550,7 +551,7 @@ class MemTree:
             self.refresh()
 
     def _catch_up(self, read: Callable[[int], ChangeBatch]) -> None:
-        with self._sync_lock:
+        with self._sync_lock, paused_gc():
             batch = read(self._state.seq)
             if batch.generation != self._state.generation and self._state.seq > 0:
                 batch = read(0)  # the namespace was deleted and made again: start over
@@ -574,7 +575,7 @@ class MemTree:
             if embedded:
                 self._index.upsert(
                     [node.id for node in embedded],
-                    np.stack([node.embedding for node in embedded]),  # type: ignore[misc]
+                    [node.embedding for node in embedded],  # type: ignore[misc]
                     [node.is_leaf for node in embedded],
                     [node.timestamp for node in embedded],
                 )
