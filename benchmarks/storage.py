@@ -232,7 +232,8 @@ def write_report(out: Path, results: list[dict[str, Any]], index: dict[str, Any]
         f"Models out of the way: HashingEmbedder({DIMENSION}), extractive aggregator, θ0 auto. "
         "Reopen = constructing a `MemTree` on the store: read every node, build the tree and the FAISS index "
         "(median of the repeats; CPU = this process's CPU time, which the other jobs on the machine inflate "
-        "less than wall time; reading rows is timed separately on the same store). Inserts = notes added one by one on a tree of that size, "
+        "less than wall time; reading rows is timed separately on the same store). "
+        "Inserts = notes added one by one on a tree of that size, "
         "each its own transaction; SQLite FULL syncs every commit to disk, NORMAL only at checkpoints "
         "(both survive a process crash; NORMAL may lose the last commits on power loss).",
         "",
