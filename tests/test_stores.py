@@ -194,6 +194,16 @@ def test_records_keep_first_written_order_and_go_with_the_namespace(backend: Bac
     assert again.get_records(ns, "profile") == {} and again.list_namespaces() == []
 
 
+def test_many_records_are_found_by_key_in_written_order(backend: Backend) -> None:
+    store, ns = backend.store(), ("log",)
+    keys = [f"m{i:05d}" for i in range(1200)]
+    store.put_records(ns, "messages", {key: {"i": i} for i, key in enumerate(keys)})
+    asked = keys[::-1][:700] + ["missing", keys[5], keys[5]]
+    got = store.get_records(ns, "messages", asked)
+    assert list(got) == sorted(set(asked) - {"missing"})  # first-written order, each once
+    assert got[keys[5]] == {"i": 5}
+
+
 def test_bad_records_are_refused_before_anything_is_written(backend: Backend) -> None:
     store, ns = backend.store(), ("chat",)
     for kind, records, error in [

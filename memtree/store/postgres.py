@@ -146,6 +146,10 @@ class PostgresStore(SQLStore):
             finally:
                 connection.execute("ROLLBACK")  # nothing to keep: it only read
 
+    def _fetch_nodes(self, connection: Any, query: str, params: tuple[Any, ...]) -> list[Any]:
+        # Binary results: embeddings arrive as raw bytes instead of hex text to parse.
+        return list(connection.execute(query, params, binary=True).fetchall())
+
     def _open_write(self, namespace: NamespaceKey | None) -> Any:
         connection = self._pool.getconn()
         try:

@@ -92,9 +92,14 @@ PUT_RECORD = (
 )
 DELETE_RECORD = "DELETE FROM memtree_records WHERE ns = ? AND kind = ? AND key = ?"
 GET_RECORDS = (
-    "SELECT r.key, r.value FROM memtree_records r JOIN memtree_namespaces n ON n.id = r.ns "
+    "SELECT r.pos, r.key, r.value FROM memtree_records r JOIN memtree_namespaces n ON n.id = r.ns "
     "WHERE n.name = ? AND r.kind = ? ORDER BY r.pos"
 )
+GET_SOME_RECORDS = (
+    "SELECT r.pos, r.key, r.value FROM memtree_records r JOIN memtree_namespaces n ON n.id = r.ns "
+    "WHERE n.name = ? AND r.kind = ? AND r.key IN ({keys})"
+)
+_KEYS_PER_QUERY = 500
 DELETE_KIND = "DELETE FROM memtree_records WHERE kind = ? AND ns = (SELECT id FROM memtree_namespaces WHERE name = ?)"
 RECORD_KINDS = (
     "SELECT DISTINCT r.kind FROM memtree_records r JOIN memtree_namespaces n ON n.id = r.ns "
@@ -154,6 +159,10 @@ class SQLStore(Store):
             raise
         self._close_write(connection, commit=True)
 
+    def _fetch_nodes(self, connection: Any, query: str, params: tuple[Any, ...]) -> list[Any]:
+        """Run a node query (a backend may choose a faster wire format)."""
+        return list(connection.execute(query, params).fetchall())
+
     def _namespace_row(self, connection: Any, namespace: NamespaceKey) -> tuple[Any, ...] | None:
         row = connection.execute(self.sql(NAMESPACE), (encode_namespace(namespace),)).fetchone()
         return tuple(row) if row is not None else None
@@ -167,9 +176,9 @@ class SQLStore(Store):
         if since >= seq and since > 0:
             return ChangeBatch([], [], seq, generation, info)
         if since <= 0:
-            rows = connection.execute(self.sql(ALL_NODES), (ns_id,)).fetchall()
+            rows = self._fetch_nodes(connection, self.sql(ALL_NODES), (ns_id,))
         else:
-            rows = connection.execute(self.sql(CHANGED_NODES), (ns_id, since)).fetchall()
+            rows = self._fetch_nodes(connection, self.sql(CHANGED_NODES), (ns_id, since))
         try:
             nodes, deleted = decode_rows(rows, dimension)
         except CorruptDataError as error:
@@ -193,9 +202,10 @@ class SQLStore(Store):
         self._check_usable()
         connection = self._open_write(namespace)
         try:
-            name = encode_namespace(namespace)
-            connection.execute(self.sql(CREATE_NAMESPACE), (name, new_generation()))
             row = self._namespace_row(connection, namespace)
+            if row is None:  # the first write makes the namespace, with a new generation
+                connection.execute(self.sql(CREATE_NAMESPACE), (encode_namespace(namespace), new_generation()))
+                row = self._namespace_row(connection, namespace)
             assert row is not None
         except BaseException:
             self._close_write(connection, commit=False)
@@ -227,9 +237,11 @@ class SQLStore(Store):
         name = encode_namespace(namespace)
         with self._write_session(None) as connection:
             ns_id = None
-            for _ in range(3):  # the namespace may be deleted between the two statements
-                connection.execute(self.sql(CREATE_NAMESPACE), (name, new_generation()))
+            for _ in range(3):  # the namespace may be deleted between the statements
                 row = connection.execute(self.sql(self.namespace_for_records), (name,)).fetchone()
+                if row is None:
+                    connection.execute(self.sql(CREATE_NAMESPACE), (name, new_generation()))
+                    row = connection.execute(self.sql(self.namespace_for_records), (name,)).fetchone()
                 if row is not None:
                     ns_id = row[0]
                     break
@@ -245,10 +257,20 @@ class SQLStore(Store):
     def get_records(self, namespace: NamespaceKey, kind: str, keys: Sequence[str] | None = None) -> dict[str, JSONDict]:
         check_record_name(kind, "record kind")
         self._check_usable()
-        wanted = None if keys is None else set(keys)
-        with self._read_session() as connection:
-            rows = connection.execute(self.sql(GET_RECORDS), (encode_namespace(namespace), kind)).fetchall()
-        return {key: json_object(value, key) for key, value in rows if wanted is None or key in wanted}
+        name = encode_namespace(namespace)
+        if keys is None:
+            with self._read_session() as connection:
+                rows = connection.execute(self.sql(GET_RECORDS), (name, kind)).fetchall()
+            return {key: json_object(value, key) for _, key, value in rows}
+        wanted = list(dict.fromkeys(keys))
+        found: list[tuple[Any, ...]] = []
+        with self._read_session(snapshot=True) as connection:
+            for start in range(0, len(wanted), _KEYS_PER_QUERY):  # only the rows asked for
+                chunk = wanted[start : start + _KEYS_PER_QUERY]
+                query = GET_SOME_RECORDS.format(keys=", ".join("?" for _ in chunk))
+                found += connection.execute(self.sql(query), (name, kind, *chunk)).fetchall()
+        found.sort(key=lambda row: row[0])
+        return {key: json_object(value, key) for _, key, value in found}
 
     def delete_records(self, namespace: NamespaceKey, kind: str) -> int:
         check_record_name(kind, "record kind")
