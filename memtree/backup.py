@@ -314,7 +314,7 @@ def _header(text: str) -> tuple[JSONDict, NamespaceInfo]:
         raise ValueError(f"line 1: settings must be an object, got {type(settings).__name__}")
     namespace = header.get("namespace")
     try:
-        namespace_key(tuple(namespace) if isinstance(namespace, list) else namespace)
+        namespace_key(tuple(namespace) if isinstance(namespace, list) else namespace)  # type: ignore[arg-type]
     except (TypeError, ValueError) as error:
         raise ValueError(f"line 1: namespace is not valid ({error})") from None
     for what in ("nodes", "records"):

@@ -408,7 +408,9 @@ class MemTree:
         number of nodes imported. Nothing is re-embedded. The whole file is checked
         first: a problem raises ``ValueError("line N: ...")`` and imports nothing,
         unless ``skip_bad=True`` skips bad lines (with a warning) and routes leaves
-        that lost their summaries in again."""
+        that lost their summaries in again. The tree is written in one transaction,
+        records and re-routed leaves after it: if an import is interrupted, delete
+        the namespace and import again."""
         return backup.import_jsonl(self, source, skip_bad=skip_bad)
 
     def _snapshot(self) -> tuple[list[Node], NamespaceInfo]:

@@ -91,8 +91,10 @@ def test_a_bulk_load_equals_row_by_row_inserts_and_stays_updatable() -> None:
     assert list(bulk.ids) == ids
     np.testing.assert_array_equal(bulk.all_vectors(), single.all_vectors())
     query = vectors[3]
-    mask = bulk.mask(leaves_only=True, time_range=(10.0, 30.0))
-    assert bulk.search(query, 5, mask) == single.search(query, 5, single.mask(leaves_only=True, time_range=(10.0, 30.0)))
+    window = (10.0, 30.0)
+    assert bulk.search(query, 5, bulk.mask(leaves_only=True, time_range=window)) == single.search(
+        query, 5, single.mask(leaves_only=True, time_range=window)
+    )
     bulk.remove(["n0", "n10"])
     bulk.upsert(["n1", "new"], unit_rows(rng, 2, 8), [True, True], [None, None])
     assert len(bulk) == 49 and "new" in bulk and "n10" not in bulk

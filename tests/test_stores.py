@@ -198,7 +198,7 @@ def test_many_records_are_found_by_key_in_written_order(backend: Backend) -> Non
     store, ns = backend.store(), ("log",)
     keys = [f"m{i:05d}" for i in range(1200)]
     store.put_records(ns, "messages", {key: {"i": i} for i, key in enumerate(keys)})
-    asked = keys[::-1][:700] + ["missing", keys[5], keys[5]]
+    asked = [*keys[::-1][:700], "missing", keys[5], keys[5]]
     got = store.get_records(ns, "messages", asked)
     assert list(got) == sorted(set(asked) - {"missing"})  # first-written order, each once
     assert got[keys[5]] == {"i": 5}
