@@ -10,6 +10,7 @@ from memtree.store.base import (
     WriteTransaction,
     namespace_key,
 )
+from memtree.store.codec import CorruptDataError
 from memtree.store.location import open_store
 from memtree.store.memory import InMemoryStore
 from memtree.store.migrations import IncompatibleStoreError
@@ -19,6 +20,7 @@ from memtree.store.sqlite import SQLiteStore
 __all__ = [
     "DEFAULT_NAMESPACE",
     "ChangeBatch",
+    "CorruptDataError",
     "InMemoryStore",
     "IncompatibleStoreError",
     "Namespace",

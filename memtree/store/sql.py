@@ -10,6 +10,8 @@ Tables (created by each backend's migrations, same columns on both):
   tombstone (``deleted``, data cleared) stamped with the deleting commit's ``seq``.
   So "what changed after ``since``" is one index range scan on ``(ns, seq)``, and
   a process catches up with other writers without reloading anything else.
+  Tombstones (an id and a number each) stay, so a process that last looked long
+  ago still learns of every deletion; they go when the namespace is deleted.
 * ``memtree_records``: JSON records by (namespace, kind, key); ``pos`` keeps the
   order they were first written.
 

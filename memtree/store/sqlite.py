@@ -146,7 +146,7 @@ class SQLiteStore(SQLStore):
         if current is not None and current >= latest:
             migrations.pending(SQLITE_MIGRATIONS, current, str(self.path))  # refuses a newer one
             return
-        with self._locked():
+        with self._writer_lock:
             self._writer.execute("BEGIN IMMEDIATE")
             try:
                 current = _schema_version(self._writer, self.path) or 0
@@ -222,11 +222,6 @@ class SQLiteStore(SQLStore):
                 connection.execute("ROLLBACK")
         finally:
             self._writer_lock.release()
-
-    @contextmanager
-    def _locked(self) -> Iterator[None]:
-        with self._writer_lock:
-            yield
 
     # -- closing -----------------------------------------------------------------------
 
