@@ -87,7 +87,6 @@ def decode_rows(rows: Sequence[Sequence[Any]], dimension: int | None) -> tuple[l
     nodes: list[Node] = []
     deleted: list[str] = []
     width = None if dimension is None else dimension * VECTOR_DTYPE.itemsize
-    frombuffer, dtype = np.frombuffer, VECTOR_DTYPE
     for row in rows:
         node_id, dead, parent, text, depth, is_leaf, leaf_count, created, updated, moment, metadata, source, stale = (
             row[:13]
@@ -95,19 +94,10 @@ def decode_rows(rows: Sequence[Sequence[Any]], dimension: int | None) -> tuple[l
         if dead:
             deleted.append(node_id)
             continue
-        embedding, leaf_sum = row[13], row[14]
-        if embedding is not None:
-            if width is None:
-                width = len(embedding)
-            if len(embedding) != width:
-                raise _wrong_size(node_id, "embedding", len(embedding), width)
-            embedding = frombuffer(embedding, dtype)
-        if leaf_sum is not None:
-            if width is None:
-                width = len(leaf_sum)
-            if len(leaf_sum) != width:
-                raise _wrong_size(node_id, "leaf_sum", len(leaf_sum), width)
-            leaf_sum = frombuffer(leaf_sum, dtype)
+        if width is None and (row[13] or row[14]):
+            width = len(row[13] or row[14])
+        embedding = None if row[13] is None else _vector(row[13], width, node_id, "embedding")
+        leaf_sum = None if row[14] is None else _vector(row[14], width, node_id, "leaf_sum")
         nodes.append(
             Node(
                 node_id,
@@ -129,11 +119,15 @@ def decode_rows(rows: Sequence[Sequence[Any]], dimension: int | None) -> tuple[l
     return nodes, deleted
 
 
-def _wrong_size(node_id: str, what: str, size: int, width: int) -> CorruptDataError:
-    values = width // VECTOR_DTYPE.itemsize
-    return CorruptDataError(
-        f"node {node_id}: a stored {what} has {size} bytes where {values} float32 values ({width} bytes) belong"
-    )
+def _vector(blob: bytes, width: int | None, node_id: str, what: str) -> Vector:
+    """A stored vector as a read-only array over the driver's bytes (no copy)."""
+    if len(blob) != width:
+        values = (width or 0) // VECTOR_DTYPE.itemsize
+        raise CorruptDataError(
+            f"node {node_id}: a stored {what} has {len(blob)} bytes where {values} float32 values "
+            f"({width} bytes) belong"
+        )
+    return np.frombuffer(blob, VECTOR_DTYPE)
 
 
 def json_object(text: str, what: str) -> JSONDict:
