@@ -13,6 +13,10 @@ from memtree.embed import Embedder, Matrix
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Tests never reach a real API: a key in the developer's shell would switch the
+# default models to OpenAI. Tests that want OpenAI point it at tests/openai_server.py.
+for _name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
+    os.environ.pop(_name, None)
 
 
 class TableEmbedder(Embedder):
