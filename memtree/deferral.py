@@ -13,7 +13,8 @@ The ledger lives in memory only, and correctness does not depend on it: the stal
 marks are committed with the leaves, so after a crash ``repair()`` rebuilds those
 summaries from their children. For the same reason an entry that no longer adds up
 (the summary was stale before, a leaf below it was deleted, another writer touched
-it) is rebuilt from its children rather than merged.
+it) is rebuilt from its children rather than merged, and so is any ancestor of a
+flushed summary that was rewritten meanwhile from its stale text.
 """
 
 from __future__ import annotations
@@ -99,6 +100,14 @@ class PendingSummaries:
                 rebuilds.append(node_id)
             else:
                 merges[node_id] = (entry.base_text, entry.base_count, [state.nodes[leaf].text for leaf in alive])
+        # An ancestor that is not stale was rewritten since (an eager insert, a delete,
+        # a repair) from the stale text below it: it must follow what the flush writes.
+        planned = {*merges, *rebuilds}
+        for node_id in list(planned):
+            for ancestor in state.path_to_root(node_id):
+                if ancestor.id not in planned:
+                    planned.add(ancestor.id)
+                    rebuilds.append(ancestor.id)
         rebuilds.sort(key=lambda node_id: state.nodes[node_id].depth, reverse=True)
         return FlushPlan(merges, rebuilds)
 

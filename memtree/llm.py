@@ -71,16 +71,18 @@ class ChatModel(ABC):
 
     def complete(self, prompt: str) -> Completion:
         """Answer ``prompt``, retrying transient failures (see the class docstring)."""
-        return self.retry.call(
-            lambda timeout: self._checked(self._complete(prompt, timeout)),
-            what=self.name,
-            enforce_timeout=not self.handles_timeout,
-        )
+
+        def attempt(timeout: float | None) -> Completion:
+            usage.report(llm_requests=1)
+            return self._checked(self._complete(prompt, timeout))
+
+        return self.retry.call(attempt, what=self.name, enforce_timeout=not self.handles_timeout)
 
     async def acomplete(self, prompt: str) -> Completion:
         """Async :meth:`complete`."""
 
         async def attempt(timeout: float | None) -> Completion:
+            usage.report(llm_requests=1)
             return self._checked(await self._acomplete(prompt, timeout))
 
         return await self.retry.acall(attempt, what=self.name, enforce_timeout=not self.handles_timeout)
@@ -93,9 +95,7 @@ class ChatModel(ABC):
     def _checked(self, completion: object) -> Completion:
         if not isinstance(completion, Completion):
             raise TypeError(f"{self.name}._complete returned {type(completion).__name__}, expected a Completion")
-        usage.report(
-            llm_requests=1, prompt_tokens=completion.prompt_tokens, completion_tokens=completion.completion_tokens
-        )
+        usage.report(prompt_tokens=completion.prompt_tokens, completion_tokens=completion.completion_tokens)
         if not completion.text.strip():
             raise ModelResponseError(f"{self.name} returned an empty reply")
         return completion

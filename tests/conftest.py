@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pytest
+from openai_server import FakeOpenAIServer
 
 from memtree import HashingEmbedder, MemTree, MemTreeConfig
 from memtree.embed import Embedder, Matrix
@@ -53,6 +54,13 @@ def unit(*values: float) -> list[float]:
 def hashing_memory() -> MemTree:
     """A memory with feature-hashing embeddings, a fixed θ0 and extractive summaries."""
     return MemTree(embedder=HashingEmbedder(64), config=MemTreeConfig(theta0=0.2))
+
+
+@pytest.fixture
+def openai_server() -> Iterator[FakeOpenAIServer]:
+    """An OpenAI-compatible server on 127.0.0.1 (see tests/openai_server.py)."""
+    with FakeOpenAIServer() as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

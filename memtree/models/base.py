@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,44 +66,46 @@ class RemoteEmbedder(Embedder):
     # -- the Embedder contract, written once ---------------------------------------
 
     def embed(self, texts: Sequence[str]) -> Matrix:
-        parts = [
-            self.retry.call(
-                lambda timeout, batch=batch: self._checked(self._embed_batch(batch, timeout), len(batch)),
-                what=self.name,
-                enforce_timeout=not self.handles_timeout,
-            )
-            for batch in self._batches(list(texts))
-        ]
-        return _stack(parts)
+        return _stack(
+            [
+                self._call(lambda timeout, b=batch: self._embed_batch(b, timeout), len(batch))
+                for batch in self._batches(list(texts))
+            ]
+        )
 
     async def aembed(self, texts: Sequence[str]) -> Matrix:
         parts = []
         for batch in self._batches(list(texts)):
-
-            async def attempt(timeout: float | None, batch: list[str] = batch) -> Matrix:
-                return self._checked(await self._aembed_batch(batch, timeout), len(batch))
-
-            parts.append(await self.retry.acall(attempt, what=self.name, enforce_timeout=not self.handles_timeout))
+            parts.append(await self._acall(lambda timeout, b=batch: self._aembed_batch(b, timeout), len(batch)))
         return _stack(parts)
 
     def embed_query(self, text: str) -> Matrix:
-        return self.retry.call(
-            lambda timeout: self._checked(self._embed_query(text, timeout), 1),
-            what=self.name,
-            enforce_timeout=not self.handles_timeout,
-        )[0]
+        return self._call(lambda timeout: self._embed_query(text, timeout), 1)[0]
 
     async def aembed_query(self, text: str) -> Matrix:
-        async def attempt(timeout: float | None) -> Matrix:
-            return self._checked(await self._aembed_query(text, timeout), 1)
+        return (await self._acall(lambda timeout: self._aembed_query(text, timeout), 1))[0]
 
-        return (await self.retry.acall(attempt, what=self.name, enforce_timeout=not self.handles_timeout))[0]
+    def _call(self, request: Callable[[float | None], EmbeddingBatch], count: int) -> Matrix:
+        """One request under the retry policy: every attempt is counted and checked."""
+
+        def attempt(timeout: float | None) -> Matrix:
+            usage.report(embedding_requests=1)
+            return self._checked(request(timeout), count)
+
+        return self.retry.call(attempt, what=self.name, enforce_timeout=not self.handles_timeout)
+
+    async def _acall(self, request: Callable[[float | None], Awaitable[EmbeddingBatch]], count: int) -> Matrix:
+        async def attempt(timeout: float | None) -> Matrix:
+            usage.report(embedding_requests=1)
+            return self._checked(await request(timeout), count)
+
+        return await self.retry.acall(attempt, what=self.name, enforce_timeout=not self.handles_timeout)
 
     def _checked(self, batch: object, count: int) -> Matrix:
         """The batch's vectors as unit float32 rows, or a retried error if malformed."""
         if not isinstance(batch, EmbeddingBatch):
             raise TypeError(f"{self.name}._embed_batch returned {type(batch).__name__}, expected an EmbeddingBatch")
-        usage.report(embedding_requests=1, embedding_tokens=batch.tokens)
+        usage.report(embedding_tokens=batch.tokens)
         try:
             array = np.asarray(batch.vectors, dtype=np.float32)
         except (TypeError, ValueError) as error:
