@@ -302,6 +302,7 @@ class FakeOpenAIServer:
 class _Handler(BaseHTTPRequestHandler):
     server_state: FakeOpenAIServer
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out in two writes: don't let them wait on ACKs
 
     def do_POST(self) -> None:
         path = self.path.split("?")[0].rstrip("/")
