@@ -242,7 +242,7 @@ def write_report(out: Path, env: dict[str, str], delay: float, latency: list[dic
     (out / "ingestion.md").write_text("\n".join(lines), encoding="utf-8")
 
 
-def plot(out: Path, latency: list[dict], calls: list[dict]) -> None:
+def plot(out: Path, delay: float, latency: list[dict], calls: list[dict]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -254,7 +254,7 @@ def plot(out: Path, latency: list[dict], calls: list[dict]) -> None:
         left.scatter(run["calls"], run["latencies_s"], s=12, alpha=0.6, label=label)
     left.set_xlabel("LLM calls in the insert (summaries on its path)")
     left.set_ylabel("insert latency (s)")
-    left.set_title("Per-insert latency, 500 ms per chat call")
+    left.set_title(f"Per-insert latency, {delay * 1000:.0f} ms per chat call")
     left.legend()
     names = [run["mode"] for run in calls]
     values = [run["llm_calls_per_item"] for run in calls]
@@ -306,7 +306,7 @@ def main() -> None:
         encoding="utf-8",
     )
     write_report(args.out, env, args.delay, latency, calls)
-    plot(args.out, latency, calls)
+    plot(args.out, args.delay, latency, calls)
     print(f"wrote {args.out / 'ingestion.md'}")
 
 

@@ -21,7 +21,7 @@ import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from memtree import usage
 from memtree.retry import ModelResponseError, RetryPolicy
@@ -127,7 +127,7 @@ class CallableChatModel(ChatModel):
         return f"CallableChatModel({getattr(self.fn, '__name__', type(self.fn).__name__)})"
 
     def _complete(self, prompt: str, timeout: float | None) -> Completion:
-        reply = asyncio.run(_awaited(self.fn(prompt))) if self.is_async else self.fn(prompt)
+        reply = asyncio.run(_awaited(cast(Awaitable[str], self.fn(prompt)))) if self.is_async else self.fn(prompt)
         return self._completion(reply)
 
     async def _acomplete(self, prompt: str, timeout: float | None) -> Completion:

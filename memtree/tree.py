@@ -11,6 +11,7 @@ apply that commit exactly as they would apply another writer's.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -288,13 +289,13 @@ class MemTree:
 
     def _insert_all(self, items: list[Item], vectors: Matrix, *, defer: bool) -> list[str]:
         return [
-            self._write(lambda txn, item=item, vector=vector: self._insert_steps(txn, item, vector, defer=defer))
+            self._write(functools.partial(self._insert_steps, item=item, embedding=vector, defer=defer))
             for item, vector in zip(items, vectors, strict=True)
         ]
 
     async def _ainsert_all(self, items: list[Item], vectors: Matrix, *, defer: bool) -> list[str]:
         return [
-            await self._awrite(lambda txn, item=item, vector=vector: self._insert_steps(txn, item, vector, defer=defer))
+            await self._awrite(functools.partial(self._insert_steps, item=item, embedding=vector, defer=defer))
             for item, vector in zip(items, vectors, strict=True)
         ]
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from openai_server import FakeOpenAIServer
 
-from memtree import HashingEmbedder, MemTree, MemTreeConfig
+from memtree import ROOT_ID, HashingEmbedder, MemTree, MemTreeConfig
 from memtree.embed import Embedder, Matrix
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -43,6 +43,15 @@ class TableEmbedder(Embedder):
                 vector = np.sum(parts, axis=0)
             rows.append(vector / np.linalg.norm(vector))
         return np.asarray(rows, dtype=np.float32)
+
+
+def path_to_root(memory: MemTree, node_id: str) -> list[str]:
+    """Ids of a node's ancestors below the root, deepest first."""
+    out, node = [], memory.get(node_id)
+    while node.parent not in (None, ROOT_ID):
+        node = memory.get(node.parent)
+        out.append(node.id)
+    return out
 
 
 def unit(*values: float) -> list[float]:

@@ -7,6 +7,7 @@ import threading
 from collections.abc import Sequence
 
 import pytest
+from conftest import path_to_root
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openai_server import FakeOpenAIServer
@@ -50,14 +51,6 @@ def joined_memory(store: InMemoryStore | None = None, **config: object) -> MemTr
         store=store,
         config=MemTreeConfig(**options),  # type: ignore[arg-type]
     )
-
-
-def path_of(memory: MemTree, leaf_id: str) -> list[str]:
-    out, node = [], memory.get(leaf_id)
-    while node.parent not in (None, ROOT_ID):
-        node = memory.get(node.parent)
-        out.append(node.id)
-    return out
 
 
 def leaf_records(memory: MemTree) -> list[tuple[str, dict, float | None, str | None]]:
@@ -220,7 +213,7 @@ def test_an_eager_insert_during_a_block_rewrites_its_path_and_the_flush_brings_t
     with memory.deferred():
         memory.add(TEXTS[4])
         leaf = memory.add_many([TEXTS[5]], aggregation="eager")[0]
-        path = path_of(memory, leaf)
+        path = path_to_root(memory, leaf)
         assert not any(memory.get(node_id).stale for node_id in path)  # the eager insert rebuilt its path
     assert memory.stats().stale == 0
     assert_summaries_cover_exactly_their_leaves(memory)

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import path_to_root
 from openai_server import FakeOpenAIServer, default_reply
 
-from memtree import ROOT_ID, ExtractiveAggregator, HashingEmbedder, InMemoryStore, LLMAggregator, LocalEmbedder, MemTree
+from memtree import ExtractiveAggregator, HashingEmbedder, InMemoryStore, LLMAggregator, LocalEmbedder, MemTree
 from memtree import MemTreeConfig as Config
 from memtree.models import MissingAPIKeyError, OpenAIChatModel, OpenAIEmbedder
 from memtree.models import resolve as resolve_module
@@ -36,14 +37,6 @@ def server_memory(server: FakeOpenAIServer, retry: RetryPolicy = FAST, **config:
         llm=OpenAIChatModel(**server.client_options(), retry=retry),
         config=Config(**options),  # type: ignore[arg-type]
     )
-
-
-def path_of(memory: MemTree, leaf_id: str) -> list[str]:
-    out, node = [], memory.get(leaf_id)
-    while node.parent not in (None, ROOT_ID):
-        node = memory.get(node.parent)
-        out.append(node.id)
-    return out
 
 
 def test_embedder_returns_the_servers_vectors_in_order_and_batches_within_limits(
@@ -189,7 +182,7 @@ def test_when_retries_run_out_the_leaf_is_kept_its_ancestors_stale_never_emptied
     openai_server.fail_next("empty", times=1000, endpoint="chat")  # the model only ever answers ""
     leaf = memory.add(NOTES[4])
     assert memory.get(leaf).text == NOTES[4]
-    path = path_of(memory, leaf)
+    path = path_to_root(memory, leaf)
     assert len(path) >= 3
     for node_id in path:
         node = memory.get(node_id)
@@ -223,7 +216,7 @@ def insert_width(server: FakeOpenAIServer) -> int:
     dry = server_memory(server)
     for note in NOTES[:-1]:
         dry.add(note)
-    width = len(path_of(dry, dry.add(NOTES[-1])))
+    width = len(path_to_root(dry, dry.add(NOTES[-1])))
     server.reset()
     return width
 

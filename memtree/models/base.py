@@ -11,6 +11,7 @@ bounded by its timeout, the reply is checked (one row per text, else a retried
 from __future__ import annotations
 
 import asyncio
+import functools
 from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -68,7 +69,7 @@ class RemoteEmbedder(Embedder):
     def embed(self, texts: Sequence[str]) -> Matrix:
         return _stack(
             [
-                self._call(lambda timeout, b=batch: self._embed_batch(b, timeout), len(batch))
+                self._call(functools.partial(self._embed_batch, batch), len(batch))
                 for batch in self._batches(list(texts))
             ]
         )
@@ -76,7 +77,7 @@ class RemoteEmbedder(Embedder):
     async def aembed(self, texts: Sequence[str]) -> Matrix:
         parts = []
         for batch in self._batches(list(texts)):
-            parts.append(await self._acall(lambda timeout, b=batch: self._aembed_batch(b, timeout), len(batch)))
+            parts.append(await self._acall(functools.partial(self._aembed_batch, batch), len(batch)))
         return _stack(parts)
 
     def embed_query(self, text: str) -> Matrix:

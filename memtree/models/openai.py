@@ -17,7 +17,8 @@ import math
 import os
 import re
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -80,6 +81,15 @@ class _Clients:
         if client is None:
             client = self._async[loop] = self._openai.AsyncOpenAI(**self._settings)
         return client
+
+
+@contextmanager
+def _json_reply(name: str) -> Iterator[None]:
+    """The client parses replies itself; invalid JSON becomes a (retried) ModelResponseError."""
+    try:
+        yield
+    except json.JSONDecodeError as error:
+        raise ModelResponseError(f"{name}: the server's reply is not valid JSON") from error
 
 
 def _import_openai(owner: str) -> Any:
@@ -161,17 +171,13 @@ class OpenAIEmbedder(RemoteEmbedder):
         return request
 
     def _embed_batch(self, texts: list[str], timeout: float | None) -> EmbeddingBatch:
-        try:
+        with _json_reply(self.name):
             response = self._clients.sync.embeddings.create(**self._request(texts), timeout=timeout)
-        except json.JSONDecodeError as error:
-            raise ModelResponseError(f"{self.name}: the server's reply is not valid JSON") from error
         return _embedding_batch(response, len(texts), self.name)
 
     async def _aembed_batch(self, texts: list[str], timeout: float | None) -> EmbeddingBatch:
-        try:
+        with _json_reply(self.name):
             response = await self._clients.for_running_loop().embeddings.create(**self._request(texts), timeout=timeout)
-        except json.JSONDecodeError as error:
-            raise ModelResponseError(f"{self.name}: the server's reply is not valid JSON") from error
         return _embedding_batch(response, len(texts), self.name)
 
     def _batches(self, texts: list[str]) -> list[list[str]]:
@@ -338,18 +344,15 @@ class OpenAIChatModel(ChatModel):
         return {**request, **self.request_options}
 
     def _complete(self, prompt: str, timeout: float | None) -> Completion:
-        try:
+        with _json_reply(self.name):
             response = self._clients.sync.chat.completions.create(**self._request(prompt), timeout=timeout)
-        except json.JSONDecodeError as error:
-            raise ModelResponseError(f"{self.name}: the server's reply is not valid JSON") from error
         return _completion(response, self.name)
 
     async def _acomplete(self, prompt: str, timeout: float | None) -> Completion:
-        client = self._clients.for_running_loop()
-        try:
-            response = await client.chat.completions.create(**self._request(prompt), timeout=timeout)
-        except json.JSONDecodeError as error:
-            raise ModelResponseError(f"{self.name}: the server's reply is not valid JSON") from error
+        with _json_reply(self.name):
+            response = await self._clients.for_running_loop().chat.completions.create(
+                **self._request(prompt), timeout=timeout
+            )
         return _completion(response, self.name)
 
 
