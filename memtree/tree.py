@@ -26,7 +26,7 @@ import numpy as np
 from memtree import calibration
 from memtree.aggregate import Aggregator, ExtractiveAggregator, LLMAggregator
 from memtree.config import RETRIEVAL_MODES, MemTreeConfig
-from memtree.deferral import PendingSummaries
+from memtree.deferral import FlushPlan, PendingSummaries
 from memtree.embed import Embedder, Matrix, check_embeddings
 from memtree.index import VectorIndex
 from memtree.inputs import Item, TimeLike, make_item, to_time_range
@@ -811,28 +811,42 @@ class MemTree:
             nodes = {node_id: self._state.nodes[node_id].copy() for node_id in [*plan.merges, *plan.rebuilds]}
         if not nodes:
             return 0
+        try:
+            written = yield from self._merge_then_rebuild(plan, nodes)
+            yield from self._embed_summaries(written, nodes.values())
+            self._commit(transaction, list(nodes.values()), [])
+        except BaseException:
+            with self._rw.read():  # nothing was written: the next flush tries them all again
+                self._pending.put_back(nodes, self._state)
+            raise
+        with self._rw.read():
+            self._pending.put_back((node_id for node_id, node in nodes.items() if node.stale), self._state)
+        self._counters.add("flushes")
+        return sum(1 for node in nodes.values() if not node.stale)
+
+    def _merge_then_rebuild(self, plan: FlushPlan, nodes: dict[str, Node]) -> Generator[_Request, Any, list[Node]]:
+        """Give ``nodes`` their new texts; return those written. A rebuild reads its
+        children's texts after the deeper levels were rewritten, and waits for the
+        next flush (stays stale) if one of them could not be written."""
         written: list[Node] = []
         levels = sorted({nodes[node_id].depth for node_id in plan.rebuilds}, reverse=True)
         for step in range(1 + len(levels)):
-            if step == 0:
-                tasks = plan.merges
-            else:  # a rebuild reads its children's texts after the deeper levels were rewritten
-                tasks = {
-                    node_id: ("", 0, [(nodes.get(c) or self._state.nodes[c]).text for c in nodes[node_id].children])
-                    for node_id in plan.rebuilds
-                    if nodes[node_id].depth == levels[step - 1]
-                }
+            tasks: dict[str, tuple[str, int, list[str]]] = plan.merges if step == 0 else {}
+            for node_id in plan.rebuilds if step > 0 else ():
+                node = nodes[node_id]
+                if node.depth != levels[step - 1]:
+                    continue
+                children = [nodes.get(child) or self._state.nodes[child] for child in node.children]
+                if any(child.stale for child in children):
+                    node.stale = True
+                else:
+                    tasks[node_id] = ("", 0, [child.text for child in children])
             done = yield from self._fold(tasks, nodes)
             for node_id, text in done.items():
                 nodes[node_id].text = text
                 nodes[node_id].stale = False
                 written.append(nodes[node_id])
-        yield from self._embed_summaries(written, nodes.values())
-        self._commit(transaction, list(nodes.values()), [])
-        with self._rw.read():
-            self._pending.put_back((node_id for node_id, node in nodes.items() if node.stale), self._state)
-        self._counters.add("flushes")
-        return sum(1 for node in nodes.values() if not node.stale)
+        return written
 
     def _fold(
         self, tasks: Mapping[str, tuple[str, int, list[str]]], nodes: Mapping[str, Node]

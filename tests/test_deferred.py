@@ -16,6 +16,7 @@ from memtree import ROOT_ID, Aggregator, HashingEmbedder, InMemoryStore, MemTree
 from memtree.models import OpenAIChatModel, OpenAIEmbedder
 from memtree.node import Vector
 from memtree.retry import RetryPolicy
+from memtree.store.base import WriteTransaction
 
 SEP = " | "
 TOPICS = ["garden", "cello", "bread", "sailing"]
@@ -188,6 +189,38 @@ def test_summaries_that_fail_to_flush_stay_stale_and_the_next_flush_writes_them(
     assert all(node.text.strip() for node in memory.walk() if node.id != ROOT_ID)
     aggregator.fail = False
     assert memory.flush() == stats.stale
+    assert memory.stats().stale == 0
+    assert_summaries_cover_exactly_their_leaves(memory)
+
+
+class FlakyStore(InMemoryStore):
+    """Fails the next ``fail_commits`` commits, as a full disk or a lost connection would."""
+
+    fail_commits = 0
+
+    def begin(self, namespace: tuple[str, ...]) -> WriteTransaction:
+        transaction = super().begin(namespace)
+        if self.fail_commits:
+            self.fail_commits -= 1
+
+            def commit(*args: object, **kwargs: object) -> int:
+                raise OSError("disk full")
+
+            transaction.commit = commit  # type: ignore[method-assign]
+        return transaction
+
+
+def test_a_flush_that_cannot_commit_keeps_everything_pending_for_the_next_one() -> None:
+    store = FlakyStore()
+    memory = joined_memory(store)
+    memory.add_many(TEXTS[:8])
+    with pytest.raises(OSError, match="disk full"), memory.deferred():
+        memory.add_many(TEXTS[8:16])
+        pending = memory.stats().pending
+        store.fail_commits = 1
+    assert memory.stats().pending == pending and memory.stats().stale == pending
+    assert len(memory) == 16
+    assert memory.flush() == pending
     assert memory.stats().stale == 0
     assert_summaries_cover_exactly_their_leaves(memory)
 
