@@ -12,7 +12,9 @@ from memtree.aggregate import (
 )
 from memtree.config import MemTreeConfig
 from memtree.embed import Embedder, HashingEmbedder, LocalEmbedder
+from memtree.llm import CallableChatModel, ChatModel, Completion
 from memtree.node import ROOT_ID, Node, RetrievedNode
+from memtree.retry import ModelResponseError, RetryPolicy
 from memtree.stats import TreeStats
 from memtree.store import InMemoryStore, NamespaceInfo, Store
 from memtree.tree import MemTree
@@ -24,6 +26,9 @@ __all__ = [
     "AGGREGATE_PROMPT_VERSION",
     "ROOT_ID",
     "Aggregator",
+    "CallableChatModel",
+    "ChatModel",
+    "Completion",
     "Embedder",
     "ExtractiveAggregator",
     "HashingEmbedder",
@@ -32,9 +37,11 @@ __all__ = [
     "LocalEmbedder",
     "MemTree",
     "MemTreeConfig",
+    "ModelResponseError",
     "NamespaceInfo",
     "Node",
     "RetrievedNode",
+    "RetryPolicy",
     "Store",
     "TreeStats",
     "__version__",

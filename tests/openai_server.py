@@ -114,7 +114,9 @@ class FakeOpenAIServer:
         handler = type("Handler", (_Handler,), {"server_state": self})
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._http.daemon_threads = True
-        self._thread = threading.Thread(target=self._http.serve_forever, name="fake-openai", daemon=True)
+        self._thread = threading.Thread(
+            target=self._http.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-openai", daemon=True
+        )
         self._thread.start()
         return self
 

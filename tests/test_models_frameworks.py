@@ -4,6 +4,8 @@ chat model, and the resolver's errors for anything else."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from typing import Any
 
 import numpy as np
@@ -224,3 +226,13 @@ def test_names_and_objects_resolve_to_memtree_models() -> None:
     assert isinstance(LLMAggregator(lambda prompt: "x").model, CallableChatModel)
     assert isinstance(LLMAggregator(MockLLM()).model, LlamaIndexChatModel)
     assert issubclass(LLMAggregator, Aggregator)
+
+
+def test_importing_memtree_imports_no_model_framework() -> None:
+    code = (
+        "import sys, memtree, memtree.models\n"
+        "loaded = sorted({m.split('.')[0] for m in sys.modules} & {'openai', 'langchain_core', 'llama_index'})\n"
+        "print(','.join(loaded))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == ""
