@@ -8,7 +8,7 @@ import typer
 from typer.testing import CliRunner
 
 from memtree.cli import app
-from memtree.commands.common import cli_errors, parse_embedder, parse_namespace, parse_pairs, set_verbose
+from memtree.commands.common import CliError, cli_errors, parse_embedder, parse_namespace, parse_pairs, set_verbose
 from memtree.embed import HashingEmbedder, LocalEmbedder
 
 COMMANDS = ["add", "query", "show", "stats", "export", "import", "repair", "demo"]
@@ -76,3 +76,5 @@ def test_option_parsers() -> None:
     assert isinstance(hashing, HashingEmbedder) and hashing.dimension == 32
     local = parse_embedder("local:/models/minilm")
     assert isinstance(local, LocalEmbedder) and local.model_name == "/models/minilm"
+    with pytest.raises(CliError, match="unknown --embedder 'word2vec'"):
+        parse_embedder("word2vec")

@@ -21,7 +21,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from memtree.embed import Embedder, HashingEmbedder, LocalEmbedder
+from memtree.embed import Embedder, HashingEmbedder
+from memtree.models.resolve import resolve_embedder
 from memtree.store.base import NamespaceKey, namespace_key
 from memtree.tree import MemTree
 from memtree.viz.graphviz import GraphvizNotFoundError
@@ -56,8 +57,9 @@ EmbedderOption = Annotated[
         envvar="MEMTREE_EMBEDDER",
         help=(
             "Embedding model: `local` (all-MiniLM-L6-v2, offline), `local:NAME_OR_PATH` (a sentence-transformers "
-            "model), or `hashing[:DIM]` (instant, NOT semantic: for trials and tests). Use the same one every "
-            "time for a given memory. Default: memtree's default."
+            "model), `openai[:MODEL]` (needs OPENAI_API_KEY), or `hashing[:DIM]` (instant, NOT semantic: for "
+            "trials and tests). Use the same one every time for a given memory. Default: memtree's default "
+            "(OpenAI when OPENAI_API_KEY is set, else local)."
         ),
         show_default=False,
     ),
@@ -144,19 +146,27 @@ def namespace_text(key: NamespaceKey) -> str:
 
 
 def parse_embedder(spec: str | None) -> Embedder | None:
-    """The embedder an ``--embedder`` value names (``None``: memtree's default)."""
+    """The embedder an ``--embedder`` value names (``None``: memtree's default).
+
+    ``hashing[:DIM]`` is handled here; every other name (``local[:MODEL]``,
+    ``openai[:MODEL]``) goes to the engine's resolver, so the CLI accepts exactly
+    the names ``MemTree(embedder=...)`` does.
+    """
     if spec is None or not spec.strip():
         return None
     kind, _, argument = spec.strip().partition(":")
-    if kind == "local":
-        return LocalEmbedder(argument or None)
     if kind == "hashing":
         if not argument:
             return HashingEmbedder()
         if not argument.isdigit():
             raise CliError(f"--embedder hashing:DIM needs a whole number of dimensions, got {argument!r}")
         return HashingEmbedder(int(argument))
-    raise CliError(f"unknown --embedder {spec!r}; use local, local:MODEL, hashing or hashing:DIM")
+    try:
+        return resolve_embedder(spec.strip())
+    except TypeError:
+        raise CliError(
+            f"unknown --embedder {spec!r}; use local, local:MODEL, openai, openai:MODEL, hashing or hashing:DIM"
+        ) from None
 
 
 def parse_pairs(pairs: list[str] | None, option: str) -> dict[str, Any]:
