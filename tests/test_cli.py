@@ -260,6 +260,7 @@ def test_reading_a_memory_that_does_not_exist(tmp_path: Path) -> None:
         (["query", "x", "--where", "novalue"], "--where takes KEY=VALUE"),
         (["query", "x", "--embedder", "word2vec"], "unknown --embedder 'word2vec'"),
         (["query", "x", "--embedder", "hashing:32"], "--embedder or MEMTREE_EMBEDDER"),
+        (["query", "x", "--embedder", "openai"], "OPENAI_API_KEY"),
         (["query", "x", "-n", "users//bob"], "namespace"),
     ],
 )

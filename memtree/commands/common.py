@@ -22,7 +22,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from memtree.embed import Embedder, HashingEmbedder
+from memtree.models.openai import MissingAPIKeyError
 from memtree.models.resolve import resolve_embedder
+from memtree.retry import ModelResponseError
 from memtree.store.base import NamespaceKey, namespace_key
 from memtree.tree import MemTree
 from memtree.viz.graphviz import GraphvizNotFoundError
@@ -89,8 +91,19 @@ EXPECTED_ERRORS: tuple[type[BaseException], ...] = (
     OSError,  # files and folders, sockets (PostgreSQL)
     TimeoutError,
     GraphvizNotFoundError,
+    MissingAPIKeyError,
+    ModelResponseError,  # a model that kept failing after retries
     ImportError,  # an optional dependency (psycopg, openai…) that is not installed
 )
+SERVICE_MODULES = ("openai", "httpx", "psycopg", "psycopg_pool")
+"""Errors raised by these clients (refused connections, bad credentials, server errors)
+come from the user's environment, not from a bug in memtree."""
+
+
+def _expected(error: BaseException) -> bool:
+    if isinstance(error, EXPECTED_ERRORS):
+        return True
+    return type(error).__module__.split(".")[0] in SERVICE_MODULES
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
@@ -120,11 +133,11 @@ def cli_errors(command: Callable[P, R]) -> Callable[P, R]:
             raise
         except CliError as error:
             raise fail(str(error), error.code) from None
-        except EXPECTED_ERRORS as error:
-            if _state["verbose"]:
-                err.print_exception()
-            raise fail(_describe(error)) from None
         except Exception as error:  # noqa: BLE001 - the boundary: a bug still gets a clear report
+            if _expected(error):
+                if _state["verbose"]:
+                    err.print_exception()
+                raise fail(_describe(error)) from None
             if _state["verbose"]:
                 err.print_exception()
                 raise typer.Exit(1) from None
