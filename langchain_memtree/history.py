@@ -24,6 +24,7 @@ from typing import Any
 from langchain_core._api import suppress_langchain_deprecation_warning
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
+from pydantic_core import PydanticSerializationError
 
 from langchain_memtree._calls import Call, Procedure, arun, run
 from langchain_memtree.messages import Granularity, check_granularity, exchange_text, split_exchanges
@@ -183,10 +184,10 @@ def _serialize(message: BaseMessage) -> dict[str, Any]:
     try:
         json.dumps(data, allow_nan=False)
     except (TypeError, ValueError):
-        data = {"type": message.type, "data": message.model_dump(mode="json")}
         try:
+            data = {"type": message.type, "data": message.model_dump(mode="json")}
             json.dumps(data, allow_nan=False)
-        except (TypeError, ValueError) as error:
+        except (TypeError, ValueError, PydanticSerializationError) as error:
             raise TypeError(
                 f"message {message.id or message.type!r} holds data that cannot be stored as JSON ({error}); "
                 "convert it (e.g. bytes to base64 text) before adding it"

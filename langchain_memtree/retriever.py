@@ -14,7 +14,7 @@ from typing import Any
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from pydantic import ConfigDict, field_validator
+from pydantic import ConfigDict
 
 from memtree import MemTree, RetrievedNode
 from memtree.config import RetrievalMode
@@ -53,13 +53,6 @@ class MemTreeRetriever(BaseRetriever):
     where: dict[str, Any] | None = None
     time_range: tuple[TimeLike | None, TimeLike | None] | None = None
     min_score: float | None = None
-
-    @field_validator("memory", mode="before")
-    @classmethod
-    def _is_memtree(cls, value: object) -> object:
-        if not isinstance(value, MemTree):
-            raise TypeError(f"memory must be a memtree.MemTree, got {type(value).__name__}")
-        return value
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **options: Any
