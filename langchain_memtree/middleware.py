@@ -141,7 +141,7 @@ class MemTreeMemoryMiddleware(AgentMiddleware):
         return None
 
     def _record_steps(self, state: AgentState[Any], runtime: Runtime[Any]) -> Procedure[None]:
-        messages: list[BaseMessage] = state["messages"]
+        messages: Sequence[BaseMessage] = state["messages"]
         if not self.record or not messages or not closes_round(messages[-1]):
             return  # no answer yet (the model is calling tools)
         answer = messages[-1]
