@@ -36,41 +36,47 @@ Procedure = Generator[Call, Any, T]
 
 def run(procedure: Procedure[T]) -> T:
     """Drive a procedure synchronously; a failing call is raised inside it."""
-    answer: Any = None
-    failure: BaseException | None = None
+    outcome: _Outcome = (None, None)
     try:
-        while True:
+        while isinstance(step := _advance(procedure, outcome), Call):
             try:
-                call = procedure.throw(failure) if failure is not None else procedure.send(answer)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            failure = None
-            try:
-                answer = getattr(call.target, call.method)(*call.args, **call.kwargs)
+                outcome = (getattr(step.target, step.method)(*step.args, **step.kwargs), None)
             except Exception as error:  # noqa: BLE001 - handed to the procedure, which decides
-                failure = error
+                outcome = (None, error)
+        return step.value  # type: ignore[no-any-return]
     finally:
         procedure.close()  # runs its cleanup (e.g. a lock release) if we leave early
 
 
 async def arun(procedure: Procedure[T]) -> T:
     """Drive a procedure on the event loop; see the module docstring."""
-    answer: Any = None
-    failure: BaseException | None = None
+    outcome: _Outcome = (None, None)
     try:
-        while True:
+        while isinstance(step := _advance(procedure, outcome), Call):
             try:
-                call = procedure.throw(failure) if failure is not None else procedure.send(answer)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            failure = None
-            try:
-                twin = getattr(call.target, "a" + call.method, None)
-                if twin is not None and inspect.iscoroutinefunction(twin):
-                    answer = await twin(*call.args, **call.kwargs)
-                else:
-                    answer = await asyncio.to_thread(getattr(call.target, call.method), *call.args, **call.kwargs)
-            except Exception as error:  # noqa: BLE001
-                failure = error
+                outcome = (await _acall(step), None)
+            except Exception as error:  # noqa: BLE001 - handed to the procedure, which decides
+                outcome = (None, error)
+        return step.value  # type: ignore[no-any-return]
     finally:
         procedure.close()  # also on cancellation
+
+
+_Outcome = tuple[Any, Exception | None]
+"""A call's result, or the exception it raised."""
+
+
+def _advance(procedure: Procedure[Any], outcome: _Outcome) -> Call | StopIteration:
+    """Hand the last outcome to the procedure; return its next call, or how it ended."""
+    answer, failure = outcome
+    try:
+        return procedure.throw(failure) if failure is not None else procedure.send(answer)
+    except StopIteration as stop:
+        return stop
+
+
+async def _acall(call: Call) -> Any:
+    twin = getattr(call.target, "a" + call.method, None)
+    if twin is not None and inspect.iscoroutinefunction(twin):
+        return await twin(*call.args, **call.kwargs)
+    return await asyncio.to_thread(getattr(call.target, call.method), *call.args, **call.kwargs)

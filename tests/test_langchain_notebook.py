@@ -15,7 +15,12 @@ nbclient = pytest.importorskip("nbclient")
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "langchain_agent_memory.ipynb"
 
-PROBE = "import sys, memtree, langchain_memtree\nprint(sys.executable)\nprint(memtree.__file__)\nprint(langchain_memtree.__file__)"
+PROBE = """
+import sys, memtree, langchain_memtree
+print(sys.executable)
+print(memtree.__file__)
+print(langchain_memtree.__file__)
+"""
 
 
 @pytest.mark.slow
