@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import warnings
 from collections.abc import Sequence
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables.history import RunnableWithMessageHistory
 from lc_fakes import PromptRecorder, hashing_memory, scripted
 
 from langchain_memtree import MemTreeChatMessageHistory, MemTreeRetriever
+from langchain_memtree.messages import speaker
 from memtree import HashingEmbedder, InMemoryStore, MemTree, MemTreeConfig
 from memtree.embed import Matrix
 
@@ -220,3 +224,62 @@ def test_works_with_runnable_with_message_history() -> None:
         "User: Hi, I'm Maya and my greyhound is Pepper.\nAssistant: Nice to meet you, Maya!",
         "User: What is my dog called?\nAssistant: Your greyhound is called Pepper.",
     ]
+
+
+speakers = st.sampled_from(["human", "ai", "ai-tools", "tool", "system"])
+
+
+def build(kinds: list[str]) -> list[BaseMessage]:
+    out: list[BaseMessage] = []
+    for i, kind in enumerate(kinds):
+        text = f"message {i} about topic {i % 3}"
+        if kind == "human":
+            out.append(HumanMessage(text, id=f"m{i}"))
+        elif kind == "ai":
+            out.append(AIMessage(text, id=f"m{i}"))
+        elif kind == "ai-tools":
+            out.append(AIMessage(text, id=f"m{i}", tool_calls=[{"name": "f", "args": {}, "id": f"c{i}"}]))
+        elif kind == "tool":
+            out.append(ToolMessage(text, tool_call_id=f"c{i}", id=f"m{i}"))
+        else:
+            out.append(SystemMessage(text, id=f"m{i}"))
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(kinds=st.lists(speakers, max_size=14), cuts=st.lists(st.integers(0, 14), max_size=5))
+def test_how_messages_are_batched_changes_nothing(kinds: list[str], cuts: list[int]) -> None:
+    messages = build(kinds)
+    whole = MemTreeChatMessageHistory(hashing_memory(), session_id="s")
+    whole.add_messages(messages)
+    pieces = MemTreeChatMessageHistory(hashing_memory(), session_id="s")
+    bounds = sorted({0, len(messages), *(c for c in cuts if c <= len(messages))})
+    for start, end in itertools.pairwise(bounds):
+        pieces.add_messages(messages[start:end])
+    assert pieces.messages == whole.messages == messages
+    assert leaf_texts(pieces.memory) == leaf_texts(whole.memory)
+    # every remembered line is a human or AI message's text, each at most once, in order
+    lines = [line for text in leaf_texts(whole.memory) for line in text.split("\n")]
+    spoken = [f"{speaker(m)}: {m.text}" for m in messages if speaker(m) is not None]
+    assert lines == spoken[: len(lines)]
+
+
+async def test_works_with_runnable_with_message_history_async() -> None:
+    memory = hashing_memory()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        chain = RunnableWithMessageHistory(
+            scripted("Hello Maya.", "You told me about Pepper."),
+            lambda session_id: MemTreeChatMessageHistory(memory, session_id=session_id),
+        )
+    config = {"configurable": {"session_id": "maya"}}
+    await chain.ainvoke([HumanMessage("Hi, my greyhound is Pepper.")], config=config)
+    await chain.ainvoke([HumanMessage("What did I tell you?")], config=config)
+    history = MemTreeChatMessageHistory(memory, session_id="maya")
+    assert [m.text for m in await history.aget_messages()] == [
+        "Hi, my greyhound is Pepper.",
+        "Hello Maya.",
+        "What did I tell you?",
+        "You told me about Pepper.",
+    ]
+    assert len(history.memory) == 2

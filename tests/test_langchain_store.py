@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
@@ -299,3 +300,15 @@ def test_an_agent_tool_writes_and_reads_the_store() -> None:
         {"text": "Maya works as a nurse."},
     ]
     assert result["messages"][-1].content == "Your greyhound is Pepper."
+
+
+def test_concurrent_puts_to_one_key_leave_exactly_the_last_value_indexed() -> None:
+    store = MemTreeStore(hashing_memory(), index={"fields": ["text"]})
+    texts = [f"version {i} of the shopping list: {'milk ' * i}eggs" for i in range(8)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(lambda text: store.put(("lists",), "shopping", {"text": text}), texts))
+    item = store.get(("lists",), "shopping")
+    assert item is not None and item.value["text"] in texts
+    tree = store.tree(("lists",))
+    assert [tree.get(leaf).text for leaf in tree.find(source_id="shopping")] == [item.value["text"]]
+    assert len(tree) == 1 and tree.check_integrity() == []
