@@ -90,7 +90,8 @@ class MemTreeMemoryMiddleware(AgentMiddleware):
             raise TypeError(f"memory must be a memtree.MemTree, got {type(memory).__name__}")
         if namespace is not None and not callable(namespace):
             namespace_key(namespace)  # a bad fixed namespace fails now, not mid-run
-        memory.config.with_options(k=k, token_budget=token_budget)  # validates both
+        # refuse bad retrieval options now rather than in the middle of a run
+        memory.config.with_options(k=k, token_budget=token_budget, mode=mode or memory.config.mode)
         self.memory = memory
         self.namespace = namespace
         self.k = k

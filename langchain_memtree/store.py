@@ -96,6 +96,8 @@ class MemTreeStore(BaseStore):
         # Items are indexed independently: equal texts of two items are two leaves
         # (no de-duplication), and search must see every leaf (no sentence dropping).
         config = memory.config.with_options(deduplicate=False, drop_repeated_sentences=False)
+        if mode is not None:
+            config.with_options(mode=mode)  # refuses an unknown mode now, not at the first search
         self._memories = memory.with_namespace(self.prefix, config=config)
         self.fields: list[str] = _index_fields(index)
         self._paths = _tokenized(self.fields)

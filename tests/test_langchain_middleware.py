@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langchain_core.tools import tool
@@ -168,3 +169,17 @@ def test_block_system_messages_get_a_text_block() -> None:
     content = recorder.calls[0][0].content
     assert isinstance(content, list) and content[0] == {"type": "text", "text": "Rules."}
     assert content[1]["text"].startswith(MEMORY_HEADER + "\n- (2024-04-28) User: My greyhound is called Pepper.")
+
+
+def test_bad_options_fail_at_construction() -> None:
+    memory = hashing_memory()
+    with pytest.raises(ValueError, match="k must be an integer >= 1"):
+        MemTreeMemoryMiddleware(memory=memory, k=0)
+    with pytest.raises(ValueError, match="token_budget must be an integer >= 1"):
+        MemTreeMemoryMiddleware(memory=memory, token_budget=-5)
+    with pytest.raises(ValueError, match="unknown mode 'beam'"):
+        MemTreeMemoryMiddleware(memory=memory, mode="beam")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="namespace must be a non-empty"):
+        MemTreeMemoryMiddleware(memory=memory, namespace=())
+    with pytest.raises(TypeError, match=r"memory must be a memtree\.MemTree"):
+        MemTreeMemoryMiddleware(memory=None)  # type: ignore[arg-type]

@@ -312,3 +312,11 @@ def test_concurrent_puts_to_one_key_leave_exactly_the_last_value_indexed() -> No
     tree = store.tree(("lists",))
     assert [tree.get(leaf).text for leaf in tree.find(source_id="shopping")] == [item.value["text"]]
     assert len(tree) == 1 and tree.check_integrity() == []
+
+
+def test_traversal_search_and_unknown_modes() -> None:
+    with pytest.raises(ValueError, match="unknown mode 'beam'"):
+        MemTreeStore(hashing_memory(), mode="beam")  # type: ignore[arg-type]
+    store = filled(mode="traversal")
+    results = store.search(("users",), query="Leo plays the cello in a string quartet.", limit=2)
+    assert keys(results)[0] == (("users", "leo"), "music") and results[0].score == pytest.approx(1.0, abs=1e-5)
