@@ -98,6 +98,7 @@ class MemTreeStore(BaseStore):
         config = memory.config.with_options(deduplicate=False, drop_repeated_sentences=False)
         if mode is not None:
             config.with_options(mode=mode)  # refuses an unknown mode now, not at the first search
+        self.memory = memory
         self._memories = memory.with_namespace(self.prefix, config=config)
         self.fields: list[str] = _index_fields(index)
         self._paths = _tokenized(self.fields)
@@ -115,9 +116,10 @@ class MemTreeStore(BaseStore):
         return [await arun(self._op_steps(op)) for op in _checked_ops(ops)]
 
     def tree(self, namespace: tuple[str, ...]) -> MemTree:
-        """The memory tree behind a LangGraph namespace (for a ``MemTreeRetriever``,
-        ``format_tree()`` or ``stats()``)."""
-        return self._memories.sibling(self._key(namespace))
+        """The memory tree behind a LangGraph namespace, with the memory's own
+        config, for reading: a ``MemTreeRetriever``, ``format_tree()``, ``stats()``.
+        Change items through the store, which keeps tree and items in step."""
+        return self.memory.sibling(self._key(namespace))
 
     # -- operations ----------------------------------------------------------------
 
