@@ -14,6 +14,7 @@ remembered as one round, across processes too.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import uuid
@@ -101,7 +102,7 @@ class MemTreeChatMessageHistory(BaseChatMessageHistory):
 
     def _read_steps(self) -> Procedure[list[BaseMessage]]:
         records = yield Call(self.memory.store, "get_records", (self.namespace, MESSAGES))
-        return messages_from_dict(list(records.values()))
+        return messages_from_dict([_deserialize(record) for record in records.values()])
 
     # -- writing -------------------------------------------------------------------
 
@@ -144,7 +145,7 @@ class MemTreeChatMessageHistory(BaseChatMessageHistory):
         found = (yield Call(store, "get_records", (ns, MESSAGES, missing))) if missing else {}
         logged = {**found, **known}
         keys = [key for key in keys if key in logged]
-        messages = messages_from_dict([logged[key] for key in keys])
+        messages = messages_from_dict([_deserialize(logged[key]) for key in keys])
         exchanges, rest = split_exchanges(messages, self.granularity)
         for exchange in exchanges:
             text = exchange_text([messages[i] for i in exchange])
@@ -179,17 +180,38 @@ def _checked(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
 
 
 def _serialize(message: BaseMessage) -> dict[str, Any]:
-    """``message_to_dict``, checked to be JSON (what every store can keep)."""
+    """The log record of a message: ``message_to_dict``, or for the rare message whose
+    text no durable store can hold as JSON (NUL characters, lone surrogates), that
+    dict as escaped JSON in base64, so it still comes back exactly as given."""
     data = message_to_dict(message)
     try:
-        json.dumps(data, allow_nan=False)
+        text = json.dumps(data, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError):
         try:
             data = {"type": message.type, "data": message.model_dump(mode="json")}
-            json.dumps(data, allow_nan=False)
+            text = json.dumps(data, ensure_ascii=False, allow_nan=False)
         except (TypeError, ValueError, PydanticSerializationError) as error:
             raise TypeError(
                 f"message {message.id or message.type!r} holds data that cannot be stored as JSON ({error}); "
                 "convert it (e.g. bytes to base64 text) before adding it"
             ) from None
+    if "\\u0000" in text or not _is_utf8(text):
+        return {_ENCODED: base64.b64encode(json.dumps(data).encode("ascii")).decode("ascii")}
     return data
+
+
+def _deserialize(record: dict[str, Any]) -> dict[str, Any]:
+    if _ENCODED in record:
+        return json.loads(base64.b64decode(record[_ENCODED]))  # type: ignore[no-any-return]
+    return record
+
+
+_ENCODED = "escaped_json_base64"
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -346,9 +346,16 @@ def _checked_value(value: Any) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise TypeError(f"item values must be dicts, got {type(value).__name__}")
     try:
-        return json.loads(json.dumps(dict(value), ensure_ascii=False, allow_nan=False))  # type: ignore[no-any-return]
+        text = json.dumps(dict(value), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as error:
         raise TypeError(f"item values must be JSON-serializable: {error}") from None
+    if "\\u0000" in text:
+        raise ValueError("item value contains a NUL character (\\x00), which durable stores cannot hold; remove it")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(f"item value is not valid Unicode ({error.reason}); fix the text before storing") from None
+    return json.loads(text)  # type: ignore[no-any-return]
 
 
 def _item(

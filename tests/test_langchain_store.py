@@ -226,6 +226,10 @@ def test_bad_input_is_refused_clearly() -> None:
         store.put(("n",), "k", {"a": 1}, ttl=5)
     with pytest.raises(TypeError, match="JSON-serializable"):
         store.put(("n",), "k", {"when": datetime.now()})
+    with pytest.raises(ValueError, match="NUL character"):
+        store.put(("n",), "k", {"text": "a\x00b"})
+    with pytest.raises(ValueError, match="not valid Unicode"):
+        store.put(("n",), "k", {"text": "lone \udc80"})
     with pytest.raises(TypeError, match="must be dicts"):
         store.batch([PutOp(("n",), "k", ["not", "a", "dict"])])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"unsupported filter operator '\$in'"):
