@@ -349,13 +349,23 @@ def _checked_value(value: Any) -> dict[str, Any]:
         text = json.dumps(dict(value), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as error:
         raise TypeError(f"item values must be JSON-serializable: {error}") from None
-    if "\\u0000" in text:
+    if _has_nul(value):
         raise ValueError("item value contains a NUL character (\\x00), which durable stores cannot hold; remove it")
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as error:
         raise ValueError(f"item value is not valid Unicode ({error.reason}); fix the text before storing") from None
     return json.loads(text)  # type: ignore[no-any-return]
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, Mapping):
+        return any(_has_nul(key) or _has_nul(item) for key, item in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(_has_nul(item) for item in value)
+    return False
 
 
 def _item(
