@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import threading
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -80,3 +81,26 @@ async def _acall(call: Call) -> Any:
     if twin is not None and inspect.iscoroutinefunction(twin):
         return await twin(*call.args, **call.kwargs)
     return await asyncio.to_thread(getattr(call.target, call.method), *call.args, **call.kwargs)
+
+
+class WriteLock:
+    """A lock for procedures: the sync driver takes it blocking, the async driver by
+    polling, so a cancelled coroutine never ends up holding it.
+
+    Use it as ``yield Call(lock, "acquire")`` then ``try: ... finally: lock.release()``.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def acquire(self) -> None:
+        self._lock.acquire()
+
+    async def aacquire(self) -> None:
+        delay = 0.001
+        while not self._lock.acquire(blocking=False):
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+    def release(self) -> None:
+        self._lock.release()

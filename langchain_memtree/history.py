@@ -17,7 +17,9 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import threading
 import uuid
+import weakref
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -27,7 +29,7 @@ from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
 from pydantic_core import PydanticSerializationError
 
-from langchain_memtree._calls import Call, Procedure, arun, run
+from langchain_memtree._calls import Call, Procedure, WriteLock, arun, run
 from langchain_memtree.messages import Granularity, check_granularity, exchange_text, split_exchanges
 from memtree import MemTree
 from memtree.inputs import TimeLike
@@ -129,6 +131,14 @@ class MemTreeChatMessageHistory(BaseChatMessageHistory):
         entries = {uuid.uuid4().hex: _serialize(message) for message in _checked(messages)}
         if not entries:
             return
+        lock = _session_lock(self.memory)
+        yield Call(lock, "acquire")
+        try:
+            yield from self._append_steps(entries)
+        finally:
+            lock.release()
+
+    def _append_steps(self, entries: dict[str, dict[str, Any]]) -> Procedure[None]:
         store, ns = self.memory.store, self.namespace
         pending = yield Call(store, "get_records", (ns, PENDING, ["keys"]))
         waiting: list[str] = list(pending.get("keys", {}).get("keys", []))
@@ -168,6 +178,20 @@ class MemTreeChatMessageHistory(BaseChatMessageHistory):
                 },
             )
         yield Call(store, "put_records", (ns, PENDING, {"keys": {"keys": [keys[i] for i in rest]}}))
+
+
+_SESSION_LOCKS: weakref.WeakKeyDictionary[MemTree, WriteLock] = weakref.WeakKeyDictionary()
+_SESSION_LOCKS_GUARD = threading.Lock()
+
+
+def _session_lock(memory: MemTree) -> WriteLock:
+    """One lock per session handle (``MemTree.sibling`` shares handles), so adds to a
+    session in this process take turns and the pending record is never lost."""
+    with _SESSION_LOCKS_GUARD:
+        lock = _SESSION_LOCKS.get(memory)
+        if lock is None:
+            lock = _SESSION_LOCKS[memory] = WriteLock()
+        return lock
 
 
 def _checked(messages: Sequence[BaseMessage]) -> list[BaseMessage]:

@@ -19,11 +19,9 @@ process; the store's own locks serialize writers to one tree across processes.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
-import threading
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -45,7 +43,7 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
-from langchain_memtree._calls import Call, Procedure, arun, run
+from langchain_memtree._calls import Call, Procedure, WriteLock, arun, run
 from langchain_memtree._text import storable
 from langchain_memtree.filters import check_filter, matches, namespace_matches
 from memtree import MemTree
@@ -103,7 +101,7 @@ class MemTreeStore(BaseStore):
         self.fields: list[str] = _index_fields(index)
         self._paths = _tokenized(self.fields)
         self.mode = mode
-        self._write_lock = _WriteLock()
+        self._write_lock = WriteLock()
 
     # -- the LangGraph interface --------------------------------------------------
 
@@ -383,23 +381,3 @@ def _item(
     if result is SearchItem:
         return SearchItem(tuple(namespace), key, record["value"], score=score, **times)
     return Item(value=record["value"], key=key, namespace=tuple(namespace), **times)
-
-
-class _WriteLock:
-    """A lock the sync driver takes blocking and the async driver takes by polling,
-    so a cancelled coroutine never ends up holding it."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-
-    def acquire(self) -> None:
-        self._lock.acquire()
-
-    async def aacquire(self) -> None:
-        delay = 0.001
-        while not self._lock.acquire(blocking=False):
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.05)
-
-    def release(self) -> None:
-        self._lock.release()
