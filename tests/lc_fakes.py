@@ -9,7 +9,7 @@ from typing import Any
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import Runnable
 
 from memtree import HashingEmbedder, MemTree, MemTreeConfig
@@ -39,3 +39,27 @@ class PromptRecorder(BaseCallbackHandler):
 def hashing_memory(**kwargs: Any) -> MemTree:
     """A fast memory (feature hashing, fixed θ0, extractive summaries)."""
     return MemTree(embedder=HashingEmbedder(64), config=MemTreeConfig(theta0=0.2), **kwargs)
+
+
+def conversation() -> list[BaseMessage]:
+    """A chat with a system prompt, a tool loop and an image: what real chats contain."""
+    return [
+        SystemMessage("You are a helpful assistant.", id="s1"),
+        HumanMessage("What's the weather in Oslo?", id="h1", name="Maya"),
+        AIMessage(
+            content=[{"type": "text", "text": "Let me check."}],
+            id="a1",
+            tool_calls=[{"name": "weather", "args": {"city": "Oslo"}, "id": "call-1"}],
+        ),
+        ToolMessage("12°C and rain", tool_call_id="call-1", id="t1"),
+        AIMessage("It is 12°C and raining in Oslo.", id="a2"),
+        HumanMessage(
+            content=[
+                {"type": "text", "text": "Here is my greyhound Pepper."},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+            ],
+            id="h2",
+            name="Maya",
+        ),
+        AIMessage("Pepper looks lovely!", id="a3"),
+    ]

@@ -15,36 +15,13 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables.history import RunnableWithMessageHistory
-from lc_fakes import PromptRecorder, hashing_memory, scripted
+from lc_fakes import PromptRecorder, conversation, hashing_memory, scripted
 
 from langchain_memtree import MemTreeChatMessageHistory, MemTreeRetriever
 from langchain_memtree.history import MESSAGES
 from langchain_memtree.messages import speaker
 from memtree import HashingEmbedder, InMemoryStore, MemTree, MemTreeConfig
 from memtree.embed import Matrix
-
-
-def conversation() -> list[BaseMessage]:
-    return [
-        SystemMessage("You are a helpful assistant.", id="s1"),
-        HumanMessage("What's the weather in Oslo?", id="h1", name="Maya"),
-        AIMessage(
-            content=[{"type": "text", "text": "Let me check."}],
-            id="a1",
-            tool_calls=[{"name": "weather", "args": {"city": "Oslo"}, "id": "call-1"}],
-        ),
-        ToolMessage("12°C and rain", tool_call_id="call-1", id="t1"),
-        AIMessage("It is 12°C and raining in Oslo.", id="a2"),
-        HumanMessage(
-            content=[
-                {"type": "text", "text": "Here is my greyhound Pepper."},
-                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
-            ],
-            id="h2",
-            name="Maya",
-        ),
-        AIMessage("Pepper looks lovely!", id="a3"),
-    ]
 
 
 def leaf_texts(memory: MemTree) -> list[str]:

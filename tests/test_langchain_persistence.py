@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from langchain.agents import create_agent
-from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-from lc_fakes import PromptRecorder, scripted
+from langchain_core.messages import AIMessage, HumanMessage
+from lc_fakes import PromptRecorder, conversation, scripted
 
 from langchain_memtree import MEMORY_HEADER, MemTreeChatMessageHistory, MemTreeMemoryMiddleware, MemTreeStore
 from memtree import HashingEmbedder, MemTree, MemTreeConfig
@@ -16,19 +16,7 @@ def open_memory(location: str | Path) -> MemTree:
     return MemTree.open(location, embedder=HashingEmbedder(64), config=MemTreeConfig(theta0=0.2))
 
 
-MESSAGES = [
-    HumanMessage("What's the weather in Oslo?", id="h1", name="Maya"),
-    AIMessage("", id="a1", tool_calls=[{"name": "weather", "args": {"city": "Oslo"}, "id": "c1"}]),
-    ToolMessage("12°C and rain", tool_call_id="c1", id="t1"),
-    AIMessage("It is 12°C and raining in Oslo.", id="a2"),
-    HumanMessage(
-        content=[
-            {"type": "text", "text": "This is Pepper."},
-            {"type": "image_url", "image_url": {"url": "https://x/p.png"}},
-        ],
-        id="h2",
-    ),
-]
+MESSAGES = conversation()[:-1]  # ends with a user message still waiting for its answer
 
 
 def round_trip_history(location: str | Path) -> None:
@@ -38,15 +26,15 @@ def round_trip_history(location: str | Path) -> None:
         history = MemTreeChatMessageHistory(memory, session_id="maya")
         assert history.messages == MESSAGES
         assert [leaf.text for leaf in history.memory.leaves()] == [
-            "Maya: What's the weather in Oslo?\nAssistant: It is 12°C and raining in Oslo."
+            "Maya: What's the weather in Oslo?\nAssistant: Let me check.\nAssistant: It is 12°C and raining in Oslo."
         ]
         history.add_ai_message(AIMessage("What a handsome greyhound!", id="a3"))  # completes the pending round
     with open_memory(location) as memory:
         history = MemTreeChatMessageHistory(memory, session_id="maya")
-        assert [m.id for m in history.messages] == ["h1", "a1", "t1", "a2", "h2", "a3"]
+        assert [m.id for m in history.messages] == ["s1", "h1", "a1", "t1", "a2", "h2", "a3"]
         assert [leaf.text for leaf in history.memory.leaves()][
             -1
-        ] == "User: This is Pepper.\nAssistant: What a handsome greyhound!"
+        ] == "Maya: Here is my greyhound Pepper.\nAssistant: What a handsome greyhound!"
         history.clear()
     with open_memory(location) as memory:
         history = MemTreeChatMessageHistory(memory, session_id="maya")
