@@ -1,4 +1,8 @@
-"""The ``memtree`` command."""
+"""The ``memtree`` command: the app, its global options and ``demo``.
+
+The other commands live in ``memtree/commands/`` (one small module each) and are
+registered below; sub-apps (``bench``) are added with ``app.add_typer``.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,9 @@ import logging
 import sys
 
 import typer
+
+from memtree.commands import add, backup, query, repair, show, stats
+from memtree.commands.common import cli_errors, set_verbose
 
 app = typer.Typer(
     help="memtree: long-term memory for LLM applications as a dynamic tree.",
@@ -19,20 +26,40 @@ app = typer.Typer(
 def main_options(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what memtree does.")) -> None:
     level = logging.INFO if verbose else logging.WARNING
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    set_verbose(verbose)
 
 
 @app.command()
+@cli_errors
 def demo(
     k: int = typer.Option(4, "-k", help="Results per question."),
     budget: int = typer.Option(160, "--budget", help="Token budget per answer context."),
     depth: int = typer.Option(3, "--depth", help="Deepest level of the tree to print."),
+    html: str | None = typer.Option(
+        None, "--html", help="Also write the tree as a page to browse, with the questions' results highlighted."
+    ),
 ) -> None:
     """Build a memory from a sample conversation offline, print its tree and answer three questions."""
-    from memtree.demo import run_demo
+    from memtree.demo import load_demo_conversation, run_demo
     from memtree.tree import MemTree
 
     with MemTree() as memory:
         run_demo(memory, sys.stdout, k=k, token_budget=budget, max_depth=depth)
+        if html is not None:
+            _, questions = load_demo_conversation()
+            page = memory.to_html(queries=questions, k=k, expand_depth=2, title="memtree demo")
+            with open(html, "w", encoding="utf-8") as file:
+                file.write(page)
+            print(f"\nWrote the tree to {html}: open it in a browser.")
+
+
+app.command()(add.add)
+app.command()(query.query)
+app.command()(show.show)
+app.command()(stats.stats)
+app.command()(backup.export)
+app.command(name="import")(backup.import_)
+app.command()(repair.repair)
 
 
 def main() -> None:

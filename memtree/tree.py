@@ -67,6 +67,11 @@ from memtree.store.memory import InMemoryStore
 from memtree.text import count_words, require_text
 from memtree.usage import recording
 from memtree.viz import format_tree
+from memtree.viz.dot import to_dot
+from memtree.viz.graphviz import ImageFormat, render_dot
+from memtree.viz.html import HtmlQuery, to_html
+from memtree.viz.mermaid import to_mermaid
+from memtree.viz.picture import Direction
 
 logger = logging.getLogger(__name__)
 
@@ -678,6 +683,89 @@ class MemTree:
         self._maybe_refresh()
         with self._rw.read():
             return format_tree(self._state, max_depth=max_depth, width=width)
+
+    def to_mermaid(
+        self, *, max_depth: int | None = None, width: int = 80, line_width: int = 28, direction: Direction = "LR"
+    ) -> str:
+        """The tree as a Mermaid ``flowchart`` (paste it into Markdown between
+        ```` ```mermaid ```` fences). Each box shows a title (leaf count, or a leaf's
+        date) over the first ``width`` characters of the node's text, wrapped at
+        ``line_width``; below ``max_depth`` a "… N more below" box stands in."""
+        self._maybe_refresh()
+        with self._rw.read():
+            return to_mermaid(self._state, max_depth=max_depth, width=width, line_width=line_width, direction=direction)
+
+    def to_dot(
+        self, *, max_depth: int | None = None, width: int = 80, line_width: int = 28, direction: Direction = "LR"
+    ) -> str:
+        """The tree as a Graphviz DOT ``digraph`` (same boxes as :meth:`to_mermaid`;
+        in SVG output each box's tooltip is its full text)."""
+        self._maybe_refresh()
+        with self._rw.read():
+            return to_dot(self._state, max_depth=max_depth, width=width, line_width=line_width, direction=direction)
+
+    def to_png(self, path: str | os.PathLike[str] | None = None, **options: Any) -> bytes:
+        """The :meth:`to_dot` picture drawn as PNG by Graphviz; written to ``path`` if given.
+
+        Takes :meth:`to_dot`'s keyword options. Raises
+        :class:`~memtree.viz.GraphvizNotFoundError` (naming ``apt-get install
+        graphviz``) when the ``dot`` program is not installed.
+        """
+        return self._render("png", path, options)
+
+    def to_svg(self, path: str | os.PathLike[str] | None = None, **options: Any) -> str:
+        """The :meth:`to_dot` picture drawn as SVG by Graphviz (see :meth:`to_png`)."""
+        return self._render("svg", path, options).decode("utf-8")
+
+    def _render(self, image_format: ImageFormat, path: str | os.PathLike[str] | None, options: dict[str, Any]) -> bytes:
+        image = render_dot(self.to_dot(**options), image_format)
+        if path is not None:
+            with open(path, "wb") as file:
+                file.write(image)
+        return image
+
+    def to_html(
+        self,
+        *,
+        queries: str | Sequence[str] = (),
+        k: int | None = None,
+        mode: str | None = None,
+        expand_depth: int = 1,
+        max_depth: int | None = None,
+        title: str | None = None,
+    ) -> str:
+        """One self-contained HTML page to browse the tree: no server, no network.
+
+        The tree opens to ``expand_depth`` and every node opens and closes; a click
+        shows a node's full text and metadata. The page's search box matches words
+        (BM25 over the node texts: the page has no embedding model), and each of
+        ``queries`` is answered here by :meth:`retrieve` (``k``, ``mode``) so the page
+        can highlight exactly the nodes this memory retrieves for it. ``max_depth``
+        leaves deeper nodes out (for very large trees).
+
+        Example::
+
+            Path("tree.html").write_text(memory.to_html(queries=["Where did Leo eat ramen?"]))
+        """
+        asked = [queries] if isinstance(queries, str) else list(queries)
+        answered = [
+            HtmlQuery(
+                query, [(hit.id, hit.score) for hit in self.retrieve(query, k=k, mode=mode)], mode or self.config.mode
+            )
+            for query in asked
+        ]
+        name = "/".join(self.namespace)
+        self._maybe_refresh()
+        with self._rw.read():
+            return to_html(
+                self._state,
+                title=title or f"memtree · {name}",
+                namespace=name,
+                queries=answered,
+                expand_depth=expand_depth,
+                max_depth=max_depth,
+                k=k or self.config.k,
+            )
 
     def stats(self) -> TreeStats:
         """Size, shape and cost counters (see :class:`~memtree.stats.TreeStats`)."""

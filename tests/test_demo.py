@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -19,7 +22,7 @@ def test_demo_conversation_is_about_sixty_dated_turns() -> None:
 
 
 @pytest.mark.slow
-def test_demo_runs_offline_and_answers() -> None:
+def test_demo_runs_offline_and_answers(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI")}
     env.update(
         HF_HUB_OFFLINE="1",
@@ -29,7 +32,11 @@ def test_demo_runs_offline_and_answers() -> None:
         HTTPS_PROXY="http://127.0.0.1:9",
     )
     done = subprocess.run(
-        [sys.executable, "-m", "memtree", "demo"], capture_output=True, text=True, env=env, timeout=300
+        [sys.executable, "-m", "memtree", "demo", "--html", str(tmp_path / "demo.html")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr
     out = done.stdout
@@ -40,3 +47,7 @@ def test_demo_runs_offline_and_answers() -> None:
     assert "ramen" in q2
     assert "knee" in q3
     assert "Traceback" not in done.stderr
+    page = (tmp_path / "demo.html").read_text(encoding="utf-8")
+    data = json.loads(re.search(r'id="memtree-data">(.*?)</script>', page, re.S).group(1))  # type: ignore[union-attr]
+    assert len(data["queries"]) == 3 and all(query["hits"] for query in data["queries"])
+    assert data["stats"]["leaves"] == 69

@@ -1,4 +1,4 @@
-"""Pictures of a tree: an indented text outline (Mermaid, DOT and HTML come alongside)."""
+"""The tree as an indented text outline (for terminals, logs and ``memtree show``)."""
 
 from __future__ import annotations
 

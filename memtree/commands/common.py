@@ -1,0 +1,238 @@
+"""What every ``memtree`` command shares: the database and namespace options,
+opening the memory, ``KEY=VALUE`` arguments, and the error boundary.
+
+The boundary turns the errors a user can cause (a missing file, a malformed
+line, a database of another program, a bad option value) into one clear line on
+stderr and exit status 1, never a traceback. Anything else is a bug: it is
+reported the same way with a hint, and ``memtree --verbose`` shows its traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, ParamSpec, TypeVar
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from memtree.embed import Embedder, HashingEmbedder
+from memtree.models.openai import MissingAPIKeyError
+from memtree.models.resolve import resolve_embedder
+from memtree.retry import ModelResponseError
+from memtree.store.base import NamespaceKey, namespace_key
+from memtree.tree import MemTree
+from memtree.viz.graphviz import GraphvizNotFoundError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+DEFAULT_DB = "memtree.db"
+
+DbOption = Annotated[
+    str,
+    typer.Option(
+        "--db",
+        envvar="MEMTREE_DB",
+        help="The memory: a SQLite file (created by `add` and `import`) or a postgresql:// DSN.",
+        show_default=True,
+    ),
+]
+NamespaceOption = Annotated[
+    str,
+    typer.Option(
+        "--namespace",
+        "-n",
+        envvar="MEMTREE_NAMESPACE",
+        help="Which tree in the database (one per user, session, agent…); `users/alice` is a nested namespace.",
+    ),
+]
+EmbedderOption = Annotated[
+    str | None,
+    typer.Option(
+        "--embedder",
+        envvar="MEMTREE_EMBEDDER",
+        help=(
+            "Embedding model: `local` (all-MiniLM-L6-v2, offline), `local:NAME_OR_PATH` (a sentence-transformers "
+            "model), `openai[:MODEL]` (needs OPENAI_API_KEY), or `hashing[:DIM]` (instant, NOT semantic: for "
+            "trials and tests). Use the same one every time for a given memory. Default: memtree's default "
+            "(OpenAI when OPENAI_API_KEY is set, else local)."
+        ),
+        show_default=False,
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+_state = {"verbose": False}
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class CliError(Exception):
+    """An expected failure: shown as one line on stderr, exit status ``code``."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def set_verbose(verbose: bool) -> None:
+    _state["verbose"] = verbose
+
+
+EXPECTED_ERRORS: tuple[type[BaseException], ...] = (
+    ValueError,  # bad values, malformed files, incompatible databases (IncompatibleStoreError is one)
+    TypeError,
+    KeyError,
+    OSError,  # files and folders, sockets (PostgreSQL)
+    TimeoutError,
+    GraphvizNotFoundError,
+    MissingAPIKeyError,
+    ModelResponseError,  # a model that kept failing after retries
+    ImportError,  # an optional dependency (psycopg, openai…) that is not installed
+)
+SERVICE_MODULES = ("openai", "httpx", "psycopg", "psycopg_pool")
+"""Errors raised by these clients (refused connections, bad credentials, server errors)
+come from the user's environment, not from a bug in memtree."""
+
+
+def _expected(error: BaseException) -> bool:
+    if isinstance(error, EXPECTED_ERRORS):
+        return True
+    return type(error).__module__.split(".")[0] in SERVICE_MODULES
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    """Print ``memtree: error: message`` on stderr and return the exit to raise."""
+    err.print(f"[bold red]memtree: error:[/] {escape(message)}")
+    return typer.Exit(code)
+
+
+EMBEDDER_MISMATCH = "use the embedder this memory was built with"
+
+
+def _describe(error: BaseException) -> str:
+    message = str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
+    if EMBEDDER_MISMATCH in message:
+        message += " (choose it with --embedder or MEMTREE_EMBEDDER)"
+    return message or type(error).__name__
+
+
+def cli_errors(command: Callable[P, R]) -> Callable[P, R]:
+    """Run a command inside the error boundary described in the module docstring."""
+
+    @functools.wraps(command)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return command(*args, **kwargs)
+        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+            raise
+        except CliError as error:
+            raise fail(str(error), error.code) from None
+        except Exception as error:  # noqa: BLE001 - the boundary: a bug still gets a clear report
+            if _expected(error):
+                if _state["verbose"]:
+                    err.print_exception()
+                raise fail(_describe(error)) from None
+            if _state["verbose"]:
+                err.print_exception()
+                raise typer.Exit(1) from None
+            raise fail(
+                f"unexpected {type(error).__name__}: {_describe(error)} "
+                "(this is a bug in memtree; run `memtree --verbose …` to see the traceback and please report it)"
+            ) from None
+
+    return run
+
+
+def parse_namespace(text: str) -> NamespaceKey:
+    """``alice`` -> ``("alice",)``; ``users/alice`` -> ``("users", "alice")``."""
+    return namespace_key(tuple(text.split("/")))
+
+
+def namespace_text(key: NamespaceKey) -> str:
+    return "/".join(key)
+
+
+def parse_embedder(spec: str | None) -> Embedder | None:
+    """The embedder an ``--embedder`` value names (``None``: memtree's default).
+
+    ``hashing[:DIM]`` is handled here; every other name (``local[:MODEL]``,
+    ``openai[:MODEL]``) goes to the engine's resolver, so the CLI accepts exactly
+    the names ``MemTree(embedder=...)`` does.
+    """
+    if spec is None or not spec.strip():
+        return None
+    kind, _, argument = spec.strip().partition(":")
+    if kind == "hashing":
+        if not argument:
+            return HashingEmbedder()
+        if not argument.isdigit():
+            raise CliError(f"--embedder hashing:DIM needs a whole number of dimensions, got {argument!r}")
+        return HashingEmbedder(int(argument))
+    try:
+        return resolve_embedder(spec.strip())
+    except TypeError:
+        raise CliError(
+            f"unknown --embedder {spec!r}; use local, local:MODEL, openai, openai:MODEL, hashing or hashing:DIM"
+        ) from None
+
+
+def parse_pairs(pairs: list[str] | None, option: str) -> dict[str, Any]:
+    """``["speaker=Maya", "session=3"]`` -> ``{"speaker": "Maya", "session": 3}``.
+
+    A value that reads as JSON (a number, ``true``, ``null``, a quoted string, a
+    list) is taken as that JSON value; anything else is a string.
+    """
+    out: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise CliError(f"{option} takes KEY=VALUE, got {pair!r}")
+        try:
+            value: Any = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        out[key.strip()] = value
+    return out
+
+
+def is_postgres(db: str) -> bool:
+    return db.lower().startswith(("postgresql://", "postgres://"))
+
+
+@contextmanager
+def open_memory(db: str, namespace: str, embedder: str | None = None, *, create: bool = False) -> Iterator[MemTree]:
+    """The memory at ``db`` (closed afterwards).
+
+    Without ``create``, a SQLite file that does not exist is an error rather than
+    a new empty database, so a mistyped ``--db`` is caught.
+    """
+    key = parse_namespace(namespace)
+    if not is_postgres(db):
+        path = Path(db)
+        if not create and not path.exists():
+            raise CliError(
+                f"no memory at {db} (the file does not exist); add something first with `memtree add`, "
+                "or point --db (or MEMTREE_DB) at your memory"
+            )
+        if path.is_dir():
+            raise CliError(f"{db} is a folder; --db takes the path of a memory file, e.g. {path / DEFAULT_DB}")
+    chosen = parse_embedder(embedder)
+    options: dict[str, Any] = {"namespace": key}
+    if chosen is not None:
+        options["embedder"] = chosen
+    memory = MemTree.open(db, **options)
+    try:
+        yield memory
+    finally:
+        memory.close()
+
+
+def print_json(data: Any) -> None:
+    """JSON on stdout (UTF-8, not ASCII-escaped), one document."""
+    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n")

@@ -1,0 +1,148 @@
+"""The HTML tree view, written by ``memtree show --format html``, in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_runner import as_json, memtree, ok
+from headless import browser  # noqa: F401 - a fixture
+from tree_facts import FACTS as SHARED_FACTS
+
+FACTS = [
+    *SHARED_FACTS,
+    'A tricky note: <script>window.__pwned = 1</script> "quoted" & <b>bold</b>',
+]
+QUESTION = "Where did Leo eat ramen in Kyoto?"
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A memory, its page (with QUESTION answered) and what the CLI says about both."""
+    folder = tmp_path_factory.mktemp("html")
+    db = folder / "memory.db"
+    ok(memtree("add", *FACTS, "--meta", "source=chat", "--timestamp", "2024-05-01", db=db))
+    page = folder / "tree.html"
+    ok(memtree("show", "--format", "html", "--query", QUESTION, "-k", "4", "--out", page, db=db))
+    return {
+        "page": page,
+        "hits": as_json(memtree("query", QUESTION, "-k", "4", "--json", db=db)),
+        "stats": as_json(memtree("stats", "--json", db=db)),
+    }
+
+
+@pytest.fixture
+def page(browser: Any, made: dict[str, Any]) -> Any:  # noqa: F811
+    opened = browser.new_page(viewport={"width": 1400, "height": 900})
+    problems: list[str] = []
+    opened.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+    opened.on("console", lambda message: problems.append(f"console: {message.text}") if message.type == "error" else 0)
+    opened.on("request", lambda request: problems.append(request.url) if not request.url.startswith("file:") else 0)
+    opened.goto(made["page"].as_uri())
+    yield opened
+    opened.close()
+    assert problems == [], "the page must work offline without errors"
+
+
+def data(page: Any) -> dict[str, Any]:
+    return json.loads(page.locator("#memtree-data").text_content())  # type: ignore[no-any-return]
+
+
+def hit_ids(page: Any) -> list[str]:
+    ranked = page.eval_on_selector_all(
+        "#tree li.hit",
+        "items => items.map(li => [li.querySelector(':scope > .row > .rank').textContent, li.dataset.id])",
+    )
+    return [node_id for _, node_id in sorted(ranked, key=lambda pair: int(re.match(r"#(\d+)", pair[0]).group(1)))]
+
+
+def visible_rows(page: Any) -> int:
+    return page.eval_on_selector_all(  # type: ignore[no-any-return]
+        "#tree li.node[data-index]", "items => items.filter(li => li.offsetParent !== null).length"
+    )
+
+
+def test_page_shows_the_root_children_and_the_retrieved_nodes(page: Any, made: dict[str, Any], tmp_path: Path) -> None:
+    tree = data(page)
+    top = page.eval_on_selector_all("#tree > li.node", "items => items.map(li => li.dataset.id)")
+    assert len(top) == made["stats"]["root_children"]
+    assert top == [tree["nodes"][child]["id"] for child in tree["nodes"][0]["children"]]
+    assert page.locator("#root-row").text_content() == f"root · {len(FACTS)} leaves"
+    # The question given to `show --query` is answered by memtree's retriever, exactly as `query` answers it.
+    assert page.locator("#search").input_value() == QUESTION
+    assert hit_ids(page) == [hit["id"] for hit in made["hits"]]
+    assert page.locator("#results li").count() == len(made["hits"])
+    assert "retrieved by memtree" in page.locator("#search-info").text_content()
+    shot = tmp_path / "tree-view.png"
+    page.screenshot(path=str(shot))
+    assert shot.read_bytes().startswith(b"\x89PNG") and shot.stat().st_size > 10_000
+
+
+def test_clicking_a_node_shows_its_full_text_and_metadata(page: Any, tmp_path: Path) -> None:
+    text = "Leo ate chicken ramen with yuzu in Kyoto."
+    page.click("#expand-all")
+    page.locator("#tree li.node.leaf", has_text=text).locator(":scope > .row").click()
+    details = page.locator("#detail-body")
+    assert details.locator(".fulltext").text_content() == text
+    fields = details.locator(".fields").text_content()
+    assert "meta · source" in fields and "chat" in fields and "2024-05-01" in fields
+    page.screenshot(path=str(tmp_path / "clicked.png"))
+    tricky = FACTS[-1]
+    page.fill("#search", "tricky note")
+    page.press("#search", "Enter")
+    page.locator("#tree li.hit.leaf > .row").first.click()
+    assert details.locator(".fulltext").text_content() == tricky
+    assert page.evaluate("window.__pwned") is None
+    assert page.locator("#detail-body b").count() == 0, "stored text is shown as text, never as markup"
+
+
+def test_search_box_highlights_the_nodes_a_lexical_query_finds(page: Any) -> None:
+    page.fill("#search", "bicycles")
+    page.press("#search", "Enter")
+    found = hit_ids(page)
+    assert found
+    texts = {node["id"]: node["text"] for node in data(page)["nodes"]}
+    assert all("bicycles" in texts[node_id].lower() for node_id in found)
+    containing = [node_id for node_id, text in texts.items() if "bicycles" in text.lower()]
+    assert sorted(found) == sorted(containing)
+    assert "lexical" in page.locator("#search-info").text_content()
+    for node_id in found:  # every highlighted node is visible: its ancestors were opened
+        assert page.locator(f'#tree li[data-id="{node_id}"] > .row').is_visible()
+    page.fill("#search", "")
+    page.press("#search", "Enter")
+    assert page.locator("#tree li.hit").count() == 0
+
+
+def test_tree_opens_and_closes_by_node_and_by_level(page: Any, made: dict[str, Any]) -> None:
+    nodes = made["stats"]["nodes"]
+    page.fill("#search", "")
+    page.press("#search", "Enter")
+    page.click("#collapse-all")
+    assert visible_rows(page) == made["stats"]["root_children"]
+    page.click("#expand-all")
+    assert visible_rows(page) == nodes
+    page.fill("#depth", "1")
+    assert visible_rows(page) == made["stats"]["root_children"]
+    summary = page.locator("#tree > li.node.summary").first
+    children = len(data(page)["nodes"][int(summary.get_attribute("data-index"))]["children"])
+    summary.locator(":scope > .row > .caret").click()
+    assert visible_rows(page) == made["stats"]["root_children"] + children
+    summary.locator(":scope > .row > .caret").click()
+    assert visible_rows(page) == made["stats"]["root_children"]
+
+
+def test_keyboard_moves_the_selection_and_opens_nodes(page: Any, made: dict[str, Any]) -> None:
+    page.click("#collapse-all")
+    top = page.eval_on_selector_all("#tree > li.node", "items => items.map(li => li.dataset.id)")
+    page.locator(f'#tree li[data-id="{top[0]}"] > .row').click()
+    page.keyboard.press("ArrowDown")
+    assert page.locator("#tree .row.selected").locator("xpath=..").get_attribute("data-id") == top[1]
+    summary = page.locator("#tree > li.node.summary").first
+    summary.locator(":scope > .row").click()
+    page.keyboard.press("ArrowRight")
+    assert "open" in summary.get_attribute("class")
+    page.keyboard.press("ArrowLeft")
+    assert "open" not in summary.get_attribute("class")
