@@ -14,7 +14,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -371,10 +371,24 @@ class MemTree:
             node = self._state.nodes.get(node_id)
             if node is None:
                 raise KeyError(f"no node with id {node_id!r} in namespace {self.namespace!r}")
-            out = node.copy()
-            if node.id == ROOT_ID:  # the stored root does not count; the state does
-                out.leaf_count = self._state.leaf_total
-            return out
+            return self._copy_out(node)
+
+    def get_many(self, node_ids: Iterable[str]) -> dict[str, Node]:
+        """Copies of those of ``node_ids`` that exist, by id, read from one snapshot.
+
+        Ids not in the tree are left out instead of raising, so a caller resolving
+        the ``leaf_ids`` of a retrieval result tolerates a delete that happened since.
+        """
+        self._maybe_refresh()
+        with self._rw.read():
+            nodes = self._state.nodes
+            return {node_id: self._copy_out(nodes[node_id]) for node_id in node_ids if node_id in nodes}
+
+    def _copy_out(self, node: Node) -> Node:
+        out = node.copy()
+        if node.id == ROOT_ID:  # the stored root does not count; the state does
+            out.leaf_count = self._state.leaf_total
+        return out
 
     def find(self, *, source_id: str) -> list[str]:
         """Ids of the leaves stored with this ``source_id``, oldest first."""
