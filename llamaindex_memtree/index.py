@@ -212,6 +212,12 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
             items.append(item)
         return items, replaced
 
+    def delete_nodes(self, node_ids: list[str], delete_from_docstore: bool = False, **delete_kwargs: Any) -> None:
+        """Remove the nodes' leaves; their ancestors are rewritten from what remains."""
+        # A copy: deleting from the docstore edits the very list delete_ref_doc passes
+        # (its RefDocInfo.node_ids), which would skip every other node.
+        super().delete_nodes(list(node_ids), delete_from_docstore=delete_from_docstore, **delete_kwargs)
+
     def _delete_node(self, node_id: str, **delete_kwargs: Any) -> None:
         for leaf_id in self._memory.find(source_id=node_id):
             self._memory.delete(leaf_id)
@@ -221,7 +227,7 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
     ) -> None:
         """Async :meth:`delete_nodes`: remove the nodes' leaves; their ancestors are
         rewritten from what remains."""
-        for node_id in node_ids:
+        for node_id in list(node_ids):  # a copy, as in delete_nodes
             for leaf_id in self._memory.find(source_id=node_id):
                 await self._memory.adelete(leaf_id)
             if delete_from_docstore:
