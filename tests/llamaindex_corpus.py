@@ -45,5 +45,3 @@ def sentence_splitter() -> SentenceSplitter:
 def make_memory() -> MemTree:
     """Lexical embeddings, a low fixed θ0 (topics group) and no deduplication."""
     return MemTree(embedder=HashingEmbedder(256), config=MemTreeConfig(theta0=0.2, deduplicate=False))
-
-

@@ -91,5 +91,5 @@ def test_messages_without_text_are_not_stored_and_empty_input_reads_nothing() ->
 
 
 def test_block_refuses_something_that_is_not_a_memory() -> None:
-    with pytest.raises(TypeError, match="memory must be a memtree.MemTree"):
+    with pytest.raises(TypeError, match=r"memory must be a memtree\.MemTree"):
         MemTreeMemoryBlock(memory={"not": "a tree"})

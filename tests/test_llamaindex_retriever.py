@@ -141,5 +141,5 @@ def test_retriever_over_a_bare_memory_builds_nodes_from_leaves() -> None:
     assert "msg-1" in ids  # a leaf with a source id is named by it
     first = next(r for r in results if r.node.node_id == "msg-1")
     assert first.node.metadata["speaker"] == "Maya"
-    with pytest.raises(TypeError, match="memory must be a memtree.MemTree"):
+    with pytest.raises(TypeError, match=r"memory must be a memtree\.MemTree"):
         MemTreeRetriever("not a memory")  # type: ignore[arg-type]
