@@ -176,8 +176,7 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
         with self._callback_manager.as_trace("ainsert_nodes"):
             await self.docstore.async_add_documents(nodes, allow_update=True)
             items, replaced = self._changes(nodes)
-            for leaf_id in replaced:
-                await self._memory.adelete(leaf_id)
+            await self._memory.adelete_many(replaced)
             await self._memory.aadd_many(**_columns(items))
             await self._storage_context.index_store.async_add_index_struct(self._index_struct)
 
@@ -191,8 +190,7 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
 
     def _insert(self, nodes: Sequence[BaseNode], **insert_kwargs: Any) -> None:
         items, replaced = self._changes(nodes)
-        for leaf_id in replaced:
-            self._memory.delete(leaf_id)
+        self._memory.delete_many(replaced)
         self._memory.add_many(**_columns(items))
 
     def _changes(self, nodes: Sequence[BaseNode]) -> tuple[list[Item], list[str]]:
@@ -213,26 +211,33 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
         return items, replaced
 
     def delete_nodes(self, node_ids: list[str], delete_from_docstore: bool = False, **delete_kwargs: Any) -> None:
-        """Remove the nodes' leaves; their ancestors are rewritten from what remains."""
-        # A copy: deleting from the docstore edits the very list delete_ref_doc passes
-        # (its RefDocInfo.node_ids), which would skip every other node.
-        super().delete_nodes(list(node_ids), delete_from_docstore=delete_from_docstore, **delete_kwargs)
-
-    def _delete_node(self, node_id: str, **delete_kwargs: Any) -> None:
-        for leaf_id in self._memory.find(source_id=node_id):
-            self._memory.delete(leaf_id)
+        """Remove the nodes' leaves in one change; their ancestors are rewritten once
+        each from what remains."""
+        node_ids = list(node_ids)  # delete_ref_doc passes a list the docstore edits as it deletes
+        with self._callback_manager.as_trace("delete_nodes"):
+            self._memory.delete_many(self._leaves_of(node_ids))
+            if delete_from_docstore:
+                for node_id in node_ids:
+                    self.docstore.delete_document(node_id, raise_error=False)
+            self._storage_context.index_store.add_index_struct(self._index_struct)
 
     async def adelete_nodes(
         self, node_ids: list[str], delete_from_docstore: bool = False, **delete_kwargs: Any
     ) -> None:
-        """Async :meth:`delete_nodes`: remove the nodes' leaves; their ancestors are
-        rewritten from what remains."""
-        for node_id in list(node_ids):  # a copy, as in delete_nodes
-            for leaf_id in self._memory.find(source_id=node_id):
-                await self._memory.adelete(leaf_id)
+        """Async :meth:`delete_nodes`."""
+        node_ids = list(node_ids)
+        with self._callback_manager.as_trace("adelete_nodes"):
+            await self._memory.adelete_many(self._leaves_of(node_ids))
             if delete_from_docstore:
-                await self.docstore.adelete_document(node_id, raise_error=False)
-        await self._storage_context.index_store.async_add_index_struct(self._index_struct)
+                for node_id in node_ids:
+                    await self.docstore.adelete_document(node_id, raise_error=False)
+            await self._storage_context.index_store.async_add_index_struct(self._index_struct)
+
+    def _delete_node(self, node_id: str, **delete_kwargs: Any) -> None:
+        self._memory.delete_many(self._leaves_of([node_id]))
+
+    def _leaves_of(self, node_ids: Sequence[str]) -> list[str]:
+        return [leaf_id for node_id in node_ids for leaf_id in self._memory.find(source_id=node_id)]
 
     # -- reading ---------------------------------------------------------------------
 

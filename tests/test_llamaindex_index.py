@@ -95,7 +95,10 @@ def test_delete_ref_doc_removes_its_leaves_and_every_trace_in_summaries() -> Non
     gone = {fold(s) for s in split_sentences(DOCUMENTS["dog-2"])}
     assert gone <= all_sentences(memory)
     node_ids = index.ref_doc_info["dog-2"].node_ids
+    calls = memory.stats().aggregation_calls
     index.delete_ref_doc("dog-2", delete_from_docstore=True)
+    summaries = sum(1 for node in memory.walk() if not node.is_root and not node.is_leaf)
+    assert 0 < memory.stats().aggregation_calls - calls <= summaries  # one change, each summary rewritten once
     assert all(memory.find(source_id=node_id) == [] for node_id in node_ids)
     assert not gone & all_sentences(memory)  # no summary keeps the deleted text
     assert len(memory) == 12
