@@ -25,9 +25,9 @@ class MemTreeMemoryBlock(BaseMemoryBlock[str]):
     Each message flushed from short-term memory becomes one leaf,
     ``"<role>: <text>"``, with metadata ``role`` and ``session_id``. Reading the
     block retrieves, for the text of the last ``retrieval_context_window``
-    messages (the current input last), up to ``similarity_top_k`` memories whose
-    joined text fits ``token_limit`` tokens (counted by the memory's
-    ``config.token_counter``), one per line.
+    messages (the current input last), up to ``similarity_top_k`` memories scoring
+    at least ``min_score`` whose joined text fits ``token_limit`` tokens (counted by
+    the memory's ``config.token_counter``), one per line.
 
     ``memory`` defaults to an in-memory tree with ``Settings``' models when set,
     else the offline defaults; pass ``MemTree.open(path)`` to keep it across runs.
@@ -44,6 +44,7 @@ class MemTreeMemoryBlock(BaseMemoryBlock[str]):
     similarity_top_k: int = Field(default=10, gt=0, description="Most memories this block returns.")
     mode: str | None = Field(default=None, description="'collapsed' or 'traversal'; None: the memory's default.")
     retrieval_context_window: int = Field(default=1, gt=0, description="Latest messages the query is made of.")
+    min_score: float | None = Field(default=None, description="Least similarity a memory needs; None: the memory's.")
 
     @field_validator("memory", mode="before")
     @classmethod
@@ -59,7 +60,7 @@ class MemTreeMemoryBlock(BaseMemoryBlock[str]):
         if not query.strip():
             return ""
         hits = await self.memory.aretrieve(
-            query, k=self.similarity_top_k, token_budget=self.token_limit, mode=self.mode
+            query, k=self.similarity_top_k, token_budget=self.token_limit, mode=self.mode, min_score=self.min_score
         )
         return "\n".join(hit.context for hit in hits)
 

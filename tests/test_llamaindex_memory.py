@@ -93,3 +93,13 @@ def test_messages_without_text_are_not_stored_and_empty_input_reads_nothing() ->
 def test_block_refuses_something_that_is_not_a_memory() -> None:
     with pytest.raises(TypeError, match=r"memory must be a memtree\.MemTree"):
         MemTreeMemoryBlock(memory={"not": "a tree"})
+
+
+def test_min_score_keeps_unrelated_memories_out(chat: Memory) -> None:
+    block = block_of(chat)
+    question = [ChatMessage(role="user", content="Where did I eat tonkotsu ramen?")]
+    everything = asyncio.run(block.aget(question)).split("\n")
+    block.min_score = 0.3
+    relevant = asyncio.run(block.aget(question)).split("\n")
+    assert relevant == ["user: I ate tonkotsu ramen in Kyoto last spring."]
+    assert len(everything) > len(relevant)
