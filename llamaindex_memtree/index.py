@@ -11,11 +11,14 @@ stores). Everything tree-shaped is the engine's: this class only translates.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from typing import Any
 
 from llama_index.core.callbacks.base import CallbackManager
+from llama_index.core.data_structs.data_structs import IndexStruct
 from llama_index.core.indices.base import BaseIndex
+from llama_index.core.indices.registry import INDEX_STRUCT_TYPE_TO_INDEX_CLASS
 from llama_index.core.schema import BaseNode, Document, IndexNode, TransformComponent
 from llama_index.core.storage.docstore.types import RefDocInfo
 from llama_index.core.storage.storage_context import StorageContext
@@ -79,8 +82,7 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
     ) -> None:
         if index_struct is not None and not isinstance(index_struct, MemTreeIndexStruct):
             raise TypeError(
-                f"this storage holds a {type(index_struct).__name__} (index type "
-                f"{index_struct.get_type()!r}), not a MemTreeIndex; load it with "
+                f"this storage holds {_describe(index_struct)}, not a MemTreeIndex; load it with "
                 "llama_index.core.load_index_from_storage, or build a MemTreeIndex with from_documents"
             )
         if memory is not None and not isinstance(memory, MemTree):
@@ -132,6 +134,42 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
             transformations=transformations,
             **kwargs,
         )
+
+    @classmethod
+    def from_persist_dir(
+        cls,
+        persist_dir: str | os.PathLike[str],
+        *,
+        index_id: str | None = None,
+        memory: MemTree | None = None,
+        **kwargs: Any,
+    ) -> MemTreeIndex:
+        """Load a MemTreeIndex that ``storage_context.persist(persist_dir)`` saved.
+
+        The same as ``load_index_from_storage(StorageContext.from_defaults(
+        persist_dir=...), memory=...)``, but it raises a ``ValueError`` naming what
+        the directory holds when that is another index type, or several indexes
+        without ``index_id``.
+        """
+        storage_context = StorageContext.from_defaults(persist_dir=os.fspath(persist_dir))
+        if index_id is not None:
+            struct = storage_context.index_store.get_index_struct(index_id)
+            if struct is None:
+                raise ValueError(f"{os.fspath(persist_dir)!r} holds no index with id {index_id!r}")
+            candidates = [struct]
+        else:
+            candidates = storage_context.index_store.index_structs()
+        ours = [struct for struct in candidates if isinstance(struct, MemTreeIndexStruct)]
+        if not ours:
+            found = ", ".join(_describe(struct) for struct in candidates) or "no index at all"
+            raise ValueError(
+                f"{os.fspath(persist_dir)!r} holds {found}, not a MemTreeIndex; load other index types "
+                "with llama_index.core.load_index_from_storage"
+            )
+        if len(ours) > 1:
+            ids = ", ".join(repr(struct.index_id) for struct in ours)
+            raise ValueError(f"{os.fspath(persist_dir)!r} holds several MemTreeIndexes ({ids}); pass index_id=")
+        return cls(index_struct=ours[0], storage_context=storage_context, memory=memory, **kwargs)
 
     @property
     def memory(self) -> MemTree:
@@ -283,6 +321,14 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
             object_map=self._object_map,
             **options,
         )
+
+
+def _describe(struct: IndexStruct) -> str:
+    """``a SummaryIndex (index type 'list')``, for error messages."""
+    kind = struct.get_type()
+    index_cls = INDEX_STRUCT_TYPE_TO_INDEX_CLASS.get(kind)
+    name = index_cls.__name__ if index_cls is not None else type(struct).__name__
+    return f"a {name} (index type {getattr(kind, 'value', kind)!r})"
 
 
 def _reopen(struct: MemTreeIndexStruct, storage_context: StorageContext, memory: MemTree | None) -> MemTree:
