@@ -62,9 +62,9 @@ class TreeSnapshotStore(SimpleVectorStore):
         self.capture()
         super().persist(persist_path, fs=fs)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, **kwargs: Any) -> dict[str, Any]:
         self.capture()
-        return super().to_dict()
+        return super().to_dict(**kwargs)
 
 
 def attach_snapshot(storage_context: StorageContext, key: str, memory: MemTree) -> None:
