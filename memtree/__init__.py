@@ -14,7 +14,7 @@ from memtree.config import MemTreeConfig
 from memtree.embed import Embedder, HashingEmbedder, LocalEmbedder
 from memtree.node import ROOT_ID, Node, RetrievedNode
 from memtree.stats import TreeStats
-from memtree.store import InMemoryStore, NamespaceInfo, Store
+from memtree.store import IncompatibleStoreError, InMemoryStore, NamespaceInfo, PostgresStore, SQLiteStore, Store
 from memtree.tree import MemTree
 
 __version__ = "0.1.0"
@@ -28,13 +28,16 @@ __all__ = [
     "ExtractiveAggregator",
     "HashingEmbedder",
     "InMemoryStore",
+    "IncompatibleStoreError",
     "LLMAggregator",
     "LocalEmbedder",
     "MemTree",
     "MemTreeConfig",
     "NamespaceInfo",
     "Node",
+    "PostgresStore",
     "RetrievedNode",
+    "SQLiteStore",
     "Store",
     "TreeStats",
     "__version__",

@@ -65,14 +65,22 @@ class VectorIndex:
     def upsert(
         self,
         ids: Sequence[str],
-        vectors: Matrix,
+        vectors: Matrix | Sequence[Vector],
         is_leaf: Sequence[bool],
         timestamps: Sequence[float | None],
     ) -> None:
-        """Write these rows: overwrite the ids already present, append the others."""
-        vectors = np.ascontiguousarray(vectors, dtype=np.float32).reshape(len(ids), self.dimension)
+        """Write these rows: overwrite the ids already present, append the others.
+
+        ``vectors`` is an ``(n, d)`` matrix or a sequence of ``n`` vectors.
+        """
         times = np.array([np.nan if t is None else t for t in timestamps], dtype=np.float64)
         leaf_flags = np.asarray(is_leaf, dtype=bool)
+        if not self._ids and len(ids) > 1 and len(set(ids)) == len(ids):
+            self._load(ids, vectors, leaf_flags, times)
+            return
+        if not isinstance(vectors, np.ndarray):
+            vectors = np.stack(vectors) if len(vectors) else np.zeros((0, self.dimension), dtype=np.float32)
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32).reshape(len(ids), self.dimension)
         new_rows: list[int] = []
         rows = self._rows()
         for i, node_id in enumerate(ids):
@@ -94,6 +102,28 @@ class VectorIndex:
             self._ids.extend(fresh)
             self._is_leaf.extend(leaf_flags[new_rows])
             self._time.extend(times[new_rows])
+
+    def _load(
+        self, ids: Sequence[str], vectors: Matrix | Sequence[Vector], leaf_flags: Mask, times: np.ndarray
+    ) -> None:
+        """Fill an empty index (a reopen): vectors are copied once, straight into
+        FAISS's storage, and the slot table is built in one go."""
+        count = len(ids)
+        self._faiss.codes.resize(count * self.dimension * 4)
+        self._faiss.ntotal = count
+        rows = self._rows()
+        try:
+            if isinstance(vectors, np.ndarray):
+                rows[:] = vectors.reshape(count, self.dimension)
+            else:
+                np.stack(vectors, out=rows)
+        except (ValueError, TypeError):
+            self._faiss.reset()
+            raise ValueError(f"upsert needs {count} vectors of dimension {self.dimension}") from None
+        self._ids = list(ids)
+        self._slot = dict(zip(self._ids, range(count), strict=True))
+        self._is_leaf.extend(leaf_flags)
+        self._time.extend(times)
 
     def remove(self, ids: Iterable[str]) -> None:
         """Remove rows by moving the last row into each hole (O(d) per id)."""

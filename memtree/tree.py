@@ -12,19 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar
 
 import numpy as np
 
-from memtree import calibration
+from memtree import backup, calibration
 from memtree.aggregate import Aggregator, ExtractiveAggregator, LLMAggregator, LLMCallable
 from memtree.config import RETRIEVAL_MODES, MemTreeConfig
 from memtree.embed import Embedder, LocalEmbedder, Matrix, check_embeddings
+from memtree.gcpause import paused_gc
 from memtree.index import VectorIndex
 from memtree.inputs import Item, TimeLike, make_item, to_time_range
 from memtree.integrity import integrity_problems
@@ -54,6 +56,7 @@ from memtree.store.base import (
     WriteTransaction,
     namespace_key,
 )
+from memtree.store.location import open_store
 from memtree.store.memory import InMemoryStore
 from memtree.text import require_text
 from memtree.viz import format_tree
@@ -145,7 +148,33 @@ class MemTree:
         self._counters = Counters()
         self._last_refresh = 0.0
         self._closed = False
+        self._owns_store = False
         self.refresh(force=True)
+
+    @classmethod
+    def open(cls, location: str | os.PathLike[str], *, namespace: Namespace = "default", **kwargs: Any) -> MemTree:
+        """Open a durable memory: a SQLite file (created if missing) or, for a
+        ``postgresql://`` / ``postgres://`` DSN, a PostgreSQL database.
+
+        The memory owns that store: :meth:`close` (or leaving a ``with`` block)
+        closes it, so siblings from :meth:`with_namespace` must be done by then.
+        Every other keyword goes to :class:`MemTree`.
+
+        Example::
+
+            with MemTree.open("memory.db", namespace=("users", "alice")) as memory:
+                memory.add("Alice's sister is called Rosa.")
+        """
+        if "store" in kwargs:
+            raise TypeError("MemTree.open makes the store from location; to pass a store, use MemTree(store=...)")
+        store = open_store(location)
+        try:
+            memory = cls(store=store, namespace=namespace, **kwargs)
+        except BaseException:
+            store.close()
+            raise
+        memory._owns_store = True
+        return memory
 
     # -- siblings and lifecycle ----------------------------------------------------
 
@@ -173,11 +202,15 @@ class MemTree:
         return existed
 
     def close(self) -> None:
-        """Stop worker threads. The store is the caller's to close if they passed it."""
+        """Stop worker threads, and close the store if this memory opened it
+        (:meth:`open`); a store passed in is the caller's to close."""
         self._closed = True
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+        if self._owns_store:
+            self._owns_store = False
+            self.store.close()
 
     def __enter__(self) -> MemTree:
         return self
@@ -383,6 +416,56 @@ class MemTree:
         """Async :meth:`repair`."""
         return await self._awrite(self._repair_steps)
 
+    # -- backups ---------------------------------------------------------------------------
+
+    def export_jsonl(self, target: str | os.PathLike[str] | TextIO) -> int:
+        """Write this namespace (tree and records) as a JSONL backup to a path or text
+        stream; return the number of nodes written. The format is documented in
+        :mod:`memtree.backup`: human-readable, embeddings included, no pickle."""
+        return backup.export_jsonl(self, target)
+
+    def import_jsonl(self, source: str | os.PathLike[str] | TextIO, *, skip_bad: bool = False) -> int:
+        """Restore a JSONL backup into this namespace, which must be empty; return the
+        number of nodes imported. Nothing is re-embedded. The whole file is checked
+        first: a problem raises ``ValueError("line N: ...")`` and imports nothing,
+        unless ``skip_bad=True`` skips bad lines (with a warning) and routes leaves
+        that lost their summaries in again. The tree is written in one transaction,
+        records and re-routed leaves after it: if an import is interrupted, delete
+        the namespace and import again."""
+        return backup.import_jsonl(self, source, skip_bad=skip_bad)
+
+    def _snapshot(self) -> tuple[list[Node], NamespaceInfo]:
+        """Copies of every node (root first, parents before children) and the
+        namespace info, as of one commit."""
+        self.refresh()
+        with self._rw.read():
+            info = self._state.info
+            settings = dict(info.settings)
+            return [node.copy() for node in self._state.walk()], NamespaceInfo(info.dimension, info.embedder, settings)
+
+    def _restore(self, nodes: list[Node], info: NamespaceInfo) -> None:
+        """Write a whole checked tree into this (empty) namespace in one transaction."""
+        self._write(lambda transaction: self._restore_steps(transaction, nodes, info))
+
+    def _restore_steps(self, transaction: WriteTransaction, nodes: list[Node], info: NamespaceInfo) -> _Steps[None]:
+        leaves = self._state.leaf_total
+        kinds = self.store.record_kinds(self.namespace)
+        if leaves or kinds:
+            held = f"{leaves} leaves" + (f" and records ({', '.join(kinds)})" if kinds else "")
+            raise ValueError(
+                f"namespace {self.namespace!r} is not empty ({held}); import into a new namespace "
+                "or delete this one first (delete_namespace())"
+            )
+        self._commit(transaction, nodes, [], info)
+        yield from ()
+
+    def _reinsert_leaf(self, leaf: Node) -> None:
+        """Route a stored leaf in again with its own id, times and embedding."""
+        item = Item(leaf.text, dict(leaf.metadata), leaf.timestamp, leaf.source_id)
+        assert leaf.embedding is not None
+        embedding = leaf.embedding
+        self._write(lambda transaction: self._insert_steps(transaction, item, embedding, restore=leaf))
+
     # -- reading the tree -------------------------------------------------------------
 
     def get(self, node_id: str) -> Node:
@@ -505,7 +588,7 @@ class MemTree:
             self.refresh()
 
     def _catch_up(self, read: Callable[[int], ChangeBatch]) -> None:
-        with self._sync_lock:
+        with self._sync_lock, paused_gc():
             batch = read(self._state.seq)
             if batch.generation != self._state.generation and self._state.seq > 0:
                 batch = read(0)  # the namespace was deleted and made again: start over
@@ -529,7 +612,7 @@ class MemTree:
             if embedded:
                 self._index.upsert(
                     [node.id for node in embedded],
-                    np.stack([node.embedding for node in embedded]),  # type: ignore[misc]
+                    [node.embedding for node in embedded],  # type: ignore[misc]
                     [node.is_leaf for node in embedded],
                     [node.timestamp for node in embedded],
                 )
@@ -581,21 +664,23 @@ class MemTree:
     async def _awrite(self, steps: Callable[[WriteTransaction], _Steps[T]]) -> T:
         """Async :meth:`_write`. Waiting for the store's writer lock happens in a
         worker thread, so other coroutines keep running (and may hold that lock)."""
-        transaction = await asyncio.to_thread(self.store.begin, self.namespace)
+        transaction = await _begin_in_thread(self.store, self.namespace)
         try:
             self._catch_up(transaction.read_changes)
             return await self._adrive(steps(transaction))
         finally:
             transaction.rollback()  # a no-op once committed
 
-    def _insert_steps(self, transaction: WriteTransaction, item: Item, embedding: Vector) -> _Steps[str]:
+    def _insert_steps(
+        self, transaction: WriteTransaction, item: Item, embedding: Vector, restore: Node | None = None
+    ) -> _Steps[str]:
         info = self._state.info
         if info.dimension is not None and embedding.shape[0] != info.dimension:
             raise ValueError(
                 f"embedding dimension {embedding.shape[0]} does not match this memory's "
                 f"{info.dimension}; use the embedder this memory was built with"
             )
-        if self.config.deduplicate:
+        if self.config.deduplicate and restore is None:
             existing = self._state.leaf_by_text.get(item.text)
             if existing is not None:
                 return existing
@@ -614,6 +699,12 @@ class MemTree:
                 now=now,
             )
             upserts = [] if self._state.root is not None else [root_node(now)]
+        if restore is not None:  # a leaf coming back from a backup keeps who it is
+            plan.leaf.id, plan.leaf.created_at, plan.leaf.updated_at = (
+                restore.id,
+                restore.created_at,
+                restore.updated_at,
+            )
         yield from self._write_summaries(plan.jobs, plan.summaries, fallback=plan.fallback_texts())
         self._commit(transaction, [*upserts, *plan.nodes()], [], new_info)
         self._counters.add("inserts")
@@ -835,6 +926,33 @@ class MemTree:
         self._counters.add("aggregation_calls", len(jobs))
         if self.aggregator.calls_model:
             self._counters.add("llm_calls", len(jobs))
+
+
+async def _begin_in_thread(store: Store, namespace: NamespaceKey) -> WriteTransaction:
+    """``store.begin`` in a worker thread. If the waiting coroutine is cancelled, the
+    transaction the thread opens anyway is rolled back, so its lock is never left held
+    (a held SQLite or PostgreSQL write lock would block every other writer)."""
+    guard = threading.Lock()
+    outcome: dict[str, Any] = {"abandoned": False, "transaction": None}
+
+    def begin() -> WriteTransaction:
+        transaction = store.begin(namespace)
+        with guard:
+            if outcome["abandoned"]:
+                transaction.rollback()
+            else:
+                outcome["transaction"] = transaction
+        return transaction
+
+    try:
+        return await asyncio.get_running_loop().run_in_executor(None, begin)
+    except asyncio.CancelledError:
+        with guard:
+            outcome["abandoned"] = True
+            opened = outcome["transaction"]
+        if opened is not None:
+            opened.rollback()
+        raise
 
 
 def _make_items(

@@ -59,3 +59,22 @@ def local_embedder():
     embedder = LocalEmbedder()
     embedder.embed(["warm up"])
     return embedder
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A throwaway PostgreSQL server for the whole session (skips if none can start)."""
+    from pg_server import PostgresServer, PostgresUnavailable
+
+    try:
+        server = PostgresServer().start()
+    except PostgresUnavailable as error:
+        pytest.skip(str(error))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def postgres_dsn(postgres_server) -> str:
+    """The DSN of a fresh, empty database on the session's PostgreSQL server."""
+    return postgres_server.create_database()

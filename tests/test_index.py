@@ -78,3 +78,25 @@ def test_large_filtered_search_uses_faiss_selector_and_stays_exact() -> None:
 def test_dimension_must_be_positive() -> None:
     with pytest.raises(ValueError):
         VectorIndex(0)
+
+
+def test_a_bulk_load_equals_row_by_row_inserts_and_stays_updatable() -> None:
+    rng = np.random.default_rng(2)
+    vectors = unit_rows(rng, 50, 8)
+    ids = [f"n{i}" for i in range(50)]
+    bulk, single = VectorIndex(8), VectorIndex(8)
+    bulk.upsert(ids, list(vectors), [i % 2 == 0 for i in range(50)], [float(i) for i in range(50)])
+    for i, node_id in enumerate(ids):
+        single.upsert([node_id], vectors[i : i + 1], [i % 2 == 0], [float(i)])
+    assert list(bulk.ids) == ids
+    np.testing.assert_array_equal(bulk.all_vectors(), single.all_vectors())
+    query = vectors[3]
+    window = (10.0, 30.0)
+    assert bulk.search(query, 5, bulk.mask(leaves_only=True, time_range=window)) == single.search(
+        query, 5, single.mask(leaves_only=True, time_range=window)
+    )
+    bulk.remove(["n0", "n10"])
+    bulk.upsert(["n1", "new"], unit_rows(rng, 2, 8), [True, True], [None, None])
+    assert len(bulk) == 49 and "new" in bulk and "n10" not in bulk
+    with pytest.raises(ValueError, match="2 vectors of dimension 8"):
+        VectorIndex(8).upsert(["a", "b"], [np.ones(8, np.float32), np.ones(4, np.float32)], [True, True], [None, None])

@@ -10,16 +10,26 @@ from memtree.store.base import (
     WriteTransaction,
     namespace_key,
 )
+from memtree.store.codec import CorruptDataError
+from memtree.store.location import open_store
 from memtree.store.memory import InMemoryStore
+from memtree.store.migrations import IncompatibleStoreError
+from memtree.store.postgres import PostgresStore
+from memtree.store.sqlite import SQLiteStore
 
 __all__ = [
     "DEFAULT_NAMESPACE",
     "ChangeBatch",
+    "CorruptDataError",
     "InMemoryStore",
+    "IncompatibleStoreError",
     "Namespace",
     "NamespaceInfo",
     "NamespaceKey",
+    "PostgresStore",
+    "SQLiteStore",
     "Store",
     "WriteTransaction",
     "namespace_key",
+    "open_store",
 ]

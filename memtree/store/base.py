@@ -64,6 +64,43 @@ def decode_namespace(text: str) -> NamespaceKey:
     return tuple(json.loads(text))
 
 
+def encode_records(kind: str, records: Mapping[str, JSONDict | None]) -> dict[str, str | None]:
+    """Check records before anything is written and return them as JSON text.
+
+    Kinds and keys are non-empty text without NUL (PostgreSQL cannot store it);
+    values are JSON objects or ``None`` (delete). Raises ``TypeError`` or
+    ``ValueError`` naming the offending key.
+    """
+    check_record_name(kind, "record kind")
+    if not isinstance(records, Mapping):
+        raise TypeError(f"records must be a dict of key -> dict (or None), got {type(records).__name__}")
+    encoded: dict[str, str | None] = {}
+    for key, value in records.items():
+        check_record_name(key, "record key")
+        if value is None:
+            encoded[key] = None
+            continue
+        if not isinstance(value, Mapping):
+            raise TypeError(f"record {key!r} must be a dict (or None to delete it), got {type(value).__name__}")
+        try:
+            text = json.dumps(dict(value), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        except (TypeError, ValueError) as error:
+            raise TypeError(f"record {key!r} is not JSON-serializable: {error}") from None
+        if "\\u0000" in text:
+            raise ValueError(f"record {key!r} contains a NUL character (\\x00); remove it before storing")
+        encoded[key] = text
+    return encoded
+
+
+def check_record_name(name: object, what: str) -> str:
+    """A record kind or key: non-empty ``str`` without NUL."""
+    if not isinstance(name, str):
+        raise TypeError(f"{what} must be a str, got {type(name).__name__}")
+    if not name or "\x00" in name:
+        raise ValueError(f"{what} must be non-empty text without NUL, got {name!r}")
+    return name
+
+
 def new_generation() -> str:
     """A token that changes when a namespace is deleted and created again."""
     return uuid.uuid4().hex
@@ -153,6 +190,10 @@ class Store(ABC):
     @abstractmethod
     def delete_records(self, namespace: NamespaceKey, kind: str) -> int:
         """Delete every record of one kind; return how many there were."""
+
+    @abstractmethod
+    def record_kinds(self, namespace: NamespaceKey) -> list[str]:
+        """The kinds of record a namespace holds, sorted (for backups)."""
 
     def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release connections and files."""

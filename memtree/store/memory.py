@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import json
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +16,8 @@ from memtree.store.base import (
     NamespaceKey,
     Store,
     WriteTransaction,
+    check_record_name,
+    encode_records,
     new_generation,
 )
 
@@ -77,7 +80,8 @@ class InMemoryStore(Store):
         return space is not None and _holds_data(space)
 
     def put_records(self, namespace: NamespaceKey, kind: str, records: Mapping[str, JSONDict | None]) -> None:
-        staged = {key: copy.deepcopy(value) for key, value in records.items()}
+        encoded = encode_records(kind, records)
+        staged = {key: None if text is None else json.loads(text) for key, text in encoded.items()}
         space = self._space(namespace)
         with self._data_lock:
             table = space.records.setdefault(kind, {})
@@ -88,16 +92,24 @@ class InMemoryStore(Store):
                     table[key] = value
 
     def get_records(self, namespace: NamespaceKey, kind: str, keys: Sequence[str] | None = None) -> dict[str, JSONDict]:
+        check_record_name(kind, "record kind")
         space = self._space(namespace)
         with self._data_lock:
             table = space.records.get(kind, {})
-            chosen = table if keys is None else {key: table[key] for key in keys if key in table}
-            return copy.deepcopy(dict(chosen))
+            if keys is None:
+                return copy.deepcopy(table)
+            wanted = set(keys)
+            return {key: copy.deepcopy(value) for key, value in table.items() if key in wanted}
 
     def delete_records(self, namespace: NamespaceKey, kind: str) -> int:
         space = self._space(namespace)
         with self._data_lock:
             return len(space.records.pop(kind, {}))
+
+    def record_kinds(self, namespace: NamespaceKey) -> list[str]:
+        space = self._space(namespace)
+        with self._data_lock:
+            return sorted(kind for kind, table in space.records.items() if table)
 
 
 def _holds_data(space: _Namespace) -> bool:

@@ -1,0 +1,528 @@
+"""JSONL backups of one namespace: portable, human-readable, restorable without re-embedding.
+
+Format ``memtree-jsonl`` version 1, UTF-8, one JSON object per line:
+
+1. A header::
+
+       {"format": "memtree-jsonl", "version": 1, "namespace": ["users", "alice"],
+        "dimension": 384, "embedder": "LocalEmbedder(...)", "settings": {...},
+        "vector_encoding": "base64 little-endian float32", "nodes": 57, "records": 3,
+        "memtree_version": "0.1.0", "exported_at": "2025-01-31T12:00:00+00:00"}
+
+   ``nodes`` and ``records`` count the lines that follow, so a truncated file is
+   noticed. ``settings`` is engine state that must survive (the calibrated θ0).
+2. One line per node, root first, every parent before its children::
+
+       {"type": "node", "id": "…", "parent": "root", "text": "…", "depth": 1,
+        "is_leaf": true, "leaf_count": 1, "created_at": 1706700000.0,
+        "updated_at": 1706700000.0, "timestamp": null, "metadata": {}, "source_id": null,
+        "stale": false, "embedding": "<base64>", "leaf_sum": null}
+
+   Times are POSIX seconds (UTC). ``embedding`` and ``leaf_sum`` (the sum of the
+   leaf embeddings below a summary) are base64 of ``dimension`` little-endian
+   float32 values; the root has neither. Decode one in Python with
+   ``numpy.frombuffer(base64.b64decode(s), "<f4")``.
+3. One line per record (adapters' JSON documents beside the tree), in the order
+   they were first written::
+
+       {"type": "record", "kind": "messages", "key": "000001", "value": {...}}
+
+Importing validates the whole file before writing anything and reports problems
+as ``ValueError("line 7: …")``. With ``skip_bad=True`` bad lines are skipped
+(with a warning naming them); top-level branches that lost a node are dropped and
+their surviving leaves are routed in again with their stored embeddings (same
+ids, nothing re-embedded; summaries above them are aggregated anew).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import os
+import tempfile
+import warnings
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+import numpy as np
+
+from memtree.index import VectorIndex
+from memtree.inputs import to_metadata
+from memtree.integrity import integrity_problems
+from memtree.node import ROOT_ID, JSONDict, Node, Vector
+from memtree.planning import root_node
+from memtree.state import TreeState
+from memtree.store.base import ChangeBatch, NamespaceInfo, check_record_name, namespace_key
+from memtree.store.codec import VECTOR_DTYPE, vector_bytes
+from memtree.text import require_text
+
+if TYPE_CHECKING:
+    from memtree.tree import MemTree
+
+FORMAT = "memtree-jsonl"
+VERSION = 1
+VECTOR_ENCODING = "base64 little-endian float32"
+
+_NODE_FIELDS = {"type", *(item.name for item in fields(Node) if item.name != "children")}
+_RECORD_FIELDS = {"type", "kind", "key", "value"}
+_MAX_SHOWN = 20
+
+
+# -- export -------------------------------------------------------------------------------
+
+
+def export_jsonl(memory: MemTree, target: str | os.PathLike[str] | TextIO) -> int:
+    """Write ``memory``'s namespace to ``target`` (a path or a text stream); return the
+    number of nodes written. A path is written to a temporary file first and renamed,
+    so an interrupted export never leaves a half backup under the name."""
+    nodes, info = memory._snapshot()
+    kinds = memory.store.record_kinds(memory.namespace)
+    records = [
+        (kind, key, value) for kind in kinds for key, value in memory.store.get_records(memory.namespace, kind).items()
+    ]
+
+    header = {
+        "format": FORMAT,
+        "version": VERSION,
+        "namespace": list(memory.namespace),
+        "dimension": info.dimension,
+        "embedder": info.embedder,
+        "settings": info.settings,
+        "vector_encoding": VECTOR_ENCODING,
+        "nodes": len(nodes),
+        "records": len(records),
+        "memtree_version": _memtree_version(),
+        "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    lines = _lines(header, nodes, records)
+    if isinstance(target, (str, os.PathLike)):
+        _write_atomically(Path(target), lines)
+    else:
+        for line in lines:
+            target.write(line)
+        target.flush()
+    return len(nodes)
+
+
+def _memtree_version() -> str:
+    from memtree import __version__  # the package imports this module's users
+
+    return __version__
+
+
+def _lines(header: JSONDict, nodes: list[Node], records: list[tuple[str, str, JSONDict]]) -> Iterator[str]:
+    yield _dump(header)
+    for node in nodes:
+        yield _dump(
+            {
+                "type": "node",
+                "id": node.id,
+                "parent": node.parent,
+                "text": node.text,
+                "depth": node.depth,
+                "is_leaf": node.is_leaf,
+                "leaf_count": node.leaf_count,
+                "created_at": node.created_at,
+                "updated_at": node.updated_at,
+                "timestamp": node.timestamp,
+                "metadata": node.metadata,
+                "source_id": node.source_id,
+                "stale": node.stale,
+                "embedding": _b64(node.embedding),
+                "leaf_sum": _b64(node.leaf_sum),
+            }
+        )
+    for kind, key, value in records:
+        yield _dump({"type": "record", "kind": kind, "key": key, "value": value})
+
+
+def _dump(value: JSONDict) -> str:
+    return json.dumps(value, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def _b64(vector: Vector | None) -> str | None:
+    data = vector_bytes(vector)
+    return None if data is None else base64.b64encode(data).decode("ascii")
+
+
+def _write_atomically(path: Path, lines: Iterable[str]) -> None:
+    folder = path.parent if str(path.parent) else Path(".")
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as stream:
+            for line in lines:
+                stream.write(line)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+# -- import -------------------------------------------------------------------------------
+
+
+class _BadLine(ValueError):
+    pass
+
+
+@dataclass
+class _Parsed:
+    """What a backup file holds, each node and record with the line it came from."""
+
+    info: NamespaceInfo
+    header: JSONDict
+    nodes: dict[str, tuple[int, Node]] = field(default_factory=dict)
+    records: dict[tuple[str, str], tuple[int, JSONDict]] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    last_line: int = 1
+
+    def bad(self, line: int, message: str) -> None:
+        self.problems.append(f"line {line}: {message}")
+
+
+def import_jsonl(memory: MemTree, source: str | os.PathLike[str] | TextIO, *, skip_bad: bool = False) -> int:
+    """Restore a backup into ``memory``'s namespace, which must be empty; return the
+    number of nodes imported. See the module docstring for the format and for
+    ``skip_bad``."""
+    if isinstance(source, (str, os.PathLike)):
+        with open(source, encoding="utf-8", newline="") as stream:
+            parsed = _parse(stream)
+    else:
+        parsed = _parse(source)
+    kept, loose = _check_tree(parsed, memory.config.depth_cap)
+    if parsed.problems and not skip_bad:
+        raise ValueError(_summary(parsed.problems, "nothing was imported; fix the file or pass skip_bad=True"))
+    if parsed.problems:
+        warnings.warn(_summary(parsed.problems, "these lines were skipped"), UserWarning, stacklevel=3)
+    embedder = memory.embedder.name
+    if parsed.info.embedder is not None and parsed.info.embedder != embedder:
+        warnings.warn(
+            f"the backup was made with {parsed.info.embedder} but this memory embeds with {embedder}; "
+            "new texts and queries will not be comparable with the stored ones",
+            UserWarning,
+            stacklevel=3,
+        )
+    memory._restore(kept, parsed.info)
+    by_kind: dict[str, dict[str, JSONDict]] = {}
+    for (kind, key), (_, value) in parsed.records.items():  # file order: the order first written
+        by_kind.setdefault(kind, {})[key] = value
+    for kind, records in by_kind.items():
+        memory.store.put_records(memory.namespace, kind, records)
+    for leaf in sorted(loose, key=lambda node: (node.created_at, node.id)):
+        memory._reinsert_leaf(leaf)
+    made_root = 0 if ROOT_ID in parsed.nodes else 1
+    return len(kept) - made_root + len(loose)
+
+
+def _summary(problems: list[str], consequence: str) -> str:
+    shown = problems[:_MAX_SHOWN]
+    more = f"\n(and {len(problems) - _MAX_SHOWN} more)" if len(problems) > _MAX_SHOWN else ""
+    return "\n".join(shown) + more + f"\n{len(problems)} problem(s) in the backup; {consequence}"
+
+
+def _parse(stream: Iterable[str]) -> _Parsed:
+    lines = iter(stream)
+    first = next(lines, None)
+    if first is None or not first.strip():
+        raise ValueError(f"line 1: the file is empty; a {FORMAT} backup starts with its header line")
+    header, info = _header(first)
+    parsed = _Parsed(info=info, header=header)
+    node_lines = record_lines = 0
+    number = 1
+    for number, text in enumerate(lines, start=2):
+        if not text.strip():
+            continue
+        try:
+            value = _json_line(text)
+            kind = value.get("type")
+            if kind == "node":
+                node_lines += 1
+                node = _node(value, parsed.info.dimension)
+                if node.id in parsed.nodes:
+                    raise _BadLine(f"node id {node.id!r} already appeared on line {parsed.nodes[node.id][0]}")
+                parsed.nodes[node.id] = (number, node)
+            elif kind == "record":
+                record_lines += 1
+                record_kind, key, record = _record(value)
+                if (record_kind, key) in parsed.records:
+                    first_line = parsed.records[(record_kind, key)][0]
+                    raise _BadLine(f"record {record_kind!r}/{key!r} already appeared on line {first_line}")
+                parsed.records[(record_kind, key)] = (number, record)
+            else:
+                raise _BadLine(f'"type" must be "node" or "record", got {kind!r}')
+        except _BadLine as error:
+            parsed.bad(number, str(error))
+    parsed.last_line = number
+    for what, found in (("nodes", node_lines), ("records", record_lines)):
+        announced = parsed.header.get(what)
+        if announced != found:
+            parsed.bad(
+                number + 1,
+                f"the header announces {announced} {what} but the file holds {found} (truncated or edited?)",
+            )
+    return parsed
+
+
+def _json_line(text: str) -> JSONDict:
+    try:
+        value = json.loads(text, parse_constant=_no_constant)
+    except (ValueError, _BadLine) as error:
+        raise _BadLine(f"not valid JSON ({error})") from None
+    if not isinstance(value, dict):
+        raise _BadLine(f"expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise _BadLine(f"{name} is not allowed")
+
+
+def _header(text: str) -> tuple[JSONDict, NamespaceInfo]:
+    try:
+        header = _json_line(text)
+    except _BadLine as error:
+        raise ValueError(f"line 1: the header is {error}") from None
+    if header.get("format") != FORMAT:
+        raise ValueError(f"line 1: not a {FORMAT} backup (format is {header.get('format')!r})")
+    version = header.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ValueError(f"line 1: version must be a positive integer, got {version!r}")
+    if version > VERSION:
+        raise ValueError(
+            f"line 1: this backup has format version {version}, newer than this memtree reads ({VERSION}); "
+            "upgrade memtree (pip install -U memtree-llm)"
+        )
+    if header.get("vector_encoding", VECTOR_ENCODING) != VECTOR_ENCODING:
+        raise ValueError(
+            f"line 1: unknown vector_encoding {header.get('vector_encoding')!r}; expected {VECTOR_ENCODING!r}"
+        )
+    dimension = header.get("dimension")
+    if dimension is not None and (not isinstance(dimension, int) or isinstance(dimension, bool) or dimension <= 0):
+        raise ValueError(f"line 1: dimension must be a positive integer or null, got {dimension!r}")
+    embedder = header.get("embedder")
+    if embedder is not None and not isinstance(embedder, str):
+        raise ValueError(f"line 1: embedder must be a string or null, got {embedder!r}")
+    settings = header.get("settings", {})
+    if not isinstance(settings, dict):
+        raise ValueError(f"line 1: settings must be an object, got {type(settings).__name__}")
+    namespace = header.get("namespace")
+    try:
+        namespace_key(tuple(namespace) if isinstance(namespace, list) else namespace)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"line 1: namespace is not valid ({error})") from None
+    for what in ("nodes", "records"):
+        count = header.get(what)
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise ValueError(f"line 1: {what} must be the number of {what} in the file, got {count!r}")
+    return header, NamespaceInfo(dimension=dimension, embedder=embedder, settings=settings)
+
+
+def _node(value: JSONDict, dimension: int | None) -> Node:
+    unknown = set(value) - _NODE_FIELDS
+    if unknown:
+        raise _BadLine(f"unknown node field(s) {', '.join(sorted(unknown))}")
+    missing = _NODE_FIELDS - set(value)
+    if missing:
+        raise _BadLine(f"node is missing {', '.join(sorted(missing))}")
+    node_id = _string(value, "id")
+    parent = value["parent"]
+    is_root = node_id == ROOT_ID
+    if is_root != (parent is None):
+        raise _BadLine(
+            "only the root (id 'root') has a null parent" if parent is None else "the root must have parent null"
+        )
+    if parent is not None:
+        _string(value, "parent")
+    text = value["text"]
+    if is_root:
+        if text != "":
+            raise _BadLine("the root holds no text")
+    else:
+        try:
+            require_text(text)
+        except (TypeError, ValueError) as error:
+            raise _BadLine(f"node {node_id}: {error}") from None
+    try:
+        metadata = to_metadata(value["metadata"])
+    except (TypeError, ValueError) as error:
+        raise _BadLine(f"node {node_id}: {error}") from None
+    source_id = value["source_id"]
+    if source_id is not None:
+        _string(value, "source_id")
+    embedding = _vector(value, "embedding", dimension, unit=True)
+    if is_root != (embedding is None):
+        raise _BadLine("the root has no embedding" if is_root else f"node {node_id} has no embedding")
+    return Node(
+        id=node_id,
+        text=text,
+        embedding=embedding,
+        parent=parent,
+        depth=_integer(value, "depth"),
+        is_leaf=_boolean(value, "is_leaf"),
+        leaf_count=_integer(value, "leaf_count"),
+        created_at=_number(value, "created_at"),
+        updated_at=_number(value, "updated_at"),
+        timestamp=None if value["timestamp"] is None else _number(value, "timestamp"),
+        metadata=metadata,
+        source_id=source_id,
+        leaf_sum=_vector(value, "leaf_sum", dimension, unit=False),
+        stale=_boolean(value, "stale"),
+    )
+
+
+def _record(value: JSONDict) -> tuple[str, str, JSONDict]:
+    unknown = set(value) - _RECORD_FIELDS
+    if unknown:
+        raise _BadLine(f"unknown record field(s) {', '.join(sorted(unknown))}")
+    try:
+        kind = check_record_name(value.get("kind"), "record kind")
+        key = check_record_name(value.get("key"), "record key")
+    except (TypeError, ValueError) as error:
+        raise _BadLine(str(error)) from None
+    record = value.get("value")
+    if not isinstance(record, dict):
+        raise _BadLine(f"record {kind!r}/{key!r}: value must be an object, got {type(record).__name__}")
+    return kind, key, record
+
+
+def _string(value: JSONDict, name: str) -> str:
+    item = value[name]
+    if not isinstance(item, str) or not item or "\x00" in item:
+        raise _BadLine(f"{name} must be non-empty text without NUL, got {item!r}")
+    return item
+
+
+def _integer(value: JSONDict, name: str) -> int:
+    item = value[name]
+    if not isinstance(item, int) or isinstance(item, bool) or item < 0:
+        raise _BadLine(f"{name} must be a non-negative integer, got {item!r}")
+    return item
+
+
+def _number(value: JSONDict, name: str) -> float:
+    item = value[name]
+    if not isinstance(item, (int, float)) or isinstance(item, bool) or not math.isfinite(item):
+        raise _BadLine(f"{name} must be a finite number, got {item!r}")
+    return float(item)
+
+
+def _boolean(value: JSONDict, name: str) -> bool:
+    item = value[name]
+    if not isinstance(item, bool):
+        raise _BadLine(f"{name} must be true or false, got {item!r}")
+    return item
+
+
+def _vector(value: JSONDict, name: str, dimension: int | None, *, unit: bool) -> Vector | None:
+    item = value[name]
+    if item is None:
+        return None
+    if not isinstance(item, str):
+        raise _BadLine(f"{name} must be base64 text or null, got {type(item).__name__}")
+    try:
+        data = base64.b64decode(item, validate=True)
+    except (binascii.Error, ValueError):
+        raise _BadLine(f"{name} is not valid base64") from None
+    if dimension is None:
+        raise _BadLine(f"{name} given but the header's dimension is null")
+    if len(data) != dimension * VECTOR_DTYPE.itemsize:
+        raise _BadLine(
+            f"{name} holds {len(data) // VECTOR_DTYPE.itemsize} float32 values (or a partial one); "
+            f"the header says dimension {dimension}"
+        )
+    vector = np.frombuffer(data, dtype=VECTOR_DTYPE).astype(np.float32)
+    if not np.all(np.isfinite(vector)):
+        raise _BadLine(f"{name} contains NaN or infinite values")
+    if unit and abs(float(np.linalg.norm(vector)) - 1.0) > 1e-3:
+        raise _BadLine(f"{name} is not unit length (norm {float(np.linalg.norm(vector)):.4f})")
+    vector.flags.writeable = False
+    return vector
+
+
+def _check_tree(parsed: _Parsed, depth_cap: int) -> tuple[list[Node], list[Node]]:
+    """Split the parsed nodes into a sound tree to restore as stored and leaves to route in again.
+
+    A top-level branch (a child of the root and everything below it) is kept only if
+    every node of it survived parsing and it passes the tree invariants; every
+    problem found is added to ``parsed.problems`` with the line it concerns.
+    """
+    nodes = parsed.nodes
+    children: dict[str, list[str]] = {}
+    for node_id, (line, node) in nodes.items():
+        if node.parent is None:
+            continue
+        parent = nodes.get(node.parent)
+        if parent is None:
+            parsed.bad(line, f"node {node_id}: its parent {node.parent} is not in the file")
+        elif parent[1].is_leaf:
+            parsed.bad(line, f"node {node_id}: its parent {node.parent} is a leaf")
+        elif node.depth != parent[1].depth + 1:
+            parsed.bad(line, f"node {node_id}: depth {node.depth} but its parent has depth {parent[1].depth}")
+        else:
+            children.setdefault(node.parent, []).append(node_id)
+    root = nodes[ROOT_ID][1] if ROOT_ID in nodes else None
+    if root is None and nodes:
+        parsed.bad(parsed.last_line + 1, "the file has no root node (id 'root')")
+    branches = {child: _subtree(child, children) for child in children.get(ROOT_ID, [])}
+    line_of = {node_id: line for node_id, (line, _) in nodes.items()}
+    damaged = _damaged_branches(parsed, root, branches, depth_cap, line_of)
+    kept_ids = {node_id for top, members in branches.items() if top not in damaged for node_id in members}
+    base = root or root_node(min((n.created_at for _, n in nodes.values()), default=0.0))
+    kept = [base, *(nodes[node_id][1] for node_id in _in_file_order(kept_ids, line_of))]
+    loose = [node for node_id, (_, node) in nodes.items() if node.is_leaf and node_id not in kept_ids]
+    return kept, loose
+
+
+def _subtree(top: str, children: dict[str, list[str]]) -> list[str]:
+    out, stack = [], [top]
+    while stack:
+        node_id = stack.pop()
+        out.append(node_id)
+        stack.extend(children.get(node_id, []))
+    return out
+
+
+def _damaged_branches(
+    parsed: _Parsed,
+    root: Node | None,
+    branches: dict[str, list[str]],
+    depth_cap: int,
+    line_of: dict[str, int],
+) -> set[str]:
+    """Top-level branches that break an invariant (checked all at once, like a reopened tree)."""
+    if root is None or not branches:
+        return set(branches)
+    top_of = {node_id: top for top, members in branches.items() for node_id in members}
+    members = [parsed.nodes[node_id][1] for node_id in _in_file_order(set(top_of), line_of)]
+    state = TreeState()
+    state.apply(ChangeBatch([root.copy(), *(node.copy() for node in members)], [], 1, "import", parsed.info))
+    dimension = parsed.info.dimension
+    index = VectorIndex(dimension) if dimension else None
+    if index is not None and members:
+        index.upsert(
+            [node.id for node in members],
+            np.stack([node.embedding for node in members]),  # type: ignore[misc]
+            [node.is_leaf for node in members],
+            [node.timestamp for node in members],
+        )
+    cap = max(depth_cap, state.depth)
+    damaged: set[str] = set()
+    for problem in integrity_problems(state, index, cap):
+        node_id, _, what = problem.partition(": ")
+        if node_id in top_of:
+            parsed.bad(line_of[node_id], f"node {node_id}: {what}")
+            damaged.add(top_of[node_id])
+        elif node_id != ROOT_ID:
+            parsed.bad(line_of.get(ROOT_ID, 2), problem)
+    return damaged
+
+
+def _in_file_order(ids: set[str], line_of: dict[str, int]) -> list[str]:
+    return sorted(ids, key=line_of.__getitem__)
