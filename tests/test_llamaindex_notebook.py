@@ -96,3 +96,10 @@ def test_notebook_query_engine_answers_from_the_starter_article(executed: object
     assert "Query: What should I feed my sourdough starter?" in answer  # MockLLM echoes its prompt
     assert "Feed it by discarding most of it and mixing the rest with fresh flour and water" in answer
     assert answer.strip().endswith("sources: ['sourdough-starter', 'sourdough-starter', 'sourdough-starter']")
+
+
+@pytest.mark.slow
+def test_notebook_saves_and_loads_the_same_index(executed: object) -> None:
+    lines = output_of(executed, "persist").strip().splitlines()
+    assert lines[0].startswith("MemTreeIndex with ") and lines[0].endswith(" leaves")
+    assert lines[1:] == ["same tree: True", "same results: True"]
