@@ -12,7 +12,9 @@ from memtree.aggregate import (
 )
 from memtree.config import MemTreeConfig
 from memtree.embed import Embedder, HashingEmbedder, LocalEmbedder
+from memtree.llm import CallableChatModel, ChatModel, Completion
 from memtree.node import ROOT_ID, Node, RetrievedNode
+from memtree.retry import ModelResponseError, RetryPolicy
 from memtree.stats import TreeStats
 from memtree.store import IncompatibleStoreError, InMemoryStore, NamespaceInfo, PostgresStore, SQLiteStore, Store
 from memtree.tree import MemTree
@@ -24,6 +26,9 @@ __all__ = [
     "AGGREGATE_PROMPT_VERSION",
     "ROOT_ID",
     "Aggregator",
+    "CallableChatModel",
+    "ChatModel",
+    "Completion",
     "Embedder",
     "ExtractiveAggregator",
     "HashingEmbedder",
@@ -33,10 +38,12 @@ __all__ = [
     "LocalEmbedder",
     "MemTree",
     "MemTreeConfig",
+    "ModelResponseError",
     "NamespaceInfo",
     "Node",
     "PostgresStore",
     "RetrievedNode",
+    "RetryPolicy",
     "SQLiteStore",
     "Store",
     "TreeStats",

@@ -13,18 +13,19 @@ after a deletion. Two implementations:
 from __future__ import annotations
 
 import asyncio
-import inspect
 import math
 import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from memtree.embed import Embedder, Matrix, check_embeddings
+from memtree.llm import ChatModel
 from memtree.node import Vector
+from memtree.retry import ModelResponseError
 from memtree.text import count_words, fold, split_sentences
 
 
@@ -45,9 +46,9 @@ class Aggregator(ABC):
     async def aaggregate(
         self, summary: str, new_texts: Sequence[str], count: int, *, centroid: Vector | None = None
     ) -> str:
-        """Async :meth:`aggregate`; by default runs the sync one in an executor."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, lambda: self.aggregate(summary, new_texts, count, centroid=centroid))
+        """Async :meth:`aggregate`; by default runs the sync one in a worker thread
+        (``asyncio.to_thread`` carries context variables, so usage reports arrive)."""
+        return await asyncio.to_thread(lambda: self.aggregate(summary, new_texts, count, centroid=centroid))
 
     @property
     def calls_model(self) -> bool:
@@ -213,25 +214,25 @@ def abstraction_guidance(count: int) -> str:
     )
 
 
-LLMCallable = Callable[[str], str] | Callable[[str], Awaitable[str]]
-
-
 class LLMAggregator(Aggregator):
     """The paper's aggregation: a chat model merges new texts into a summary.
 
-    ``llm`` is any callable taking a prompt and returning the reply text, sync or
-    async. ``prompt`` may replace :data:`AGGREGATE_PROMPT`; it must use the same
-    placeholders. An empty reply raises ``ValueError`` so the engine keeps the old
-    summary (stale) instead of storing nothing.
+    ``llm`` is a memtree :class:`~memtree.llm.ChatModel` or anything
+    ``MemTree(llm=...)`` accepts (a LangChain or LlamaIndex model, a callable
+    ``prompt -> text``, sync or async); it is wrapped once, so retries, timeouts and
+    token usage work the same for every kind. ``prompt`` may replace
+    :data:`AGGREGATE_PROMPT`; it must use the same placeholders. An empty reply is
+    retried by the model and then raised, so the engine keeps the old summary
+    (stale) instead of storing nothing.
 
     Example::
 
         LLMAggregator(lambda prompt: my_client.complete(prompt))
     """
 
-    def __init__(self, llm: LLMCallable, *, prompt: str = AGGREGATE_PROMPT) -> None:
-        if not callable(llm):
-            raise TypeError(f"llm must be callable (prompt -> text), got {type(llm).__name__}")
+    def __init__(self, llm: Any, *, prompt: str = AGGREGATE_PROMPT) -> None:
+        from memtree.models.resolve import resolve_chat_model  # the resolver builds aggregators too
+
         try:
             prompt.format(summary="", count=0, new_texts="", guidance="")
         except (KeyError, IndexError) as error:
@@ -239,9 +240,8 @@ class LLMAggregator(Aggregator):
                 f"prompt uses an unknown placeholder {error}; "
                 "allowed: {summary}, {count}, {new_texts}, {guidance}"
             ) from None
-        self.llm = llm
+        self.model: ChatModel = resolve_chat_model(llm)
         self.prompt = prompt
-        self._is_async = _is_async_callable(llm)
 
     def build_prompt(self, summary: str, new_texts: Sequence[str], count: int) -> str:
         """The exact prompt sent for one aggregation."""
@@ -254,40 +254,17 @@ class LLMAggregator(Aggregator):
         )
 
     def aggregate(self, summary: str, new_texts: Sequence[str], count: int, *, centroid: Vector | None = None) -> str:
-        prompt = self.build_prompt(summary, new_texts, count)
-        if self._is_async:
-            reply: Any = _run_coroutine(self.llm(prompt))  # type: ignore[arg-type]
-        else:
-            reply = self.llm(prompt)
-        return _require_summary(reply)
+        return _require_summary(self.model.complete(self.build_prompt(summary, new_texts, count)).text)
 
     async def aaggregate(
         self, summary: str, new_texts: Sequence[str], count: int, *, centroid: Vector | None = None
     ) -> str:
-        if not self._is_async:
-            return await super().aaggregate(summary, new_texts, count, centroid=centroid)
-        prompt = self.build_prompt(summary, new_texts, count)
-        return _require_summary(await self.llm(prompt))  # type: ignore[misc]
+        completion = await self.model.acomplete(self.build_prompt(summary, new_texts, count))
+        return _require_summary(completion.text)
 
 
-def _require_summary(reply: object) -> str:
-    if not isinstance(reply, str):
-        raise TypeError(f"the aggregation model returned {type(reply).__name__}, expected str")
+def _require_summary(reply: str) -> str:
     text = reply.strip()
     if not text:
-        raise ValueError("the aggregation model returned an empty summary")
+        raise ModelResponseError("the aggregation model returned an empty summary")
     return text
-
-
-def _is_async_callable(fn: object) -> bool:
-    call = type(fn).__call__ if callable(fn) and not inspect.isfunction(fn) else None
-    return inspect.iscoroutinefunction(fn) or (call is not None and inspect.iscoroutinefunction(call))
-
-
-def _run_coroutine(coroutine: Awaitable[Any]) -> Any:
-    """Run a coroutine from sync code (the engine calls aggregators from worker threads)."""
-
-    async def wrapper() -> Any:
-        return await coroutine
-
-    return asyncio.run(wrapper())

@@ -28,6 +28,12 @@ class MemTreeConfig:
     Until then it uses ``auto_theta0_start``. The calibrated value is stored with the
     namespace, so a reopened memory routes exactly as before.
 
+    ``max_concurrency`` bounds the aggregation calls in flight at once (the
+    summaries on one insert's path are written concurrently, so an insert costs one
+    model round-trip; ``1`` runs them one after another, as the paper did).
+    ``aggregation_max_words`` bounds the new text a deferred rewrite puts in one
+    model call; a summary with more new text is folded over several calls.
+
     Example::
 
         MemTreeConfig(theta0=0.4, depth_cap=12, parent_embedding="mean")
@@ -51,6 +57,7 @@ class MemTreeConfig:
     beam: int = 3
     drop_repeated_sentences: bool = True
     max_concurrency: int = 8
+    aggregation_max_words: int = 2000
     token_counter: Callable[[str], int] = field(default=count_tokens, compare=False)
 
     def __post_init__(self) -> None:
@@ -70,6 +77,7 @@ class MemTreeConfig:
         _check_positive("k", self.k)
         _check_positive("beam", self.beam)
         _check_positive("max_concurrency", self.max_concurrency)
+        _check_positive("aggregation_max_words", self.aggregation_max_words)
         if self.threshold_depth is not None:
             _check_positive("threshold_depth", self.threshold_depth)
         if self.token_budget is not None:

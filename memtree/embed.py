@@ -45,8 +45,8 @@ class Embedder(ABC):
         """Embed a batch of texts into an ``(len(texts), d)`` float32 array."""
 
     async def aembed(self, texts: Sequence[str]) -> Matrix:
-        """Async :meth:`embed`; by default runs the sync one in an executor."""
-        return await asyncio.get_running_loop().run_in_executor(None, self.embed, list(texts))
+        """Async :meth:`embed`; by default runs the sync one in a worker thread."""
+        return await asyncio.to_thread(self.embed, list(texts))
 
     def embed_query(self, text: str) -> Matrix:
         """Embed a retrieval query (a ``(d,)`` vector); override for asymmetric models."""

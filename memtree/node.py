@@ -37,8 +37,9 @@ class Node:
     caller said; for a summary it is the latest timestamp among its leaves.
     ``leaf_sum`` is the sum of the leaf embeddings below a summary, kept so that its
     centroid can be updated per insert without reading its subtree.
-    ``stale`` marks a summary whose text is missing a change below it because a model
-    call failed; ``MemTree.repair()`` brings it up to date.
+    ``stale`` marks a summary whose text is missing a change below it, because a model
+    call failed or because its aggregation is deferred; ``MemTree.repair()`` (or
+    ``flush()`` for deferred ones) brings it up to date.
     ``children`` is not stored: the engine derives it from the children's ``parent``.
     """
 

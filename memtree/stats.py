@@ -42,7 +42,14 @@ class TreeStats:
     Costs are counted since this memory object was opened: ``embedding_calls``
     (model calls; ``embedded_texts`` counts the texts in them), ``aggregation_calls``
     (summaries written; ``llm_calls`` counts those that called a model) and
-    ``aggregation_failures`` (summaries left stale after a failure).
+    ``aggregation_failures`` (summaries left stale after a failure). Model adapters
+    add what the APIs reported: ``prompt_tokens`` and ``completion_tokens`` of chat
+    calls, ``embedding_tokens``, and ``retries`` (extra attempts after timeouts,
+    rate limits, server errors or unusable replies). ``extra`` holds the other
+    counters (``llm_requests`` and ``embedding_requests``: HTTP-level requests,
+    retries included; ``flushes``). ``stale`` counts summaries waiting for a rewrite,
+    ``pending`` those of them waiting for this memory's :meth:`~memtree.MemTree.flush`.
+    The ``*_per_insert`` properties divide by ``inserts``.
     """
 
     nodes: int
@@ -61,6 +68,11 @@ class TreeStats:
     aggregation_calls: int
     llm_calls: int
     aggregation_failures: int
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    embedding_tokens: int = 0
+    retries: int = 0
+    pending: int = 0
     depth_histogram: dict[int, int] = field(default_factory=dict)
     extra: dict[str, float] = field(default_factory=dict)
 
@@ -72,14 +84,40 @@ class TreeStats:
     def aggregation_calls_per_insert(self) -> float:
         return self.aggregation_calls / self.inserts if self.inserts else 0.0
 
+    @property
+    def llm_calls_per_insert(self) -> float:
+        return self.llm_calls / self.inserts if self.inserts else 0.0
+
+    @property
+    def prompt_tokens_per_insert(self) -> float:
+        return self.prompt_tokens / self.inserts if self.inserts else 0.0
+
+    @property
+    def completion_tokens_per_insert(self) -> float:
+        return self.completion_tokens / self.inserts if self.inserts else 0.0
+
+    @property
+    def embedding_tokens_per_insert(self) -> float:
+        return self.embedding_tokens / self.inserts if self.inserts else 0.0
+
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        out["embedding_calls_per_insert"] = self.embedding_calls_per_insert
-        out["aggregation_calls_per_insert"] = self.aggregation_calls_per_insert
+        for name in _PER_INSERT:
+            out[name] = getattr(self, name)
         return out
 
 
-def tree_stats(state: TreeState, counters: dict[str, float], theta0: float) -> TreeStats:
+_PER_INSERT = (
+    "embedding_calls_per_insert",
+    "aggregation_calls_per_insert",
+    "llm_calls_per_insert",
+    "prompt_tokens_per_insert",
+    "completion_tokens_per_insert",
+    "embedding_tokens_per_insert",
+)
+
+
+def tree_stats(state: TreeState, counters: dict[str, float], theta0: float, *, pending: int = 0) -> TreeStats:
     """Walk the tree once and combine its shape with the cost counters."""
     leaves = summaries = stale = 0
     leaf_depth_total = 0
@@ -100,7 +138,18 @@ def tree_stats(state: TreeState, counters: dict[str, float], theta0: float) -> T
     if root is not None:
         for child_id in root.children:
             largest = max(largest, state.nodes[child_id].leaf_count)
-    known = {"inserts", "embedding_calls", "embedded_texts", "aggregation_calls", "llm_calls", "aggregation_failures"}
+    known = {
+        "inserts",
+        "embedding_calls",
+        "embedded_texts",
+        "aggregation_calls",
+        "llm_calls",
+        "aggregation_failures",
+        "prompt_tokens",
+        "completion_tokens",
+        "embedding_tokens",
+        "retries",
+    }
     return TreeStats(
         nodes=leaves + summaries,
         leaves=leaves,
@@ -118,6 +167,11 @@ def tree_stats(state: TreeState, counters: dict[str, float], theta0: float) -> T
         aggregation_calls=int(counters.get("aggregation_calls", 0)),
         llm_calls=int(counters.get("llm_calls", 0)),
         aggregation_failures=int(counters.get("aggregation_failures", 0)),
+        prompt_tokens=int(counters.get("prompt_tokens", 0)),
+        completion_tokens=int(counters.get("completion_tokens", 0)),
+        embedding_tokens=int(counters.get("embedding_tokens", 0)),
+        retries=int(counters.get("retries", 0)),
+        pending=pending,
         depth_histogram=state.depth_histogram(),
         extra={name: value for name, value in counters.items() if name not in known},
     )

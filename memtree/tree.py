@@ -11,6 +11,7 @@ apply that commit exactly as they would apply another writer's.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import threading
@@ -18,19 +19,22 @@ import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TextIO, TypeVar
+from types import TracebackType
+from typing import Any, Literal, TextIO, TypeVar
 
 import numpy as np
 
 from memtree import backup, calibration
-from memtree.aggregate import Aggregator, ExtractiveAggregator, LLMAggregator, LLMCallable
+from memtree.aggregate import Aggregator, ExtractiveAggregator, LLMAggregator
 from memtree.config import RETRIEVAL_MODES, MemTreeConfig
-from memtree.embed import Embedder, LocalEmbedder, Matrix, check_embeddings
+from memtree.deferral import FlushPlan, PendingSummaries
+from memtree.embed import Embedder, Matrix, check_embeddings
 from memtree.gcpause import paused_gc
 from memtree.index import VectorIndex
 from memtree.inputs import Item, TimeLike, make_item, to_time_range
 from memtree.integrity import integrity_problems
 from memtree.locks import ReadWriteLock
+from memtree.models.resolve import default_aggregator, default_embedder, resolve_embedder
 from memtree.node import ROOT_ID, Node, RetrievedNode, Vector
 from memtree.planning import (
     AggregationJob,
@@ -44,6 +48,7 @@ from memtree.planning import (
     root_node,
 )
 from memtree.retrieval import Filters, Packing, pack, rank_collapsed, rank_traversal
+from memtree.retry import ModelResponseError
 from memtree.routing import route
 from memtree.state import TreeState
 from memtree.stats import Counters, TreeStats, tree_stats
@@ -58,7 +63,8 @@ from memtree.store.base import (
 )
 from memtree.store.location import open_store
 from memtree.store.memory import InMemoryStore
-from memtree.text import require_text
+from memtree.text import count_words, require_text
+from memtree.usage import recording
 from memtree.viz import format_tree
 
 logger = logging.getLogger(__name__)
@@ -88,6 +94,9 @@ class _Embed:
 _Request = _Aggregate | _Embed
 _Steps = Generator[_Request, Any, T]
 
+Aggregation = Literal["eager", "deferred"]
+AGGREGATION_MODES: tuple[str, ...] = ("eager", "deferred")
+
 
 class MemTree:
     """A long-term memory that grows as a tree of texts and their summaries.
@@ -97,9 +106,12 @@ class MemTree:
     nodes hold details. Retrieval scores every node at once ("collapsed") or
     descends by beam ("traversal").
 
-    Works offline by default (local sentence-transformers embeddings, extractive
-    summaries, in-memory store). Pass your own ``embedder``, an ``aggregator`` or an
-    ``llm`` callable for LLM summaries, and a ``store`` to persist.
+    Models: ``embedder`` and ``llm`` take memtree models, LangChain or LlamaIndex
+    models, a ``prompt -> text`` callable (``llm``) or the names ``"openai"`` /
+    ``"local"`` (see :mod:`memtree.models`). Left out, each is OpenAI when
+    ``OPENAI_API_KEY`` is set and otherwise offline (local sentence-transformers
+    embeddings, extractive summaries). ``aggregator`` replaces the summary writer
+    altogether; ``store`` persists (in-memory by default).
 
     Example::
 
@@ -112,9 +124,9 @@ class MemTree:
     def __init__(
         self,
         *,
-        embedder: Embedder | None = None,
+        embedder: Embedder | Any | None = None,
         aggregator: Aggregator | None = None,
-        llm: LLMCallable | None = None,
+        llm: Any | None = None,
         store: Store | None = None,
         namespace: Namespace = "default",
         config: MemTreeConfig | None = None,
@@ -122,15 +134,17 @@ class MemTree:
     ) -> None:
         if aggregator is not None and llm is not None:
             raise ValueError("pass either aggregator or llm, not both")
-        if embedder is not None and not isinstance(embedder, Embedder):
-            raise TypeError(f"embedder must be a memtree Embedder, got {type(embedder).__name__}")
         if aggregator is not None and not isinstance(aggregator, Aggregator):
-            raise TypeError(f"aggregator must be a memtree Aggregator, got {type(aggregator).__name__}")
+            raise TypeError(
+                f"aggregator must be a memtree Aggregator, got {type(aggregator).__name__} "
+                "(pass chat models and prompt -> text callables as llm=)"
+            )
         self.config = config or MemTreeConfig()
-        self.embedder: Embedder = embedder or LocalEmbedder()
+        # Everything is resolved before any work, so a bad model or a missing key fails here.
+        self.embedder: Embedder = resolve_embedder(embedder) if embedder is not None else default_embedder()
         if llm is not None:
             aggregator = LLMAggregator(llm)
-        chosen = aggregator or ExtractiveAggregator()
+        chosen = aggregator or default_aggregator()
         if isinstance(chosen, ExtractiveAggregator):
             chosen = chosen.bound_to(self.embedder)
         self.aggregator: Aggregator = chosen
@@ -146,6 +160,9 @@ class MemTree:
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         self._counters = Counters()
+        self._pending = PendingSummaries()
+        self._deferring = 0
+        self._deferring_lock = threading.Lock()
         self._last_refresh = 0.0
         self._closed = False
         self._owns_store = False
@@ -203,7 +220,13 @@ class MemTree:
 
     def close(self) -> None:
         """Stop worker threads, and close the store if this memory opened it
-        (:meth:`open`); a store passed in is the caller's to close."""
+        (:meth:`open`); a store passed in is the caller's to close.
+
+        Summaries still waiting for a deferred aggregation are not written (they stay
+        stale in the store; ``repair()`` rewrites them later)."""
+        pending = len(self._pending)
+        if pending and not self._closed:
+            logger.warning("closing with %d summaries still deferred; call flush() first or repair() later", pending)
         self._closed = True
         if self._pool is not None:
             self._pool.shutdown(wait=True)
@@ -230,10 +253,12 @@ class MemTree:
     ) -> str:
         """Remember one text; return its leaf id (an identical stored text's id if
         ``config.deduplicate``). ``timestamp`` is when the event happened; ``source_id``
-        is your id for it (message id, document node id)."""
+        is your id for it (message id, document node id). Inside a
+        :meth:`deferred` block the summaries above it are written at the block's end."""
         item = make_item(text, metadata, timestamp, source_id)
+        defer = self._is_deferring()
         vectors = self._drive(self._embed_steps([item.text]))
-        return self._write(lambda txn: self._insert_steps(txn, item, vectors[0]))
+        return self._write(lambda txn: self._insert_steps(txn, item, vectors[0], defer=defer))
 
     async def aadd(
         self,
@@ -245,8 +270,9 @@ class MemTree:
     ) -> str:
         """Async :meth:`add`: aggregations run on the event loop (``aaggregate``)."""
         item = make_item(text, metadata, timestamp, source_id)
+        defer = self._is_deferring()
         vectors = await self._adrive(self._embed_steps([item.text]))
-        return await self._awrite(lambda txn: self._insert_steps(txn, item, vectors[0]))
+        return await self._awrite(lambda txn: self._insert_steps(txn, item, vectors[0], defer=defer))
 
     def add_many(
         self,
@@ -255,18 +281,26 @@ class MemTree:
         metadata: Sequence[Mapping[str, Any] | None] | None = None,
         timestamps: Sequence[TimeLike | None] | None = None,
         source_ids: Sequence[str | None] | None = None,
+        aggregation: Aggregation | None = None,
     ) -> list[str]:
         """Remember several texts in order; embeddings are computed in batches.
 
         Every item is checked before anything is stored, so one bad item stores
-        nothing. Each item is then inserted (and committed) in turn.
+        nothing. Each item is then routed and committed in turn.
+
+        ``aggregation="eager"`` (the default outside a :meth:`deferred` block)
+        rewrites the summaries on each item's path as it goes, as in the paper.
+        ``"deferred"`` commits every leaf first and then rewrites each touched
+        summary once with all its new texts in one model call: the same leaves for
+        far fewer calls (the default inside a :meth:`deferred` block).
         """
+        deferred = self._aggregation_mode(aggregation) == "deferred"
         items = _make_items(texts, metadata, timestamps, source_ids)
         vectors = self._drive(self._embed_steps([item.text for item in items]))
-        return [
-            self._write(lambda txn, item=item, vector=vector: self._insert_steps(txn, item, vector))
-            for item, vector in zip(items, vectors, strict=True)
-        ]
+        if not deferred:
+            return self._insert_all(items, vectors, defer=False)
+        with self.deferred():
+            return self._insert_all(items, vectors, defer=True)
 
     async def aadd_many(
         self,
@@ -275,14 +309,88 @@ class MemTree:
         metadata: Sequence[Mapping[str, Any] | None] | None = None,
         timestamps: Sequence[TimeLike | None] | None = None,
         source_ids: Sequence[str | None] | None = None,
+        aggregation: Aggregation | None = None,
     ) -> list[str]:
         """Async :meth:`add_many`."""
+        deferred = self._aggregation_mode(aggregation) == "deferred"
         items = _make_items(texts, metadata, timestamps, source_ids)
         vectors = await self._adrive(self._embed_steps([item.text for item in items]))
+        if not deferred:
+            return await self._ainsert_all(items, vectors, defer=False)
+        async with self.deferred():
+            return await self._ainsert_all(items, vectors, defer=True)
+
+    def _insert_all(self, items: list[Item], vectors: Matrix, *, defer: bool) -> list[str]:
         return [
-            await self._awrite(lambda txn, item=item, vector=vector: self._insert_steps(txn, item, vector))
+            self._write(functools.partial(self._insert_steps, item=item, embedding=vector, defer=defer))
             for item, vector in zip(items, vectors, strict=True)
         ]
+
+    async def _ainsert_all(self, items: list[Item], vectors: Matrix, *, defer: bool) -> list[str]:
+        return [
+            await self._awrite(functools.partial(self._insert_steps, item=item, embedding=vector, defer=defer))
+            for item, vector in zip(items, vectors, strict=True)
+        ]
+
+    # -- deferred aggregation ------------------------------------------------------------
+
+    def deferred(self) -> DeferredAggregation:
+        """A block in which inserts defer their summaries to one rewrite at the end.
+
+        Use ``with memory.deferred():`` (or ``async with``) around a stream of
+        :meth:`add` / :meth:`aadd` calls. Each leaf is stored at once; the summaries
+        it passes are marked stale and keep their texts until the block ends, when
+        :meth:`flush` rewrites each of them once with all its new texts. Routing and
+        retrieval meanwhile see the new leaves and the previous summaries. Blocks
+        nest; the outermost one flushes. If the process dies inside the block no
+        leaf is lost: the summaries stay stale and :meth:`repair` rewrites them.
+
+        Example::
+
+            with memory.deferred():
+                for message in chat_log:
+                    memory.add(message)
+        """
+        return DeferredAggregation(self)
+
+    def flush(self) -> int:
+        """Write every summary whose aggregation was deferred; return how many.
+
+        Each is rewritten once, in one model call with all its new texts (several
+        calls if they exceed ``config.aggregation_max_words``). Calls run
+        concurrently up to ``config.max_concurrency``. A summary that still cannot
+        be written stays stale; the next :meth:`flush` or :meth:`repair` retries it.
+        """
+        if not len(self._pending):
+            return 0
+        return self._write(self._flush_steps)
+
+    async def aflush(self) -> int:
+        """Async :meth:`flush`."""
+        if not len(self._pending):
+            return 0
+        return await self._awrite(self._flush_steps)
+
+    def _is_deferring(self) -> bool:
+        with self._deferring_lock:
+            return self._deferring > 0
+
+    def _enter_deferred(self) -> None:
+        with self._deferring_lock:
+            self._deferring += 1
+
+    def _leave_deferred(self) -> bool:
+        """Close one block; whether it was the outermost."""
+        with self._deferring_lock:
+            self._deferring -= 1
+            return self._deferring == 0
+
+    def _aggregation_mode(self, aggregation: str | None) -> str:
+        if aggregation is None:
+            return "deferred" if self._is_deferring() else "eager"
+        if aggregation not in AGGREGATION_MODES:
+            raise ValueError(f"aggregation must be one of: {', '.join(AGGREGATION_MODES)}; got {aggregation!r}")
+        return aggregation
 
     # -- retrieving -----------------------------------------------------------------
 
@@ -559,7 +667,7 @@ class MemTree:
         """Size, shape and cost counters (see :class:`~memtree.stats.TreeStats`)."""
         self._maybe_refresh()
         with self._rw.read():
-            return tree_stats(self._state, self._counters.snapshot(), self._theta0())
+            return tree_stats(self._state, self._counters.snapshot(), self._theta0(), pending=len(self._pending))
 
     def check_integrity(self) -> list[str]:
         """Every broken invariant of the tree and its index, described (empty: sound)."""
@@ -672,8 +780,17 @@ class MemTree:
             transaction.rollback()  # a no-op once committed
 
     def _insert_steps(
-        self, transaction: WriteTransaction, item: Item, embedding: Vector, restore: Node | None = None
+        self,
+        transaction: WriteTransaction,
+        item: Item,
+        embedding: Vector,
+        restore: Node | None = None,
+        *,
+        defer: bool = False,
     ) -> _Steps[str]:
+        """Route, plan and commit one leaf. The summaries on its path are rewritten
+        now, or with ``defer`` marked stale and left for :meth:`flush`. A ``restore``
+        leaf (from a backup) keeps its id and times."""
         info = self._state.info
         if info.dimension is not None and embedding.shape[0] != info.dimension:
             raise ValueError(
@@ -699,13 +816,18 @@ class MemTree:
                 now=now,
             )
             upserts = [] if self._state.root is not None else [root_node(now)]
-        if restore is not None:  # a leaf coming back from a backup keeps who it is
-            plan.leaf.id, plan.leaf.created_at, plan.leaf.updated_at = (
-                restore.id,
-                restore.created_at,
-                restore.updated_at,
-            )
-        yield from self._write_summaries(plan.jobs, plan.summaries, fallback=plan.fallback_texts())
+            if restore is not None:  # a leaf coming back from a backup keeps who it is
+                plan.leaf.id, plan.leaf.created_at, plan.leaf.updated_at = (
+                    restore.id,
+                    restore.created_at,
+                    restore.updated_at,
+                )
+            if defer:
+                self._pending.note_insert(plan, self._state)
+        if defer:
+            self._defer_summaries(plan.summaries.values(), plan.fallback_texts())
+        else:
+            yield from self._write_summaries(plan.jobs, plan.summaries, fallback=plan.fallback_texts())
         self._commit(transaction, [*upserts, *plan.nodes()], [], new_info)
         self._counters.add("inserts")
         return plan.leaf.id
@@ -751,26 +873,41 @@ class MemTree:
         """
         if not jobs:
             return
-        outcomes = yield _Aggregate(jobs)
+        outcomes = yield from self._aggregations(jobs)
         written: list[Node] = []
         for job, outcome in zip(jobs, outcomes, strict=True):
             node = nodes[job.node_id]
-            if isinstance(outcome, BaseException) or not outcome.strip():
-                logger.warning("aggregation failed for node %s; marked stale: %r", node.id, outcome)
-                self._counters.add("aggregation_failures")
-                node.stale = True
+            if isinstance(outcome, BaseException):
+                self._note_failure(node, outcome)
                 if fallback is not None and job.node_id in fallback:
                     node.text = fallback[job.node_id]
             else:
-                node.text = outcome.strip()
+                node.text = outcome
                 node.stale = False
                 written.append(node)
+        yield from self._embed_summaries(written, nodes.values())
+
+    def _aggregations(self, jobs: list[AggregationJob]) -> Generator[_Request, Any, list[str | BaseException]]:
+        """Run jobs concurrently; each answer is a non-empty summary or the error."""
+        outcomes = yield _Aggregate(jobs)
+        return [
+            outcome
+            if isinstance(outcome, BaseException)
+            else outcome.strip() or ModelResponseError("the aggregator returned an empty summary")
+            for outcome in outcomes
+        ]
+
+    def _note_failure(self, node: Node, error: BaseException) -> None:
+        logger.warning("aggregation failed for node %s; marked stale: %r", node.id, error)
+        self._counters.add("aggregation_failures")
+        node.stale = True
+
+    def _embed_summaries(self, written: list[Node], nodes: Iterable[Node]) -> Generator[_Request, Any, None]:
+        """Embed rewritten summaries (``parent_embedding="text"``) in batches; give
+        the others their leaves' centroid where they need one."""
         if self.config.parent_embedding == "text" and written:
-            answer = yield _Embed([node.text for node in written])
             try:
-                if isinstance(answer, BaseException):
-                    raise answer
-                vectors = self._check_vectors(answer, len(written))
+                vectors = yield from self._embed_steps([node.text for node in written])
             except Exception as error:  # noqa: BLE001 - a summary embedding must not lose the leaf
                 logger.warning("embedding summaries failed; marked stale: %s", error)
                 for node in written:
@@ -778,11 +915,114 @@ class MemTree:
             else:
                 for node, vector in zip(written, vectors, strict=True):
                     node.embedding = vector
-        for node in nodes.values():
+        self._centroid_embeddings(nodes)
+
+    def _centroid_embeddings(self, nodes: Iterable[Node]) -> None:
+        for node in nodes:
             if self.config.parent_embedding == "mean" or node.embedding is None:
                 centroid = centroid_of(node)
                 if centroid is not None:
                     node.embedding = normalized(centroid)
+
+    def _defer_summaries(self, nodes: Iterable[Node], fallback: Mapping[str, str]) -> None:
+        """Mark an insert's summaries stale for a later :meth:`flush`; texts stay as
+        they were (a new parent says both its texts verbatim) and a summary without
+        an embedding routes by its leaves' centroid meanwhile."""
+        nodes = list(nodes)
+        for node in nodes:
+            node.stale = True
+            if node.id in fallback:
+                node.text = fallback[node.id]
+        self._centroid_embeddings(nodes)
+
+    def _flush_steps(self, transaction: WriteTransaction) -> _Steps[int]:
+        """Rewrite the deferred summaries: merges all at once, then rebuilds deepest first."""
+        with self._rw.read():
+            plan = self._pending.take(self._state)
+            nodes = {node_id: self._state.nodes[node_id].copy() for node_id in [*plan.merges, *plan.rebuilds]}
+        if not nodes:
+            return 0
+        try:
+            written = yield from self._merge_then_rebuild(plan, nodes)
+            yield from self._embed_summaries(written, nodes.values())
+            self._commit(transaction, list(nodes.values()), [])
+        except BaseException:
+            with self._rw.read():  # nothing was written: the next flush tries them all again
+                self._pending.put_back(nodes, self._state)
+            raise
+        with self._rw.read():
+            self._pending.put_back((node_id for node_id, node in nodes.items() if node.stale), self._state)
+        self._counters.add("flushes")
+        return sum(1 for node in nodes.values() if not node.stale)
+
+    def _merge_then_rebuild(self, plan: FlushPlan, nodes: dict[str, Node]) -> Generator[_Request, Any, list[Node]]:
+        """Give ``nodes`` their new texts; return those written. A rebuild reads its
+        children's texts after the deeper levels were rewritten, and waits for the
+        next flush (stays stale) if one of them could not be written."""
+        written: list[Node] = []
+        levels = sorted({nodes[node_id].depth for node_id in plan.rebuilds}, reverse=True)
+        for step in range(1 + len(levels)):
+            tasks: dict[str, tuple[str, int, list[str]]] = plan.merges if step == 0 else {}
+            for node_id in plan.rebuilds if step > 0 else ():
+                node = nodes[node_id]
+                if node.depth != levels[step - 1]:
+                    continue
+                children = [nodes.get(child) or self._state.nodes[child] for child in node.children]
+                if any(child.stale for child in children):
+                    node.stale = True
+                else:
+                    tasks[node_id] = ("", 0, [child.text for child in children])
+            done = yield from self._fold(tasks, nodes)
+            for node_id, text in done.items():
+                nodes[node_id].text = text
+                nodes[node_id].stale = False
+                written.append(nodes[node_id])
+        return written
+
+    def _fold(
+        self, tasks: Mapping[str, tuple[str, int, list[str]]], nodes: Mapping[str, Node]
+    ) -> Generator[_Request, Any, dict[str, str]]:
+        """Merge each task's texts into its summary, in one call per node when they fit
+        ``config.aggregation_max_words`` and otherwise chunk after chunk; all nodes
+        run concurrently. Returns the new text of every node that succeeded."""
+        chunks = {node_id: self._chunks(texts) for node_id, (_, _, texts) in tasks.items()}
+        progress = {node_id: (summary, count) for node_id, (summary, count, _) in tasks.items()}
+        done: dict[str, str] = {}
+        step = 0
+        while progress:
+            jobs = [
+                AggregationJob(node_id, summary, chunks[node_id][step], count, centroid_of(nodes[node_id]))
+                for node_id, (summary, count) in progress.items()
+            ]
+            outcomes = yield from self._aggregations(jobs)
+            step += 1
+            for job, outcome in zip(jobs, outcomes, strict=True):
+                if isinstance(outcome, BaseException):
+                    self._note_failure(nodes[job.node_id], outcome)
+                    del progress[job.node_id]
+                elif step == len(chunks[job.node_id]):
+                    done[job.node_id] = outcome
+                    del progress[job.node_id]
+                else:
+                    progress[job.node_id] = (outcome, job.count + len(job.new_texts))
+        return done
+
+    def _chunks(self, texts: list[str]) -> list[list[str]]:
+        """Texts for successive calls: all at once unless a model call would exceed
+        ``config.aggregation_max_words`` (offline aggregators take any amount)."""
+        if not self.aggregator.calls_model:
+            return [texts]
+        limit = self.config.aggregation_max_words
+        chunks: list[list[str]] = [[]]
+        words = 0
+        for text in texts:
+            size = count_words(text)
+            if chunks[-1] and words + size > limit:
+                chunks.append([])
+                words = 0
+            chunks[-1].append(text)
+            words += size
+        return chunks
 
     def _check_leaf_id(self, node_id: object) -> None:
         if not isinstance(node_id, str):
@@ -805,6 +1045,7 @@ class MemTree:
                 raise ValueError(f"node {node_id!r} is a summary, not a leaf; delete the leaves below it instead")
         with self._rw.read():
             plan = plan_delete_many(self._state, node_ids, time.time())
+        self._pending.mark_rebuild(node.id for node in plan.ancestors)
         yield from self._rewrite_ancestors(plan)
         self._commit(transaction, plan.nodes(), plan.deleted)
         self._counters.add("deletes", len(node_ids))
@@ -871,9 +1112,10 @@ class MemTree:
         if isinstance(request, _Embed):
             self._count_embedding(request.texts)
             try:
-                if request.query:
-                    return np.asarray(self.embedder.embed_query(request.texts[0]))[None, :]
-                return self.embedder.embed(request.texts)
+                with recording(self._counters):
+                    if request.query:
+                        return np.asarray(self.embedder.embed_query(request.texts[0]))[None, :]
+                    return self.embedder.embed(request.texts)
             except Exception as error:  # noqa: BLE001 - handed back to the procedure
                 return error
         self._count_aggregations(request.jobs)
@@ -885,9 +1127,10 @@ class MemTree:
         if isinstance(request, _Embed):
             self._count_embedding(request.texts)
             try:
-                if request.query:
-                    return np.asarray(await self.embedder.aembed_query(request.texts[0]))[None, :]
-                return await self.embedder.aembed(request.texts)
+                with recording(self._counters):
+                    if request.query:
+                        return np.asarray(await self.embedder.aembed_query(request.texts[0]))[None, :]
+                    return await self.embedder.aembed(request.texts)
             except Exception as error:  # noqa: BLE001
                 return error
         self._count_aggregations(request.jobs)
@@ -896,9 +1139,10 @@ class MemTree:
         async def one(job: AggregationJob) -> str | BaseException:
             async with limit:
                 try:
-                    return await self.aggregator.aaggregate(
-                        job.summary, job.new_texts, job.count, centroid=job.centroid
-                    )
+                    with recording(self._counters):
+                        return await self.aggregator.aaggregate(
+                            job.summary, job.new_texts, job.count, centroid=job.centroid
+                        )
                 except Exception as error:  # noqa: BLE001
                     return error
 
@@ -906,7 +1150,8 @@ class MemTree:
 
     def _aggregate_one(self, job: AggregationJob) -> str | BaseException:
         try:
-            return self.aggregator.aggregate(job.summary, job.new_texts, job.count, centroid=job.centroid)
+            with recording(self._counters):  # this runs in a worker thread: open the scope here
+                return self.aggregator.aggregate(job.summary, job.new_texts, job.count, centroid=job.centroid)
         except Exception as error:  # noqa: BLE001 - the procedure marks the node stale
             return error
 
@@ -976,3 +1221,51 @@ def _make_items(
         )
         for i, text in enumerate(texts)
     ]
+
+
+class DeferredAggregation:
+    """The block returned by :meth:`MemTree.deferred`: a sync and async context manager.
+
+    Entering returns the memory. Leaving the outermost block flushes, also when the
+    block raised an ``Exception`` (the leaves are stored, so their summaries should
+    catch up; a flush error is then logged, not raised over the original one). On
+    ``KeyboardInterrupt`` or cancellation nothing is flushed: call ``flush()``.
+    """
+
+    def __init__(self, memory: MemTree) -> None:
+        self.memory = memory
+
+    def __enter__(self) -> MemTree:
+        self.memory._enter_deferred()
+        return self.memory
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        if self.memory._leave_deferred() and _should_flush(exc_type):
+            if exc_type is None:
+                self.memory.flush()
+                return
+            try:
+                self.memory.flush()
+            except Exception:  # the block's own error is the one to raise
+                logger.exception("flushing deferred summaries after an error failed; they stay stale")
+
+    async def __aenter__(self) -> MemTree:
+        return self.__enter__()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        if self.memory._leave_deferred() and _should_flush(exc_type):
+            if exc_type is None:
+                await self.memory.aflush()
+                return
+            try:
+                await self.memory.aflush()
+            except Exception:  # the block's own error is the one to raise
+                logger.exception("flushing deferred summaries after an error failed; they stay stale")
+
+
+def _should_flush(exc_type: type[BaseException] | None) -> bool:
+    return exc_type is None or issubclass(exc_type, Exception)

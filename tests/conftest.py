@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pytest
+from openai_server import FakeOpenAIServer
 
-from memtree import HashingEmbedder, MemTree, MemTreeConfig
+from memtree import ROOT_ID, HashingEmbedder, MemTree, MemTreeConfig
 from memtree.embed import Embedder, Matrix
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Tests never reach a real API: a key in the developer's shell would switch the
+# default models to OpenAI. Tests that want OpenAI point it at tests/openai_server.py.
+for _name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
+    os.environ.pop(_name, None)
 
 
 class TableEmbedder(Embedder):
@@ -40,6 +45,15 @@ class TableEmbedder(Embedder):
         return np.asarray(rows, dtype=np.float32)
 
 
+def path_to_root(memory: MemTree, node_id: str) -> list[str]:
+    """Ids of a node's ancestors below the root, deepest first."""
+    out, node = [], memory.get(node_id)
+    while node.parent not in (None, ROOT_ID):
+        node = memory.get(node.parent)
+        out.append(node.id)
+    return out
+
+
 def unit(*values: float) -> list[float]:
     vector = np.asarray(values, dtype=np.float64)
     return list(vector / np.linalg.norm(vector))
@@ -49,6 +63,13 @@ def unit(*values: float) -> list[float]:
 def hashing_memory() -> MemTree:
     """A memory with feature-hashing embeddings, a fixed θ0 and extractive summaries."""
     return MemTree(embedder=HashingEmbedder(64), config=MemTreeConfig(theta0=0.2))
+
+
+@pytest.fixture
+def openai_server() -> Iterator[FakeOpenAIServer]:
+    """An OpenAI-compatible server on 127.0.0.1 (see tests/openai_server.py)."""
+    with FakeOpenAIServer() as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

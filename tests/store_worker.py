@@ -69,7 +69,10 @@ def insert(location: str, namespace: str, prefix: str, count: int) -> None:
     with open_memory(location, namespace) as memory:
         for number in range(count):
             leaf_id = memory.add(note(prefix, number), metadata={"writer": prefix, "n": number})
-            print(number, leaf_id, flush=True)
+            # One write per acknowledgement: with PYTHONUNBUFFERED set, print() would
+            # write its pieces separately and a kill could land between them.
+            sys.stdout.write(f"{number} {leaf_id}\n")
+            sys.stdout.flush()
 
 
 def watch(location: str, namespace: str, expect: int) -> None:

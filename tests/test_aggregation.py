@@ -18,7 +18,9 @@ from memtree import (
     MemTree,
     MemTreeConfig,
 )
+from memtree.llm import CallableChatModel
 from memtree.node import Vector
+from memtree.retry import ModelResponseError, RetryPolicy
 from memtree.text import count_words
 
 CHAIN = [f"note {i} about the garden and the roses number {i}" for i in range(8)]
@@ -190,8 +192,16 @@ def test_llm_aggregator_prompt_and_reply_handling() -> None:
     aggregator.aggregate("", ["a", "b"], 0)
     assert "summarize the new entries on their own" in prompts[1]
 
-    with pytest.raises(ValueError, match="empty summary"):
-        LLMAggregator(lambda prompt: "   ").aggregate("x", ["y"], 1)
+    blank_replies: list[str] = []
+
+    def blank(prompt: str) -> str:
+        blank_replies.append(prompt)
+        return "   "
+
+    no_wait = RetryPolicy(max_attempts=3, initial_delay=0.0)
+    with pytest.raises(ModelResponseError, match="empty reply"):
+        LLMAggregator(CallableChatModel(blank, retry=no_wait)).aggregate("x", ["y"], 1)
+    assert len(blank_replies) == 3  # retried, then given up
     with pytest.raises(ValueError, match="unknown placeholder"):
         LLMAggregator(model, prompt="Summarize {text}")
     with pytest.raises(TypeError, match="callable"):

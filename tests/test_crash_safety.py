@@ -38,7 +38,7 @@ def kill_while_inserting(location: str, rng: random.Random, prefix: str) -> list
     assert child.stdout is not None
     while len(acknowledged) < target:
         line = child.stdout.readline()
-        if not line:
+        if not line.endswith("\n"):
             break
         acknowledged.append(line.split()[1])
     time.sleep(rng.uniform(0, 0.02))  # randomizes where in the next insert the kill lands
@@ -46,7 +46,8 @@ def kill_while_inserting(location: str, rng: random.Random, prefix: str) -> list
     child.wait()
     # Lines written before the kill were acknowledged too. Read them through the same
     # buffered stream (communicate() would skip what readline() already buffered).
-    acknowledged += [line.split()[1] for line in child.stdout.read().splitlines() if line.strip()]
+    # A line cut short by the kill (no newline yet) was not acknowledged.
+    acknowledged += [line.split()[1] for line in child.stdout.read().splitlines(keepends=True) if line.endswith("\n")]
     assert child.stderr is not None
     errors = child.stderr.read()
     child.stdout.close()

@@ -1,0 +1,120 @@
+"""Deferred aggregation: which summaries wait for a rewrite, and with what.
+
+While aggregation is deferred (``with memory.deferred():`` or
+``add_many(..., aggregation="deferred")``) each insert is routed and committed at
+once, leaf and structure alike, but the summaries on its path keep their texts and
+are committed marked stale. This ledger remembers, for each such summary, the text
+it had and the leaf count that text covered when it went stale, and which leaves
+arrived since. ``flush()`` then rewrites each summary once, merging all its new
+leaves in one call: ``Aggregate(old text, [new texts], old count)``, exactly the
+paper's step with several new pieces instead of one.
+
+The ledger lives in memory only, and correctness does not depend on it: the stale
+marks are committed with the leaves, so after a crash ``repair()`` rebuilds those
+summaries from their children. For the same reason an entry that no longer adds up
+(the summary was stale before, a leaf below it was deleted, another writer touched
+it) is rebuilt from its children rather than merged, and so is any ancestor of a
+flushed summary that was rewritten meanwhile from its stale text.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from memtree.planning import InsertPlan
+from memtree.state import TreeState
+
+
+@dataclass
+class PendingSummary:
+    """A summary's text and leaf count when it went stale, and the leaves added since."""
+
+    base_text: str
+    base_count: int
+    new_leaves: list[str] = field(default_factory=list)
+    rebuild: bool = False
+    """Rebuild from the children instead of merging (the base no longer tells the story)."""
+
+
+@dataclass
+class FlushPlan:
+    """What a flush writes: merges (independent of each other) and rebuilds (bottom-up)."""
+
+    merges: dict[str, tuple[str, int, list[str]]]
+    """node id -> (old text, old leaf count, texts of the new leaves in arrival order)."""
+    rebuilds: list[str]
+    """Ids of summaries to rebuild from their children, deepest first."""
+
+
+class PendingSummaries:
+    """The ledger of summaries whose aggregation is deferred (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, PendingSummary] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    def note_insert(self, plan: InsertPlan, state: TreeState) -> None:
+        """Record a deferred insert, planned against ``state`` before its commit."""
+        with self._lock:
+            for node_id in plan.route.path:
+                entry = self._entries.get(node_id)
+                if entry is None:
+                    current = state.nodes[node_id]
+                    entry = PendingSummary(current.text, current.leaf_count, rebuild=current.stale)
+                    self._entries[node_id] = entry
+                entry.new_leaves.append(plan.leaf.id)
+            if plan.new_parent is not None:
+                split_leaf = plan.moved[0]
+                self._entries[plan.new_parent] = PendingSummary(split_leaf.text, 1, [plan.leaf.id])
+
+    def mark_rebuild(self, node_ids: Iterable[str]) -> None:
+        """Entries whose old text may hold something deleted: rebuild them instead."""
+        with self._lock:
+            for node_id in node_ids:
+                entry = self._entries.get(node_id)
+                if entry is not None:
+                    entry.rebuild = True
+
+    def take(self, state: TreeState) -> FlushPlan:
+        """Empty the ledger into a plan against the current ``state``.
+
+        Summaries that are gone or no longer stale (rewritten meanwhile by an eager
+        insert, a repair or another writer) need nothing.
+        """
+        with self._lock:
+            entries, self._entries = self._entries, {}
+        merges: dict[str, tuple[str, int, list[str]]] = {}
+        rebuilds: list[str] = []
+        for node_id, entry in entries.items():
+            node = state.nodes.get(node_id)
+            if node is None or not node.stale:
+                continue
+            alive = [leaf for leaf in entry.new_leaves if leaf in state.nodes]
+            if entry.rebuild or not alive or node.leaf_count != entry.base_count + len(alive):
+                rebuilds.append(node_id)
+            else:
+                merges[node_id] = (entry.base_text, entry.base_count, [state.nodes[leaf].text for leaf in alive])
+        # An ancestor that is not stale was rewritten since (an eager insert, a delete,
+        # a repair) from the stale text below it: it must follow what the flush writes.
+        planned = {*merges, *rebuilds}
+        for node_id in list(planned):
+            for ancestor in state.path_to_root(node_id):
+                if ancestor.id not in planned:
+                    planned.add(ancestor.id)
+                    rebuilds.append(ancestor.id)
+        rebuilds.sort(key=lambda node_id: state.nodes[node_id].depth, reverse=True)
+        return FlushPlan(merges, rebuilds)
+
+    def put_back(self, node_ids: Iterable[str], state: TreeState) -> None:
+        """Summaries a flush could not write: the next flush rebuilds them."""
+        with self._lock:
+            for node_id in node_ids:
+                node = state.nodes.get(node_id)
+                if node is not None and node_id not in self._entries:
+                    self._entries[node_id] = PendingSummary(node.text, node.leaf_count, rebuild=True)

@@ -1,0 +1,282 @@
+"""Retries for model calls: exponential backoff with jitter, Retry-After, per-call timeouts.
+
+One policy serves every model kind (OpenAI, LangChain, LlamaIndex, plain callables):
+the adapters in :mod:`memtree.llm` and :mod:`memtree.models` run each request through
+:meth:`RetryPolicy.call` / :meth:`RetryPolicy.acall`. A failure is retried when it is
+transient: a timeout, a dropped connection, HTTP 408/409/425/429 or 5xx, or a
+response that could not be used (:class:`ModelResponseError`: malformed JSON,
+missing fields, an empty reply). Anything else (a bad request, a wrong key) fails
+at once. Each retry is reported to the current usage scope (``retries``), so a
+memory's ``stats()`` shows them.
+
+The error's class is recognized without importing any client library: by status
+codes (``error.status_code`` or ``error.response.status_code``), Retry-After headers
+(``retry-after-ms`` or ``retry-after``, seconds or an HTTP date) and the names of
+the connection and timeout errors of openai, httpx, requests, aiohttp and friends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import email.utils
+import json
+import logging
+import random
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from memtree import usage
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
+"""HTTP statuses worth retrying besides 5xx: timeout, conflict, too early, rate limit."""
+
+_TRANSIENT_ERROR_NAMES = frozenset(
+    {
+        "APIConnectionError",  # openai, anthropic
+        "APITimeoutError",
+        "TimeoutException",  # httpx
+        "TransportError",
+        "NetworkError",
+        "RemoteProtocolError",
+        "ConnectTimeout",
+        "ReadTimeout",
+        "ConnectionError",  # requests
+        "ChunkedEncodingError",
+        "ClientConnectionError",  # aiohttp
+        "ServerDisconnectedError",
+        "ServiceUnavailable",  # google-api-core
+        "ResourceExhausted",
+        "DeadlineExceeded",
+    }
+)
+
+
+class ModelResponseError(RuntimeError):
+    """A model answered, but with nothing usable: malformed JSON, missing fields, an
+    empty reply. Retried like a server error."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How model calls are retried and timed out.
+
+    Attempt ``n`` that fails transiently is followed by a wait of
+    ``min(max_delay, initial_delay · multiplier^(n-1))``, shortened at random by up to
+    ``jitter`` of itself (so clients that failed together do not retry together), or
+    by what the server asked in Retry-After if that is longer (at most
+    ``max_retry_after``). ``timeout`` bounds each attempt in seconds (``None``: no
+    limit). ``max_attempts=1`` turns retries off.
+
+    Example::
+
+        OpenAIChatModel(retry=RetryPolicy(max_attempts=8, timeout=30))
+    """
+
+    max_attempts: int = 5
+    initial_delay: float = 0.5
+    max_delay: float = 30.0
+    multiplier: float = 2.0
+    jitter: float = 0.5
+    timeout: float | None = 60.0
+    max_retry_after: float = 120.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int) or self.max_attempts < 1:
+            raise ValueError(f"max_attempts must be an integer >= 1, got {self.max_attempts!r}")
+        for name in ("initial_delay", "max_delay", "max_retry_after"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 seconds, got {getattr(self, name)}")
+        if self.multiplier < 1:
+            raise ValueError(f"multiplier must be >= 1, got {self.multiplier}")
+        if not 0.0 <= self.jitter <= 1.0:
+            raise ValueError(f"jitter must be between 0 and 1, got {self.jitter}")
+        if self.timeout is not None and self.timeout <= 0:
+            raise ValueError(f"timeout must be a positive number of seconds or None, got {self.timeout}")
+
+    def backoff(self, retry: int, retry_after: float | None = None) -> float:
+        """Seconds to wait before retry number ``retry`` (1 for the first)."""
+        base = min(self.max_delay, self.initial_delay * self.multiplier ** (retry - 1))
+        delay = base * (1.0 - self.jitter * random.random())
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, self.max_retry_after))
+        return delay
+
+    def call(self, attempt: Callable[[float | None], T], *, what: str, enforce_timeout: bool = True) -> T:
+        """Run ``attempt(timeout)`` until it succeeds, fails for good, or attempts run out.
+
+        With ``enforce_timeout`` each attempt runs in a helper thread that is abandoned
+        after ``timeout`` seconds (a ``TimeoutError``, retried); pass ``False`` when the
+        attempt enforces the timeout it is given itself (an HTTP client's timeout).
+        The last error is raised with a note saying how many attempts were made.
+        """
+        number = 1
+        while True:
+            try:
+                if enforce_timeout and self.timeout is not None:
+                    return call_with_timeout(lambda: attempt(self.timeout), self.timeout, what)
+                return attempt(self.timeout)
+            except Exception as error:
+                delay = self._delay_after(error, number, what)
+                if delay is None:
+                    raise
+            time.sleep(delay)
+            number += 1
+
+    async def acall(
+        self, attempt: Callable[[float | None], Awaitable[T]], *, what: str, enforce_timeout: bool = True
+    ) -> T:
+        """Async :meth:`call`: the timeout cancels the attempt's coroutine."""
+        number = 1
+        while True:
+            try:
+                if enforce_timeout and self.timeout is not None:
+                    try:
+                        return await asyncio.wait_for(attempt(self.timeout), self.timeout)
+                    except TimeoutError:
+                        raise TimeoutError(f"{what} took longer than {self.timeout} s") from None
+                return await attempt(self.timeout)
+            except Exception as error:
+                delay = self._delay_after(error, number, what)
+                if delay is None:
+                    raise
+            await asyncio.sleep(delay)
+            number += 1
+
+    def _delay_after(self, error: Exception, number: int, what: str) -> float | None:
+        """The wait before the next attempt, or ``None`` to give up (noting why on the error)."""
+        retryable, retry_after = transient(error)
+        if not retryable:
+            return None
+        if number >= self.max_attempts:
+            if number > 1:
+                error.add_note(f"{what}: gave up after {number} attempts")
+            return None
+        delay = self.backoff(number, retry_after)
+        usage.report(retries=1)
+        logger.info(
+            "%s failed (%s: %s); retry %d of %d in %.2f s",
+            what,
+            type(error).__name__,
+            _short(error),
+            number,
+            self.max_attempts - 1,
+            delay,
+        )
+        return delay
+
+
+NO_RETRIES = RetryPolicy(max_attempts=1, timeout=None)
+"""A policy that makes exactly one attempt with no time limit."""
+
+
+def transient(error: BaseException) -> tuple[bool, float | None]:
+    """Whether ``error`` is worth retrying, and the wait the server asked for (seconds).
+
+    Follows ``__cause__`` a few levels, since wrappers often re-raise a client's error.
+    """
+    seen = 0
+    current: BaseException | None = error
+    while current is not None and seen < 4:
+        verdict = _classify(current)
+        if verdict is not None:
+            return verdict
+        current = current.__cause__
+        seen += 1
+    return False, None
+
+
+def _classify(error: BaseException) -> tuple[bool, float | None] | None:
+    if isinstance(error, (ModelResponseError, TimeoutError, ConnectionError, json.JSONDecodeError)):
+        return True, None
+    status = _status_code(error)
+    if status is not None:
+        retryable = status in RETRYABLE_STATUS or 500 <= status <= 599
+        return retryable, retry_after_seconds(_headers(error)) if retryable else None
+    if any(cls.__name__ in _TRANSIENT_ERROR_NAMES for cls in type(error).__mro__):
+        return True, None
+    return None
+
+
+def _status_code(error: BaseException) -> int | None:
+    for holder in (error, getattr(error, "response", None)):
+        for name in ("status_code", "status"):
+            value = getattr(holder, name, None)
+            if isinstance(value, int) and not isinstance(value, bool) and 100 <= value <= 599:
+                return value
+    return None
+
+
+def _headers(error: BaseException) -> Mapping[str, str] | None:
+    response = getattr(error, "response", None)
+    headers = getattr(response, "headers", None)
+    return headers if isinstance(headers, Mapping) or hasattr(headers, "get") else None
+
+
+def retry_after_seconds(headers: Mapping[str, str] | Any | None) -> float | None:
+    """Seconds from ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date)."""
+    if headers is None:
+        return None
+    milliseconds = _header(headers, "retry-after-ms")
+    if milliseconds is not None:
+        try:
+            return max(0.0, float(milliseconds) / 1000.0)
+        except ValueError:
+            pass
+    value = _header(headers, "retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        moment = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, moment.timestamp() - time.time())
+
+
+def _header(headers: Any, name: str) -> str | None:
+    value = headers.get(name)
+    if value is None and isinstance(headers, Mapping):  # a plain dict is case-sensitive
+        value = next((v for k, v in headers.items() if isinstance(k, str) and k.lower() == name), None)
+    return None if value is None else str(value)
+
+
+def call_with_timeout(fn: Callable[[], T], timeout: float, what: str = "the model call") -> T:
+    """Run a blocking call, giving up with ``TimeoutError`` after ``timeout`` seconds.
+
+    The call runs in a daemon thread (with the caller's context variables, so usage
+    reports still reach the caller's scope). Python cannot stop a thread, so an
+    overrunning call finishes in the background and its result is dropped.
+    """
+    future: Future[T] = Future()
+    context = contextvars.copy_context()
+
+    def run() -> None:
+        try:
+            future.set_result(context.run(fn))
+        except BaseException as error:  # noqa: BLE001 - handed to the waiting caller
+            future.set_exception(error)
+
+    threading.Thread(target=run, name="memtree-model-call", daemon=True).start()
+    try:
+        return future.result(timeout)
+    except TimeoutError:
+        if future.done():  # the call itself raised TimeoutError
+            raise
+        raise TimeoutError(f"{what} took longer than {timeout} s") from None
+
+
+def _short(error: BaseException, width: int = 160) -> str:
+    text = " ".join(str(error).split())
+    return text if len(text) <= width else text[: width - 1] + "…"

@@ -1,0 +1,38 @@
+"""The ingestion benchmark script still runs (tiny sizes, no delay) and writes its report."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LOCOMO = Path(os.environ.get("MEMTREE_LOCOMO", ROOT.parent / "shared" / "data" / "locomo10.json"))
+"""Where the benchmarks find LoCoMo: ``../shared/data`` beside the repository, or ``$MEMTREE_LOCOMO``."""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not LOCOMO.is_file(), reason=f"LoCoMo data not at {LOCOMO}")
+def test_ingestion_benchmark_writes_its_tables_and_plot(tmp_path: Path) -> None:
+    command = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "ingestion.py"),
+        f"--locomo={LOCOMO}",
+        "--delay=0",
+        "--latency-inserts=8",
+        "--inserts=40",
+        f"--out={tmp_path}",
+    ]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    subprocess.run(command, check=True, cwd=ROOT, env=env, capture_output=True, timeout=600)
+    report = (tmp_path / "ingestion.md").read_text(encoding="utf-8")
+    assert "| sequential (paper) |" in report and "| path-parallel (8) |" in report
+    assert "| eager |" in report and "| deferred, per session |" in report
+    results = json.loads((tmp_path / "ingestion.json").read_text(encoding="utf-8"))
+    eager, *deferred = results["calls"]
+    assert all(run["llm_calls"] < eager["llm_calls"] for run in deferred)
+    assert (tmp_path / "ingestion.png").stat().st_size > 10_000
