@@ -30,6 +30,7 @@ from llamaindex_memtree.settings import memory_from_settings
 from llamaindex_memtree.struct import MemTreeIndexStruct, register
 from memtree import InMemoryStore, MemTree, MemTreeConfig
 from memtree.inputs import Item
+from memtree.tree import AGGREGATION_MODES
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +53,9 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
     the offline defaults; pass ``MemTree.open(path_or_dsn)`` for a durable tree.
     ``timestamp_key`` names a node metadata key holding each chunk's event time
     (a datetime, date, POSIX number or ISO 8601 string), used by time-range filters.
+    ``aggregation="deferred"`` writes the summaries touched by one batch of nodes
+    once, after all its leaves are in (far fewer LLM calls than the paper's
+    ``"eager"`` procedure, the default).
 
     ``index.storage_context.persist(dir)`` saves an in-memory tree beside the
     docstore; ``load_index_from_storage(StorageContext.from_defaults(persist_dir=dir))``
@@ -78,8 +82,11 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
         *,
         memory: MemTree | None = None,
         timestamp_key: str | None = None,
+        aggregation: str | None = None,
         **kwargs: Any,
     ) -> None:
+        if aggregation is not None and aggregation not in AGGREGATION_MODES:
+            raise ValueError(f"aggregation must be one of {', '.join(AGGREGATION_MODES)} or None, got {aggregation!r}")
         if index_struct is not None and not isinstance(index_struct, MemTreeIndexStruct):
             raise TypeError(
                 f"this storage holds {_describe(index_struct)}, not a MemTreeIndex; load it with "
@@ -89,10 +96,12 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
             raise TypeError(f"memory must be a memtree.MemTree, got {type(memory).__name__}")
         storage_context = storage_context or StorageContext.from_defaults()
         self._timestamp_key = timestamp_key
+        self._aggregation = aggregation
         if index_struct is None:
             self._memory = memory if memory is not None else memory_from_settings(INDEX_CONFIG)
         else:
             self._timestamp_key = index_struct.timestamp_key
+            self._aggregation = aggregation or index_struct.aggregation
             self._memory = _reopen(index_struct, storage_context, memory)
         if self._memory.config.deduplicate:
             logger.warning(
@@ -186,6 +195,7 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
             store=type(memory.store).__name__,
             snapshot=snapshot,
             timestamp_key=self._timestamp_key,
+            aggregation=self._aggregation,
         )
         self._insert(nodes)
         return struct
@@ -215,7 +225,7 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
             await self.docstore.async_add_documents(nodes, allow_update=True)
             items, replaced = self._changes(nodes)
             await self._memory.adelete_many(replaced)
-            await self._memory.aadd_many(**_columns(items))
+            await self._memory.aadd_many(**_columns(items), aggregation=self._aggregation)
             await self._storage_context.index_store.async_add_index_struct(self._index_struct)
 
     def _checked(self, nodes: Sequence[BaseNode]) -> list[BaseNode]:
@@ -229,7 +239,7 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
     def _insert(self, nodes: Sequence[BaseNode], **insert_kwargs: Any) -> None:
         items, replaced = self._changes(nodes)
         self._memory.delete_many(replaced)
-        self._memory.add_many(**_columns(items))
+        self._memory.add_many(**_columns(items), aggregation=self._aggregation)
 
     def _changes(self, nodes: Sequence[BaseNode]) -> tuple[list[Item], list[str]]:
         """The leaves to add for ``nodes`` and the stored leaves they replace.

@@ -32,13 +32,15 @@ class MemTreeIndexStruct(IndexStruct):
     the engine store that held it when the index was built; ``snapshot`` the key
     in ``StorageContext.vector_stores`` under which ``persist`` writes a tree held
     in memory (``None`` when the tree lives in a durable store); ``timestamp_key``
-    the node metadata key read as each leaf's event time.
+    the node metadata key read as each leaf's event time; ``aggregation`` how
+    inserts write summaries (``None``: the memory's default).
     """
 
     namespace: list[str] = field(default_factory=lambda: ["default"])
     store: str = "InMemoryStore"
     snapshot: str | None = None
     timestamp_key: str | None = None
+    aggregation: str | None = None
 
     @classmethod
     def get_type(cls) -> IndexStructType:

@@ -7,7 +7,7 @@ import logging
 import pytest
 from llama_index.core import Document, Settings
 from llama_index.core.chat_engine.types import ChatMode
-from llama_index.core.embeddings import MockEmbedding
+from llama_index.core.embeddings import BaseEmbedding, MockEmbedding
 from llama_index.core.llms import MockLLM
 from llama_index.core.schema import TextNode
 from llamaindex_corpus import DOCUMENTS, documents, make_memory, sentence_splitter
@@ -227,16 +227,65 @@ def test_settings_models_are_used_only_when_the_user_set_them(monkeypatch: pytes
     monkeypatch.setattr(Settings, "_llm", None)
     assert models_from_settings() == {}
     assert Settings._embed_model is None and Settings._llm is None  # nothing was resolved
-    embed, llm = MockEmbedding(embed_dim=8), MockLLM()
+    embed, llm = MockEmbedding(embed_dim=8), MockLLM(max_tokens=12)
     monkeypatch.setattr(Settings, "_embed_model", embed)
     monkeypatch.setattr(Settings, "_llm", llm)
     assert models_from_settings() == {"embedder": embed, "llm": llm}
 
 
+class WordsEmbedding(BaseEmbedding):
+    """A LlamaIndex embedding model that tells texts apart (feature hashing, offline)."""
+
+    def _get_text_embedding(self, text: str) -> list[float]:
+        return HashingEmbedder(64).embed([text])[0].tolist()
+
+    def _get_query_embedding(self, query: str) -> list[float]:
+        return self._get_text_embedding(query)
+
+    async def _aget_query_embedding(self, query: str) -> list[float]:
+        return self._get_text_embedding(query)
+
+
+def test_index_builds_with_the_models_set_on_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    embed, llm = WordsEmbedding(), MockLLM(max_tokens=12)
+    monkeypatch.setattr(Settings, "_embed_model", embed)
+    monkeypatch.setattr(Settings, "_llm", llm)
+    index = MemTreeIndex.from_documents(documents()[:3], transformations=[sentence_splitter()])
+    memory = index.memory
+    assert memory.embedder.embedding is embed  # type: ignore[attr-defined]
+    assert memory.aggregator.calls_model
+    assert memory.dimension == 64
+    stats = memory.stats()
+    assert stats.leaves == 6 and stats.summaries > 0 and stats.llm_calls > 0  # MockLLM wrote the summaries
+    assert index.as_retriever(similarity_top_k=2).retrieve("Pepper")
+
+
 def test_default_memory_is_offline_and_keeps_duplicates_apart(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Settings, "_embed_model", None)
     monkeypatch.setattr(Settings, "_llm", None)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     index = MemTreeIndex([])
     assert type(index.memory.embedder).__name__ == "LocalEmbedder"
     assert type(index.memory.aggregator).__name__ == "ExtractiveAggregator"
     assert index.memory.config == MemTreeConfig(deduplicate=False)
+
+
+def test_deferred_aggregation_stores_the_same_leaves_for_fewer_llm_calls() -> None:
+    def build_with(aggregation: str | None) -> MemTree:
+        memory = MemTree(
+            embedder=HashingEmbedder(256),
+            llm=lambda prompt: "A summary of these notes.",
+            # summaries placed by their leaves' mean, so both trees route alike
+            config=MemTreeConfig(theta0=0.2, deduplicate=False, parent_embedding="mean"),
+        )
+        MemTreeIndex.from_documents(
+            documents(), memory=memory, transformations=[sentence_splitter()], aggregation=aggregation
+        )
+        return memory
+
+    eager, deferred = build_with(None), build_with("deferred")
+    assert [leaf.text for leaf in deferred.leaves()] == [leaf.text for leaf in eager.leaves()]
+    assert 0 < deferred.stats().llm_calls < eager.stats().llm_calls
+    assert deferred.stats().pending == 0 and deferred.check_integrity() == []
+    with pytest.raises(ValueError, match="aggregation must be one of eager, deferred"):
+        MemTreeIndex([], memory=make_memory(), aggregation="lazy")
