@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.data_structs.data_structs import IndexStruct
@@ -30,7 +30,7 @@ from llamaindex_memtree.settings import memory_from_settings
 from llamaindex_memtree.struct import MemTreeIndexStruct, register
 from memtree import InMemoryStore, MemTree, MemTreeConfig
 from memtree.inputs import Item
-from memtree.tree import AGGREGATION_MODES
+from memtree.tree import AGGREGATION_MODES, Aggregation
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
         *,
         memory: MemTree | None = None,
         timestamp_key: str | None = None,
-        aggregation: str | None = None,
+        aggregation: Aggregation | None = None,
         **kwargs: Any,
     ) -> None:
         if aggregation is not None and aggregation not in AGGREGATION_MODES:
@@ -101,7 +101,7 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
             self._memory = memory if memory is not None else memory_from_settings(INDEX_CONFIG)
         else:
             self._timestamp_key = index_struct.timestamp_key
-            self._aggregation = aggregation or index_struct.aggregation
+            self._aggregation = aggregation or cast("Aggregation | None", index_struct.aggregation)
             self._memory = _reopen(index_struct, storage_context, memory)
         if self._memory.config.deduplicate:
             logger.warning(
