@@ -67,6 +67,13 @@ def test_persist_and_load_give_back_the_same_tree_nodes_and_results(
     assert results(loaded) == results(index)
 
 
+def test_storage_context_to_dict_and_back_carries_the_tree(index: MemTreeIndex, local_embedder) -> None:
+    storage = StorageContext.from_dict(json.loads(json.dumps(index.storage_context.to_dict())))
+    loaded = load_index_from_storage(storage, memory=MemTree(embedder=local_embedder, config=CONFIG))
+    assert tree(loaded.memory) == tree(index.memory)
+    assert results(loaded) == results(index)
+
+
 def test_a_loaded_index_keeps_working_and_persists_again(index: MemTreeIndex, local_embedder, tmp_path: Path) -> None:
     index.storage_context.persist(tmp_path / "first")
     loaded = MemTreeIndex.from_persist_dir(tmp_path / "first", memory=MemTree(embedder=local_embedder, config=CONFIG))
