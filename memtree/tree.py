@@ -16,6 +16,7 @@ import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -73,6 +74,9 @@ T = TypeVar("T")
 
 _EMBED_CHUNK = 256
 """Texts per embedding call when many arrive together."""
+
+SIBLING_CACHE_SIZE = 256
+"""Namespace handles :meth:`MemTree.sibling` keeps open per memory."""
 
 
 @dataclass(frozen=True)
@@ -166,6 +170,8 @@ class MemTree:
         self._last_refresh = 0.0
         self._closed = False
         self._owns_store = False
+        self._siblings: OrderedDict[NamespaceKey, MemTree] = OrderedDict()
+        self._siblings_lock = threading.Lock()
         self.refresh(force=True)
 
     @classmethod
@@ -195,16 +201,41 @@ class MemTree:
 
     # -- siblings and lifecycle ----------------------------------------------------
 
-    def with_namespace(self, namespace: Namespace) -> MemTree:
-        """The memory of another namespace in the same store, sharing models and config."""
+    def with_namespace(self, namespace: Namespace, *, config: MemTreeConfig | None = None) -> MemTree:
+        """The memory of another namespace in the same store, sharing models and
+        config (or using ``config`` instead). Each call opens a new handle, which
+        loads the namespace's tree; :meth:`sibling` reuses handles."""
         return MemTree(
             embedder=self.embedder,
             aggregator=self.aggregator,
             store=self.store,
             namespace=namespace,
-            config=self.config,
+            config=config or self.config,
             refresh_interval=self.refresh_interval,
         )
+
+    def sibling(self, namespace: Namespace) -> MemTree:
+        """Like :meth:`with_namespace`, but each namespace is opened once and the
+        handle reused (the ``SIBLING_CACHE_SIZE`` most recently used are kept).
+
+        Meant for servers and adapters that touch many namespaces (one per user or
+        chat session): opening one loads its tree from the store, reusing it only
+        catches up with what other writers committed. ``sibling(memory.namespace)``
+        is the memory itself.
+        """
+        key = namespace_key(namespace)
+        if key == self.namespace:
+            return self
+        with self._siblings_lock:
+            memory = self._siblings.pop(key, None)
+        if memory is None:
+            memory = self.with_namespace(key)  # outside the lock: loading reads the store
+        with self._siblings_lock:
+            memory = self._siblings.setdefault(key, memory)
+            self._siblings.move_to_end(key)
+            while len(self._siblings) > SIBLING_CACHE_SIZE:
+                self._siblings.popitem(last=False)
+        return memory
 
     def namespaces(self, prefix: Namespace | None = None) -> list[NamespaceKey]:
         """Namespaces in this memory's store that hold a tree (optionally under ``prefix``)."""
@@ -405,6 +436,7 @@ class MemTree:
         where: Mapping[str, Any] | None = None,
         time_range: tuple[TimeLike | None, TimeLike | None] | None = None,
         min_score: float | None = None,
+        query_embedding: Vector | Sequence[float] | None = None,
     ) -> list[RetrievedNode]:
         """The nodes most relevant to ``query``, best first.
 
@@ -413,9 +445,13 @@ class MemTree:
         results' ``context`` (the last result is cut to fit). ``where`` keeps leaves
         whose metadata equals each given item; ``time_range=(start, end)`` keeps
         nodes whose event time lies inside (either side may be ``None``).
+        ``query_embedding`` is the query's vector if you already have it (from this
+        memory's embedder), e.g. to search many namespaces with one embedding call.
         """
         options = self._retrieval_options(query, k, token_budget, mode, leaves_only, where, time_range, min_score)
         self._maybe_refresh()
+        if query_embedding is not None:
+            return self._retrieve_embedded(self._check_vectors(np.atleast_2d(query_embedding), 1)[0], *options)
         vectors = self._drive(self._embed_steps([query], query=True))
         return self._retrieve_embedded(vectors[0], *options)
 
@@ -430,12 +466,27 @@ class MemTree:
         where: Mapping[str, Any] | None = None,
         time_range: tuple[TimeLike | None, TimeLike | None] | None = None,
         min_score: float | None = None,
+        query_embedding: Vector | Sequence[float] | None = None,
     ) -> list[RetrievedNode]:
         """Async :meth:`retrieve`."""
         options = self._retrieval_options(query, k, token_budget, mode, leaves_only, where, time_range, min_score)
         await asyncio.to_thread(self._maybe_refresh)
+        if query_embedding is not None:
+            return self._retrieve_embedded(self._check_vectors(np.atleast_2d(query_embedding), 1)[0], *options)
         vectors = await self._adrive(self._embed_steps([query], query=True))
         return self._retrieve_embedded(vectors[0], *options)
+
+    def embed_query(self, query: str) -> Vector:
+        """The vector :meth:`retrieve` would compute for ``query`` (checked, unit
+        length); pass it back as ``query_embedding`` to search many namespaces
+        that share this memory's embedder with a single embedding call."""
+        require_text(query, "query")
+        return self._drive(self._embed_steps([query], query=True))[0]
+
+    async def aembed_query(self, query: str) -> Vector:
+        """Async :meth:`embed_query`."""
+        require_text(query, "query")
+        return (await self._adrive(self._embed_steps([query], query=True)))[0]
 
     def _retrieval_options(
         self,

@@ -1,0 +1,23 @@
+"""LangChain and LangGraph adapters for memtree.
+
+* :class:`MemTreeChatMessageHistory`: an exact chat log whose exchanges grow a memory tree.
+* :class:`MemTreeRetriever`: a memory tree as a LangChain retriever.
+* :class:`MemTreeStore`: a LangGraph ``BaseStore`` whose semantic search is MemTree retrieval.
+* :class:`MemTreeMemoryMiddleware`: agent middleware that records each exchange and
+  puts the memories relevant to the user's latest message in the system prompt.
+"""
+
+from langchain_memtree.history import MemTreeChatMessageHistory
+from langchain_memtree.middleware import MEMORY_HEADER, MemTreeMemoryMiddleware, format_memories
+from langchain_memtree.retriever import MemTreeRetriever, to_document
+from langchain_memtree.store import MemTreeStore
+
+__all__ = [
+    "MEMORY_HEADER",
+    "MemTreeChatMessageHistory",
+    "MemTreeMemoryMiddleware",
+    "MemTreeRetriever",
+    "MemTreeStore",
+    "format_memories",
+    "to_document",
+]

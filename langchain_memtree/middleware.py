@@ -1,0 +1,186 @@
+"""``MemTreeMemoryMiddleware``: long-term memory for ``create_agent`` agents.
+
+Two hooks, both thin calls into the engine:
+
+* before each model call (``wrap_model_call``) it retrieves the memories most
+  relevant to the latest user message and appends them to the system message as
+  a section (see :func:`format_memories`), within ``token_budget``;
+* after each model turn (``after_model``) that answers the user — an AI message
+  calling no tools — it records the exchange (the user's latest message and that
+  answer, as ``"User: ...\\nAssistant: ..."``) in the user's memory.
+
+The memory's namespace can be fixed or chosen per run from the LangGraph runtime
+(``namespace=lambda runtime: ("users", runtime.context.user_id)``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langgraph.runtime import Runtime
+
+from langchain_memtree._calls import Call, Procedure, arun, run
+from langchain_memtree.messages import closes_round, exchange_text, latest_human_text
+from memtree import MemTree, RetrievedNode
+from memtree.config import RetrievalMode
+from memtree.inputs import TimeLike
+from memtree.store import Namespace, namespace_key
+
+logger = logging.getLogger(__name__)
+
+MEMORY_HEADER = "## Relevant memories from earlier conversations"
+"""First line of the memory section added to the system message."""
+
+NamespaceChoice = Namespace | Callable[[Runtime[Any]], Namespace] | None
+
+
+def format_memories(hits: Sequence[RetrievedNode], header: str = MEMORY_HEADER) -> str:
+    """The system-message section for retrieved memories: ``header``, then one bullet
+    per memory, best first, with its event date when known. Each bullet holds the
+    result's ``context`` (what the token budget was charged on); continuation lines
+    are indented so a multi-line exchange stays one bullet."""
+    lines = [header]
+    for hit in hits:
+        body = (hit.context or hit.text).replace("\n", "\n  ")
+        date = f"({hit.time.date().isoformat()}) " if hit.time is not None else ""
+        lines.append(f"- {date}{body}")
+    return "\n".join(lines)
+
+
+class MemTreeMemoryMiddleware(AgentMiddleware):
+    """Agent middleware that remembers each exchange and recalls relevant memories.
+
+    ``memory`` is the MemTree (its store keeps the memories); ``namespace`` is the
+    user's namespace in it: a fixed one, a function of the LangGraph ``Runtime``,
+    or ``None`` for the memory's own. ``k`` and ``token_budget`` bound what is
+    added to the prompt (the budget counts the memories' text, with the memory's
+    ``config.token_counter``); ``mode`` and ``min_score`` tune retrieval.
+    ``record=False`` only recalls; ``recall=False`` only records.
+
+    Example::
+
+        agent = create_agent(
+            model,
+            tools,
+            middleware=[MemTreeMemoryMiddleware(memory=memory, namespace=("users", "maya"))],
+        )
+    """
+
+    def __init__(
+        self,
+        memory: MemTree,
+        *,
+        namespace: NamespaceChoice = None,
+        k: int = 5,
+        token_budget: int | None = 400,
+        mode: RetrievalMode | None = None,
+        min_score: float | None = None,
+        header: str = MEMORY_HEADER,
+        record: bool = True,
+        recall: bool = True,
+        clock: Callable[[], TimeLike] | None = None,
+    ) -> None:
+        super().__init__()
+        if not isinstance(memory, MemTree):
+            raise TypeError(f"memory must be a memtree.MemTree, got {type(memory).__name__}")
+        if namespace is not None and not callable(namespace):
+            namespace_key(namespace)  # a bad fixed namespace fails now, not mid-run
+        # refuse bad retrieval options now rather than in the middle of a run
+        memory.config.with_options(k=k, token_budget=token_budget, mode=mode or memory.config.mode)
+        self.memory = memory
+        self.namespace = namespace
+        self.k = k
+        self.token_budget = token_budget
+        self.mode = mode
+        self.min_score = min_score
+        self.header = header
+        self.record = record
+        self.recall = recall
+        self.clock: Callable[[], TimeLike] = clock or (lambda: datetime.now(UTC))
+
+    # -- recall: before each model call ---------------------------------------------
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any]:
+        return handler(run(self._recall_steps(request)))
+
+    async def awrap_model_call(self, request: ModelRequest[Any], handler: Any) -> ModelResponse[Any]:
+        return await handler(await arun(self._recall_steps(request)))  # type: ignore[no-any-return]
+
+    def _recall_steps(self, request: ModelRequest[Any]) -> Procedure[ModelRequest[Any]]:
+        query = latest_human_text(request.messages)
+        if not self.recall or not query:
+            return request
+        memory = yield Call(self, "memory_for", (request.runtime,))
+        hits = yield Call(
+            memory,
+            "retrieve",
+            (query,),
+            {"k": self.k, "token_budget": self.token_budget, "mode": self.mode, "min_score": self.min_score},
+        )
+        if not hits:
+            return request
+        section = format_memories(hits, self.header)
+        return request.override(system_message=_with_section(request.system_message, section))
+
+    # -- record: after each model turn ----------------------------------------------
+
+    def after_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+        run(self._record_steps(state, runtime))
+        return None
+
+    async def aafter_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+        await arun(self._record_steps(state, runtime))
+        return None
+
+    def _record_steps(self, state: AgentState[Any], runtime: Runtime[Any]) -> Procedure[None]:
+        messages: Sequence[BaseMessage] = state["messages"]
+        if not self.record or not messages or not closes_round(messages[-1]):
+            return  # no answer yet (the model is calling tools)
+        answer = messages[-1]
+        question = next((m for m in reversed(messages[:-1]) if isinstance(m, HumanMessage)), None)
+        text = exchange_text([question, answer] if question is not None else [answer])
+        if not text:
+            logger.debug("exchange ending at %s has no text to remember", answer.id)
+            return
+        memory = yield Call(self, "memory_for", (runtime,))
+        if answer.id is not None and (yield Call(memory, "find", kwargs={"source_id": answer.id})):
+            return  # already recorded (a resumed or replayed run)
+        ids = [m.id for m in (question, answer) if m is not None and m.id]
+        yield Call(
+            memory,
+            "add",
+            (text,),
+            {"metadata": {"message_ids": ids}, "timestamp": self.clock(), "source_id": answer.id},
+        )
+
+    # -- namespaces ------------------------------------------------------------------
+
+    def memory_for(self, runtime: Runtime[Any] | None) -> MemTree:
+        """The memory of the namespace this run belongs to."""
+        if self.namespace is None:
+            return self.memory
+        if callable(self.namespace):
+            if runtime is None:
+                raise ValueError("namespace is a function of the runtime, but this call has no runtime")
+            return self.memory.sibling(self.namespace(runtime))
+        return self.memory.sibling(self.namespace)
+
+
+def _with_section(system: SystemMessage | None, section: str) -> SystemMessage:
+    """The system message with ``section`` appended (a new text block for block content)."""
+    if system is None:
+        return SystemMessage(content=section)
+    if isinstance(system.content, str):
+        content: Any = f"{system.content}\n\n{section}" if system.content else section
+    else:
+        content = [*system.content, {"type": "text", "text": section}]
+    return SystemMessage(content=content, id=system.id, name=system.name, additional_kwargs=system.additional_kwargs)

@@ -1,0 +1,92 @@
+"""``MemTreeRetriever``: a MemTree as a LangChain retriever.
+
+Every option of :meth:`memtree.MemTree.retrieve` is a field, and each can also be
+given per call (``retriever.invoke("query", k=3)``). Each result becomes a
+``Document`` whose ``page_content`` is the result's ``context`` (its text minus
+sentences a better-ranked result already gave; budgets are charged on it, so the
+documents joined fit ``token_budget``) and whose metadata is plain JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
+from pydantic import ConfigDict
+
+from memtree import MemTree, RetrievedNode
+from memtree.config import RetrievalMode
+from memtree.inputs import TimeLike
+
+OPTIONS = ("k", "token_budget", "mode", "leaves_only", "where", "time_range", "min_score")
+"""Retrieval options a call may override."""
+
+
+class MemTreeRetriever(BaseRetriever):
+    """Retrieve the nodes of a memory tree (leaves and summaries) as Documents.
+
+    Fields (each overridable per call as a keyword of ``invoke``/``ainvoke``):
+    ``k`` (default: the memory's ``config.k``), ``token_budget``, ``mode``
+    (``"collapsed"`` or ``"traversal"``), ``leaves_only``, ``where`` (leaf
+    metadata equality), ``time_range`` (``(start, end)`` on event time) and
+    ``min_score``.
+
+    Document metadata: ``id``, ``score``, ``depth``, ``is_leaf``, ``timestamp``
+    (ISO 8601, UTC, or ``None``), ``leaf_ids`` (the leaves below the node),
+    ``source_id`` and ``metadata`` (the node's own metadata).
+
+    Example::
+
+        retriever = MemTreeRetriever(memory=memory, k=4, token_budget=300)
+        docs = retriever.invoke("What is Maya's dog called?", k=2)
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    memory: MemTree
+    k: int | None = None
+    token_budget: int | None = None
+    mode: RetrievalMode | None = None
+    leaves_only: bool = False
+    where: dict[str, Any] | None = None
+    time_range: tuple[TimeLike | None, TimeLike | None] | None = None
+    min_score: float | None = None
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **options: Any
+    ) -> list[Document]:
+        return [to_document(hit) for hit in self.memory.retrieve(query, **self._options(options))]
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **options: Any
+    ) -> list[Document]:
+        return [to_document(hit) for hit in await self.memory.aretrieve(query, **self._options(options))]
+
+    def _options(self, overrides: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(overrides) - set(OPTIONS))
+        if unknown:
+            raise TypeError(f"unknown retrieval option(s) {unknown}; choose from: {', '.join(OPTIONS)}")
+        options = {name: getattr(self, name) for name in OPTIONS}
+        options.update(overrides)
+        return options
+
+
+def to_document(hit: RetrievedNode) -> Document:
+    """A retrieval result as a Document with JSON-friendly metadata."""
+    time = hit.time
+    return Document(
+        id=hit.id,
+        page_content=hit.context or hit.text,
+        metadata={
+            "id": hit.id,
+            "score": float(hit.score),
+            "depth": hit.depth,
+            "is_leaf": hit.is_leaf,
+            "timestamp": time.isoformat() if time is not None else None,
+            "leaf_ids": list(hit.leaf_ids),
+            "source_id": hit.source_id,
+            "metadata": dict(hit.metadata),
+        },
+    )

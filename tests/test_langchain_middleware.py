@@ -1,0 +1,185 @@
+"""MemTreeMemoryMiddleware inside real create_agent runs (only the model is scripted)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from lc_fakes import PromptRecorder, hashing_memory, scripted
+
+from langchain_memtree import MEMORY_HEADER, MemTreeMemoryMiddleware
+from memtree import MemTree
+
+
+def seeded() -> MemTree:
+    memory = hashing_memory()
+    memory.add("User: My greyhound is called Pepper.\nAssistant: Lovely name!", timestamp="2024-04-28")
+    memory.add("User: I work night shifts as a nurse.\nAssistant: That sounds tiring.", timestamp="2024-05-20")
+    memory.add("User: Leo cooked ramen with yuzu.\nAssistant: Delicious.", timestamp="2024-06-02")
+    return memory
+
+
+def system_text(recorder: PromptRecorder, call: int = 0) -> str:
+    first = recorder.calls[call][0]
+    assert isinstance(first, SystemMessage)
+    return first.text
+
+
+def test_the_model_receives_the_relevant_memories_in_its_system_message() -> None:
+    memory = seeded()
+    middleware = MemTreeMemoryMiddleware(memory=memory, k=2, token_budget=200, record=False)
+    agent = create_agent(
+        scripted("Pepper."), tools=[], system_prompt="You are Maya's assistant.", middleware=[middleware]
+    )
+    recorder = PromptRecorder()
+    agent.invoke({"messages": [HumanMessage("What is my greyhound called?")]}, config={"callbacks": [recorder]})
+    expected_hits = memory.retrieve("What is my greyhound called?", k=2, token_budget=200)
+    assert expected_hits[0].text.startswith("User: My greyhound is called Pepper.")
+    bullets = "\n".join(
+        f"- ({hit.time.date().isoformat()}) " + hit.context.replace("\n", "\n  ")  # type: ignore[union-attr]
+        for hit in expected_hits
+    )
+    assert system_text(recorder) == f"You are Maya's assistant.\n\n{MEMORY_HEADER}\n{bullets}"
+    assert system_text(recorder).startswith(
+        "You are Maya's assistant.\n\n## Relevant memories from earlier conversations\n"
+        "- (2024-04-28) User: My greyhound is called Pepper.\n  Assistant: Lovely name!"
+    )
+    assert [m.text for m in recorder.calls[0][1:]] == ["What is my greyhound called?"]
+
+
+def test_the_memory_section_stays_within_the_token_budget() -> None:
+    memory = seeded()
+    agent = create_agent(
+        scripted("ok"),
+        tools=[],
+        middleware=[MemTreeMemoryMiddleware(memory=memory, k=5, token_budget=12, record=False)],
+    )
+    recorder = PromptRecorder()
+    agent.invoke({"messages": [HumanMessage("greyhound nurse ramen")]}, config={"callbacks": [recorder]})
+    section = system_text(recorder)  # no system prompt: the section is the whole system message
+    assert section.startswith(MEMORY_HEADER + "\n- ")
+    hits = memory.retrieve("greyhound nurse ramen", k=5, token_budget=12)
+    assert sum(memory.config.token_counter(hit.context) for hit in hits) <= 12
+    assert section == MEMORY_HEADER + "\n" + "\n".join(
+        f"- ({h.time.date().isoformat()}) " + h.context.replace("\n", "\n  ")  # type: ignore[union-attr]
+        for h in hits
+    )
+
+
+def test_each_answered_turn_is_recorded_once_and_recalled_in_the_next_run() -> None:
+    memory = hashing_memory()
+
+    @tool
+    def weather(city: str) -> str:
+        """Current weather."""
+        return f"12°C and rain in {city}"
+
+    model = scripted(
+        AIMessage("", tool_calls=[{"name": "weather", "args": {"city": "Oslo"}, "id": "w1"}]),
+        AIMessage("It is 12°C and raining in Oslo, take your umbrella."),
+        AIMessage("You asked about Oslo."),
+    )
+    middleware = MemTreeMemoryMiddleware(memory=memory, namespace=("users", "maya"), clock=lambda: "2024-09-01")
+    agent = create_agent(model, tools=[weather], middleware=[middleware], checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "t1"}}
+    agent.invoke({"messages": [HumanMessage("What's the weather in Oslo?")]}, config=config)
+    maya = memory.sibling(("users", "maya"))
+    assert [leaf.text for leaf in maya.leaves()] == [
+        "User: What's the weather in Oslo?\nAssistant: It is 12°C and raining in Oslo, take your umbrella."
+    ]  # the tool-calling turn is not an answer: one memory for the round
+    assert len(memory) == 0  # nothing leaked into the default namespace
+    recorder = PromptRecorder()
+    agent.invoke(
+        {"messages": [HumanMessage("Which city's weather did I ask about?")]},
+        config={**config, "callbacks": [recorder]},
+    )
+    assert system_text(recorder) == (
+        f"{MEMORY_HEADER}\n- (2024-09-01) User: What's the weather in Oslo?\n"
+        "  Assistant: It is 12°C and raining in Oslo, take your umbrella."
+    )
+    assert len(maya) == 2
+    state = agent.get_state(config).values
+    middleware.after_model(state, None)  # type: ignore[arg-type]  # a replayed hook changes nothing
+    assert len(maya) == 2
+
+
+@dataclass
+class UserContext:
+    user_id: str
+
+
+def test_the_namespace_can_follow_the_runtime_context() -> None:
+    memory = hashing_memory()
+    memory.sibling(("users", "leo")).add("User: My cat is Miso.\nAssistant: Cute.")
+    middleware = MemTreeMemoryMiddleware(
+        memory=memory, namespace=lambda runtime: ("users", runtime.context.user_id), k=3
+    )
+    agent = create_agent(
+        scripted("Noted.", "Noted again."), tools=[], middleware=[middleware], context_schema=UserContext
+    )
+    recorder = PromptRecorder()
+    agent.invoke(
+        {"messages": [HumanMessage("My cat is called Tiger.")]},
+        config={"callbacks": [recorder]},
+        context=UserContext(user_id="maya"),
+    )
+    assert recorder.calls[0][0].type == "human"  # maya has no memories yet: the prompt is untouched
+    assert [leaf.text for leaf in memory.sibling(("users", "maya")).leaves()] == [
+        "User: My cat is called Tiger.\nAssistant: Noted."
+    ]
+    agent.invoke(
+        {"messages": [HumanMessage("What is my cat called?")]},
+        config={"callbacks": [recorder]},
+        context=UserContext(user_id="leo"),
+    )
+    assert "My cat is Miso." in system_text(recorder, 1) and "Tiger" not in system_text(recorder, 1)
+
+
+async def test_async_runs_recall_and_record_the_same_way() -> None:
+    memory = seeded()
+    agent = create_agent(
+        scripted("Pepper."),
+        tools=[],
+        system_prompt="Be brief.",
+        middleware=[MemTreeMemoryMiddleware(memory=memory, k=1)],
+    )
+    recorder = PromptRecorder()
+    await agent.ainvoke({"messages": [HumanMessage("What is my greyhound called?")]}, config={"callbacks": [recorder]})
+    assert system_text(recorder) == (
+        f"Be brief.\n\n{MEMORY_HEADER}\n- (2024-04-28) User: My greyhound is called Pepper.\n  Assistant: Lovely name!"
+    )
+    assert memory.leaves()[-1].text == "User: What is my greyhound called?\nAssistant: Pepper."
+
+
+def test_block_system_messages_get_a_text_block() -> None:
+    memory = seeded()
+    system = SystemMessage(content=[{"type": "text", "text": "Rules."}])
+    agent = create_agent(
+        scripted("ok"),
+        tools=[],
+        system_prompt=system,
+        middleware=[MemTreeMemoryMiddleware(memory=memory, k=1, record=False)],
+    )
+    recorder = PromptRecorder()
+    agent.invoke({"messages": [HumanMessage("greyhound")]}, config={"callbacks": [recorder]})
+    content = recorder.calls[0][0].content
+    assert isinstance(content, list) and content[0] == {"type": "text", "text": "Rules."}
+    assert content[1]["text"].startswith(MEMORY_HEADER + "\n- (2024-04-28) User: My greyhound is called Pepper.")
+
+
+def test_bad_options_fail_at_construction() -> None:
+    memory = hashing_memory()
+    with pytest.raises(ValueError, match="k must be an integer >= 1"):
+        MemTreeMemoryMiddleware(memory=memory, k=0)
+    with pytest.raises(ValueError, match="token_budget must be an integer >= 1"):
+        MemTreeMemoryMiddleware(memory=memory, token_budget=-5)
+    with pytest.raises(ValueError, match="unknown mode 'beam'"):
+        MemTreeMemoryMiddleware(memory=memory, mode="beam")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="namespace must be a non-empty"):
+        MemTreeMemoryMiddleware(memory=memory, namespace=())
+    with pytest.raises(TypeError, match=r"memory must be a memtree\.MemTree"):
+        MemTreeMemoryMiddleware(memory=None)  # type: ignore[arg-type]
