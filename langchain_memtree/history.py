@@ -34,6 +34,7 @@ from langchain_memtree.messages import Granularity, check_granularity, exchange_
 from memtree import MemTree
 from memtree.inputs import TimeLike
 from memtree.store import Namespace, namespace_key
+from memtree.text import unstorable
 
 logger = logging.getLogger(__name__)
 
@@ -209,17 +210,17 @@ def _serialize(message: BaseMessage) -> dict[str, Any]:
     dict as escaped JSON in base64, so it still comes back exactly as given."""
     data = message_to_dict(message)
     try:
-        text = json.dumps(data, ensure_ascii=False, allow_nan=False)
+        json.dumps(data, ensure_ascii=False, allow_nan=False)  # is it JSON at all?
     except (TypeError, ValueError):
         try:
             data = {"type": message.type, "data": message.model_dump(mode="json")}
-            text = json.dumps(data, ensure_ascii=False, allow_nan=False)
+            json.dumps(data, ensure_ascii=False, allow_nan=False)
         except (TypeError, ValueError, PydanticSerializationError) as error:
             raise TypeError(
                 f"message {message.id or message.type!r} holds data that cannot be stored as JSON ({error}); "
                 "convert it (e.g. bytes to base64 text) before adding it"
             ) from None
-    if "\\u0000" in text or not _is_utf8(text):
+    if unstorable(data):
         return {_ENCODED: base64.b64encode(json.dumps(data).encode("ascii")).decode("ascii")}
     return data
 
@@ -231,11 +232,3 @@ def _deserialize(record: dict[str, Any]) -> dict[str, Any]:
 
 
 _ENCODED = "escaped_json_base64"
-
-
-def _is_utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True

@@ -10,7 +10,7 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 from memtree.node import JSONDict
-from memtree.text import require_text
+from memtree.text import require_text, unstorable
 
 TimeLike = datetime | date | float | int | str
 
@@ -67,8 +67,9 @@ def to_metadata(metadata: Mapping[str, Any] | None) -> JSONDict:
         encoded = json.dumps(dict(metadata), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as error:
         raise TypeError(f"metadata must be JSON-serializable: {error}") from None
-    if "\\u0000" in encoded:
-        raise ValueError("metadata contains a NUL character (\\x00); remove it before storing")
+    problem = unstorable(metadata)
+    if problem:
+        raise ValueError(f"metadata {problem}; remove it before storing")
     return json.loads(encoded)  # type: ignore[no-any-return]
 
 

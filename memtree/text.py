@@ -29,6 +29,31 @@ def require_text(text: object, what: str = "text") -> str:
     return text
 
 
+def unstorable(value: object) -> str | None:
+    """Why a JSON value cannot be stored durably, or ``None`` if it can.
+
+    Looks at every string in it (keys included): PostgreSQL cannot store a NUL
+    character, and a lone surrogate cannot be written as UTF-8. Checking the
+    strings themselves, not their JSON text, keeps a literal ``\\u0000`` storable.
+    """
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return "contains a NUL character (\\x00)"
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as error:
+                return f"is not valid Unicode ({error.reason} at {error.start})"
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return None
+
+
 def split_sentences(text: str) -> list[str]:
     """Split text into sentences at ., !, ?, … followed by space, and at line breaks.
 

@@ -388,3 +388,20 @@ async def test_a_cancelled_async_insert_does_not_keep_the_write_lock(backend: Ba
     worker.join(timeout=60)
     assert done.is_set()  # the abandoned transaction did not keep the lock
     assert FACTS[1] not in [leaf.text for leaf in memory.leaves()]
+
+
+def test_records_with_a_literal_backslash_u0000_are_stored_but_nul_and_surrogates_are_refused(tmp_path) -> None:
+    from memtree.store import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "records.db")
+    try:
+        key = ("chat", "s")
+        store.put_records(key, "log", {"1": {"text": "a literal \\u0000 is just text"}})
+        assert store.get_records(key, "log")["1"]["text"] == "a literal \\u0000 is just text"
+        with pytest.raises(ValueError, match="record '2' contains a NUL character"):
+            store.put_records(key, "log", {"2": {"text": "nul \x00"}})
+        with pytest.raises(ValueError, match="record '3' is not valid Unicode"):
+            store.put_records(key, "log", {"3": {"nested": ["lone \ud800 surrogate"]}})
+        assert list(store.get_records(key, "log")) == ["1"]
+    finally:
+        store.close()

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memtree.node import JSONDict, Node
+from memtree.text import unstorable
 
 Namespace = str | tuple[str, ...]
 NamespaceKey = tuple[str, ...]
@@ -86,8 +87,9 @@ def encode_records(kind: str, records: Mapping[str, JSONDict | None]) -> dict[st
             text = json.dumps(dict(value), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
         except (TypeError, ValueError) as error:
             raise TypeError(f"record {key!r} is not JSON-serializable: {error}") from None
-        if "\\u0000" in text:
-            raise ValueError(f"record {key!r} contains a NUL character (\\x00); remove it before storing")
+        problem = unstorable(value)
+        if problem:
+            raise ValueError(f"record {key!r} {problem}; remove it before storing")
         encoded[key] = text
     return encoded
 
