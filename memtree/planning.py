@@ -10,7 +10,7 @@ the tree held in memory is never modified by a plan.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -209,48 +209,73 @@ class DeletePlan:
 
 def plan_delete(state: TreeState, leaf_id: str, now: float) -> DeletePlan:
     """Plan the removal of one leaf; a parent left with one child is folded away."""
-    leaf = state.nodes[leaf_id]
-    assert leaf.parent is not None and leaf.embedding is not None
-    parent = state.nodes[leaf.parent]
-    deleted = [leaf_id]
+    return plan_delete_many(state, [leaf_id], now)
+
+
+def plan_delete_many(state: TreeState, leaf_ids: Sequence[str], now: float) -> DeletePlan:
+    """Plan the removal of several leaves in one change.
+
+    The tree left is the one deleting them one at a time would leave: a summary
+    left with one child is folded away (the child takes its place, its subtree
+    moves up), a summary left with none disappears. But every surviving ancestor
+    appears once in the plan, to be rewritten once from its final children,
+    instead of once per deleted leaf below it.
+    """
+    removed = list(dict.fromkeys(leaf_ids))
+    gone = set(removed)
+    lost: dict[str, list[Node]] = {}  # touched summary -> the deleted leaves below it
+    for leaf_id in removed:
+        leaf = state.nodes[leaf_id]
+        assert leaf.is_leaf and leaf.parent is not None and leaf.embedding is not None
+        for ancestor in state.path_to_root(leaf_id):
+            lost.setdefault(ancestor.id, []).append(leaf)
+
+    folded: dict[str, str] = {}  # summary left with one child -> that child
+    children: dict[str, list[str]] = {}  # surviving touched summary -> its final children
+
+    def final_children(node: Node) -> list[str]:
+        return [folded.get(child, child) for child in node.children if child not in gone]
+
+    for node_id in sorted(lost, key=lambda n: -state.nodes[n].depth):  # children decided first
+        kids = final_children(state.nodes[node_id])
+        if not kids:
+            gone.add(node_id)
+        elif len(kids) == 1:
+            folded[node_id] = kids[0]
+        else:
+            children[node_id] = kids
+
     moved: dict[str, Node] = {}
-    children: dict[str, list[str]] = {}
-    if parent.id == ROOT_ID:
-        return DeletePlan(deleted, moved, [], children)
+    ancestors: dict[str, Node] = {}
 
-    remaining = [child for child in parent.children if child != leaf_id]
-    if len(remaining) == 1:
-        # The survivor takes the parent's place; its whole subtree moves up a level.
-        deleted.append(parent.id)
-        survivor_id = remaining[0]
-        for node in state.walk(survivor_id):
-            shifted = node.copy()
-            shifted.depth -= 1
-            if node.id == survivor_id:
-                shifted.parent = parent.parent
-            shifted.updated_at = now
-            moved[node.id] = shifted
-        chain = [state.nodes[parent.parent]] if parent.parent != ROOT_ID else []
-        replaced = {parent.id: survivor_id}
-    else:
-        chain = [parent]
-        replaced = {leaf_id: ""}
-    chain = [*chain, *state.path_to_root(chain[0].id)] if chain else []
+    def place(node_id: str, parent: str, depth: int) -> None:
+        """Give a node its final parent and depth (its subtree follows)."""
+        node = state.nodes[node_id]
+        if node_id in children:
+            updated = node.copy()
+            updated.parent, updated.depth, updated.updated_at = parent, depth, now
+            below = lost[node_id]
+            updated.leaf_count = node.leaf_count - len(below)
+            updated.leaf_sum = _plus(node.leaf_sum, -np.sum([leaf.embedding for leaf in below], axis=0))
+            ancestors[node_id] = updated
+            for child in children[node_id]:
+                place(child, node_id, depth + 1)
+        elif node.parent != parent or node.depth != depth:
+            shift = depth - node.depth
+            for member in state.walk(node_id):
+                shifted = member.copy()
+                shifted.depth += shift
+                shifted.updated_at = now
+                if member.id == node_id:
+                    shifted.parent = parent
+                moved[member.id] = shifted
 
-    ancestors: list[Node] = []
-    for current in chain:
-        updated = current.copy()
-        updated.leaf_count = current.leaf_count - 1
-        updated.leaf_sum = _plus(current.leaf_sum, -leaf.embedding)
-        updated.updated_at = now
-        kids = []
-        for child in current.children:
-            child = replaced.get(child, child)
-            if child:
-                kids.append(child)
-        children[current.id] = kids
-        ancestors.append(updated)
-    return DeletePlan(deleted, moved, ancestors, children)
+    root = state.nodes[ROOT_ID]
+    for child in final_children(root):
+        place(child, ROOT_ID, 1)
+    deleted = [*removed, *(node_id for node_id in lost if node_id in gone), *folded]
+    deepest_first = sorted(ancestors.values(), key=lambda node: -node.depth)
+    return DeletePlan(deleted, moved, deepest_first, children)
 
 
 def _plus(total: Vector | None, vector: Vector) -> Vector:

@@ -43,7 +43,7 @@ from memtree.planning import (
     centroid_of,
     latest,
     normalized,
-    plan_delete,
+    plan_delete_many,
     plan_insert,
     rebuild_job,
     root_node,
@@ -544,12 +544,33 @@ class MemTree:
         keeps its text) and a parent left with one child is folded away.
         Raises ``KeyError`` for an unknown id and ``ValueError`` for a summary id."""
         self._check_leaf_id(node_id)
-        self._write(lambda txn: self._delete_steps(txn, node_id))
+        self._write(lambda txn: self._delete_steps(txn, [node_id]))
 
     async def adelete(self, node_id: str) -> None:
         """Async :meth:`delete`."""
         self._check_leaf_id(node_id)
-        await self._awrite(lambda txn: self._delete_steps(txn, node_id))
+        await self._awrite(lambda txn: self._delete_steps(txn, [node_id]))
+
+    def delete_many(self, node_ids: Iterable[str]) -> int:
+        """Forget several leaves in one change (for example all of one ``source_id``:
+        ``memory.delete_many(memory.find(source_id=...))``); return how many.
+
+        The tree left is the one :meth:`delete` would leave one leaf at a time, but
+        each affected summary is rewritten once, and summaries of one depth are
+        rewritten concurrently. Every id is checked first: an unknown id
+        (``KeyError``) or a summary id (``ValueError``) deletes nothing.
+        """
+        ids = self._check_leaf_ids(node_ids)
+        if ids:
+            self._write(lambda txn: self._delete_steps(txn, ids))
+        return len(ids)
+
+    async def adelete_many(self, node_ids: Iterable[str]) -> int:
+        """Async :meth:`delete_many`."""
+        ids = self._check_leaf_ids(node_ids)
+        if ids:
+            await self._awrite(lambda txn: self._delete_steps(txn, ids))
+        return len(ids)
 
     def repair(self) -> int:
         """Rewrite every stale summary (deepest first); return how many were fixed."""
@@ -618,10 +639,24 @@ class MemTree:
             node = self._state.nodes.get(node_id)
             if node is None:
                 raise KeyError(f"no node with id {node_id!r} in namespace {self.namespace!r}")
-            out = node.copy()
-            if node.id == ROOT_ID:  # the stored root does not count; the state does
-                out.leaf_count = self._state.leaf_total
-            return out
+            return self._copy_out(node)
+
+    def get_many(self, node_ids: Iterable[str]) -> dict[str, Node]:
+        """Copies of those of ``node_ids`` that exist, by id, read from one snapshot.
+
+        Ids not in the tree are left out instead of raising, so a caller resolving
+        the ``leaf_ids`` of a retrieval result tolerates a delete that happened since.
+        """
+        self._maybe_refresh()
+        with self._rw.read():
+            nodes = self._state.nodes
+            return {node_id: self._copy_out(nodes[node_id]) for node_id in node_ids if node_id in nodes}
+
+    def _copy_out(self, node: Node) -> Node:
+        out = node.copy()
+        if node.id == ROOT_ID:  # the stored root does not count; the state does
+            out.leaf_count = self._state.leaf_total
+        return out
 
     def find(self, *, source_id: str) -> list[str]:
         """Ids of the leaves stored with this ``source_id``, oldest first."""
@@ -1132,29 +1167,42 @@ class MemTree:
         if not isinstance(node_id, str):
             raise TypeError(f"node id must be a str, got {type(node_id).__name__}")
 
-    def _delete_steps(self, transaction: WriteTransaction, node_id: str) -> _Steps[None]:
-        node = self._state.nodes.get(node_id)
-        if node is None:
-            raise KeyError(f"no node with id {node_id!r} in namespace {self.namespace!r}")
-        if not node.is_leaf:
-            raise ValueError(f"node {node_id!r} is a summary, not a leaf; delete the leaves below it instead")
+    def _check_leaf_ids(self, node_ids: Iterable[str]) -> list[str]:
+        if isinstance(node_ids, str):
+            raise TypeError("node_ids must be a list of ids (for one id use delete)")
+        ids = list(dict.fromkeys(node_ids))
+        for node_id in ids:
+            self._check_leaf_id(node_id)
+        return ids
+
+    def _delete_steps(self, transaction: WriteTransaction, node_ids: list[str]) -> _Steps[None]:
+        for node_id in node_ids:
+            node = self._state.nodes.get(node_id)
+            if node is None:
+                raise KeyError(f"no node with id {node_id!r} in namespace {self.namespace!r}")
+            if not node.is_leaf:
+                raise ValueError(f"node {node_id!r} is a summary, not a leaf; delete the leaves below it instead")
         with self._rw.read():
-            plan = plan_delete(self._state, node_id, time.time())
+            plan = plan_delete_many(self._state, node_ids, time.time())
         self._pending.mark_rebuild(node.id for node in plan.ancestors)
         yield from self._rewrite_ancestors(plan)
         self._commit(transaction, plan.nodes(), plan.deleted)
-        self._counters.add("deletes")
+        self._counters.add("deletes", len(node_ids))
 
     def _rewrite_ancestors(self, plan: DeletePlan) -> Generator[_Request, Any, None]:
+        """Rewrite the plan's ancestors level by level, deepest first: each needs its
+        children's new texts, and the summaries of one level run concurrently."""
         rewritten: dict[str, Node] = {}
-        for node in plan.ancestors:  # deepest first; each needs its child's new text
-            texts = plan.child_texts(node.id, self._state, rewritten)
-            times = plan.child_timestamps(node.id, self._state, rewritten)
-            node.timestamp = None
-            for moment in times:
-                node.timestamp = latest(node.timestamp, moment)
-            yield from self._write_summaries([rebuild_job(node, texts)], {node.id: node})
-            rewritten[node.id] = node
+        for depth in sorted({node.depth for node in plan.ancestors}, reverse=True):
+            level = {node.id: node for node in plan.ancestors if node.depth == depth}
+            jobs = []
+            for node in level.values():
+                node.timestamp = None
+                for moment in plan.child_timestamps(node.id, self._state, rewritten):
+                    node.timestamp = latest(node.timestamp, moment)
+                jobs.append(rebuild_job(node, plan.child_texts(node.id, self._state, rewritten)))
+            yield from self._write_summaries(jobs, level)
+            rewritten.update(level)
 
     def _repair_steps(self, transaction: WriteTransaction) -> _Steps[int]:
         with self._rw.read():

@@ -1,0 +1,20 @@
+"""LlamaIndex adapters for memtree: an index, a retriever and a memory block.
+
+Importing this package registers the ``"memtree"`` index type with LlamaIndex, so
+``load_index_from_storage`` can give back a :class:`MemTreeIndex`.
+"""
+
+from llamaindex_memtree.index import MemTreeIndex
+from llamaindex_memtree.memory import MemTreeMemoryBlock
+from llamaindex_memtree.persist import TreeSnapshotStore
+from llamaindex_memtree.retriever import MemTreeRetriever
+from llamaindex_memtree.struct import MEMTREE_INDEX_TYPE, MemTreeIndexStruct
+
+__all__ = [
+    "MEMTREE_INDEX_TYPE",
+    "MemTreeIndex",
+    "MemTreeIndexStruct",
+    "MemTreeMemoryBlock",
+    "MemTreeRetriever",
+    "TreeSnapshotStore",
+]

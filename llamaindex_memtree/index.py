@@ -1,0 +1,376 @@
+"""``MemTreeIndex``: a LlamaIndex index whose nodes live as leaves of a memtree tree.
+
+Documents are split by the usual transformations; each node becomes a leaf,
+inserted in order (its node id is the leaf's ``source_id``, its metadata kept),
+and the engine grows the summaries above it. The docstore keeps the nodes
+themselves, as for any LlamaIndex index; the tree lives in a
+:class:`~memtree.MemTree` (in memory, or in the engine's SQLite / PostgreSQL
+stores). Everything tree-shaped is the engine's: this class only translates.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from typing import Any, cast
+
+from llama_index.core.callbacks.base import CallbackManager
+from llama_index.core.data_structs.data_structs import IndexStruct
+from llama_index.core.indices.base import BaseIndex
+from llama_index.core.indices.registry import INDEX_STRUCT_TYPE_TO_INDEX_CLASS
+from llama_index.core.schema import BaseNode, Document, IndexNode, TransformComponent
+from llama_index.core.storage.docstore.types import RefDocInfo
+from llama_index.core.storage.storage_context import StorageContext
+
+from llamaindex_memtree.nodes import holds, leaf_item, without_empty_documents, without_empty_nodes
+from llamaindex_memtree.persist import attach_snapshot, new_snapshot_key, restore_snapshot
+from llamaindex_memtree.retriever import MemTreeRetriever
+from llamaindex_memtree.settings import memory_from_settings
+from llamaindex_memtree.struct import MemTreeIndexStruct, register
+from memtree import InMemoryStore, MemTree, MemTreeConfig
+from memtree.inputs import Item
+from memtree.tree import AGGREGATION_MODES, Aggregation
+
+logger = logging.getLogger(__name__)
+
+INDEX_CONFIG = MemTreeConfig(deduplicate=False)
+"""Config of the memory an index makes for itself. Duplicate texts stay separate
+leaves: each belongs to its own node, and deleting one document must not take
+another document's identical chunk with it."""
+
+
+class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
+    """A LlamaIndex index kept as a MemTree (Rezazadeh et al., ICLR 2025).
+
+    Build it like any index (``from_documents``, or from nodes), then query it with
+    ``as_retriever(mode=..., similarity_top_k=..., token_budget=...)``,
+    ``as_query_engine()`` or ``as_chat_engine()``. Results include the tree's
+    summaries next to the original chunks.
+
+    ``memory`` is the tree to build in: by default an in-memory one using
+    LlamaIndex's ``Settings.embed_model`` / ``Settings.llm`` when you set them, else
+    the offline defaults; pass ``MemTree.open(path_or_dsn)`` for a durable tree.
+    ``timestamp_key`` names a node metadata key holding each chunk's event time
+    (a datetime, date, POSIX number or ISO 8601 string), used by time-range filters.
+    ``aggregation="deferred"`` writes the summaries touched by one batch of nodes
+    once, after all its leaves are in (far fewer LLM calls than the paper's
+    ``"eager"`` procedure, the default).
+
+    ``index.storage_context.persist(dir)`` saves an in-memory tree beside the
+    docstore; ``load_index_from_storage(StorageContext.from_defaults(persist_dir=dir))``
+    gives it back (pass ``memory=`` to choose its models, or to reopen a durable
+    tree). Import ``llamaindex_memtree`` first so LlamaIndex knows the index type.
+
+    Example::
+
+        index = MemTreeIndex.from_documents([Document(text="Maya adopted a greyhound.")])
+        nodes = index.as_retriever(similarity_top_k=3).retrieve("What pet does Maya have?")
+    """
+
+    index_struct_cls = MemTreeIndexStruct
+
+    def __init__(
+        self,
+        nodes: Sequence[BaseNode] | None = None,
+        objects: Sequence[IndexNode] | None = None,
+        index_struct: MemTreeIndexStruct | None = None,
+        storage_context: StorageContext | None = None,
+        callback_manager: CallbackManager | None = None,
+        transformations: list[TransformComponent] | None = None,
+        show_progress: bool = False,
+        *,
+        memory: MemTree | None = None,
+        timestamp_key: str | None = None,
+        aggregation: Aggregation | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if aggregation is not None and aggregation not in AGGREGATION_MODES:
+            raise ValueError(f"aggregation must be one of {', '.join(AGGREGATION_MODES)} or None, got {aggregation!r}")
+        if index_struct is not None and not isinstance(index_struct, MemTreeIndexStruct):
+            raise TypeError(
+                f"this storage holds {_describe(index_struct)}, not a MemTreeIndex; load it with "
+                "llama_index.core.load_index_from_storage, or build a MemTreeIndex with from_documents"
+            )
+        if memory is not None and not isinstance(memory, MemTree):
+            raise TypeError(f"memory must be a memtree.MemTree, got {type(memory).__name__}")
+        storage_context = storage_context or StorageContext.from_defaults()
+        self._timestamp_key = timestamp_key
+        self._aggregation = aggregation
+        if index_struct is None:
+            self._memory = memory if memory is not None else memory_from_settings(INDEX_CONFIG)
+        else:
+            self._timestamp_key = index_struct.timestamp_key
+            self._aggregation = aggregation or cast("Aggregation | None", index_struct.aggregation)
+            self._memory = _reopen(index_struct, storage_context, memory)
+        if self._memory.config.deduplicate:
+            logger.warning(
+                "this memory stores identical texts once (config.deduplicate=True): nodes with the same "
+                "text share one leaf, and deleting one of their documents removes it for all; "
+                "build the memory with MemTreeConfig(deduplicate=False) to keep them apart"
+            )
+        super().__init__(
+            nodes=nodes,
+            objects=objects,
+            index_struct=index_struct,
+            storage_context=storage_context,
+            callback_manager=callback_manager,
+            transformations=transformations,
+            show_progress=show_progress,
+            **kwargs,
+        )
+        if self._index_struct.snapshot is not None:
+            attach_snapshot(self._storage_context, self._index_struct.snapshot, self._memory)
+
+    @classmethod
+    def from_documents(
+        cls,
+        documents: Sequence[Document],
+        storage_context: StorageContext | None = None,
+        show_progress: bool = False,
+        callback_manager: CallbackManager | None = None,
+        transformations: list[TransformComponent] | None = None,
+        **kwargs: Any,
+    ) -> MemTreeIndex:
+        """Split documents into nodes with ``transformations`` (default:
+        ``Settings.transformations``) and insert each node, in order, as a leaf.
+        Documents with empty text are skipped with a warning."""
+        return super().from_documents(
+            without_empty_documents(documents),
+            storage_context=storage_context,
+            show_progress=show_progress,
+            callback_manager=callback_manager,
+            transformations=transformations,
+            **kwargs,
+        )
+
+    @classmethod
+    def from_persist_dir(
+        cls,
+        persist_dir: str | os.PathLike[str],
+        *,
+        index_id: str | None = None,
+        memory: MemTree | None = None,
+        **kwargs: Any,
+    ) -> MemTreeIndex:
+        """Load a MemTreeIndex that ``storage_context.persist(persist_dir)`` saved.
+
+        The same as ``load_index_from_storage(StorageContext.from_defaults(
+        persist_dir=...), memory=...)``, but it raises a ``ValueError`` naming what
+        the directory holds when that is another index type, or several indexes
+        without ``index_id``.
+        """
+        storage_context = StorageContext.from_defaults(persist_dir=os.fspath(persist_dir))
+        if index_id is not None:
+            struct = storage_context.index_store.get_index_struct(index_id)
+            if struct is None:
+                raise ValueError(f"{os.fspath(persist_dir)!r} holds no index with id {index_id!r}")
+            candidates = [struct]
+        else:
+            candidates = storage_context.index_store.index_structs()
+        ours = [struct for struct in candidates if isinstance(struct, MemTreeIndexStruct)]
+        if not ours:
+            found = ", ".join(_describe(struct) for struct in candidates) or "no index at all"
+            raise ValueError(
+                f"{os.fspath(persist_dir)!r} holds {found}, not a MemTreeIndex; load other index types "
+                "with llama_index.core.load_index_from_storage"
+            )
+        if len(ours) > 1:
+            ids = ", ".join(repr(struct.index_id) for struct in ours)
+            raise ValueError(f"{os.fspath(persist_dir)!r} holds several MemTreeIndexes ({ids}); pass index_id=")
+        return cls(index_struct=ours[0], storage_context=storage_context, memory=memory, **kwargs)
+
+    @property
+    def memory(self) -> MemTree:
+        """The tree behind this index (``index.memory.format_tree()`` shows it)."""
+        return self._memory
+
+    # -- building and changing ------------------------------------------------------
+
+    def _build_index_from_nodes(self, nodes: Sequence[BaseNode], **build_kwargs: Any) -> MemTreeIndexStruct:
+        memory = self._memory
+        snapshot = new_snapshot_key() if isinstance(memory.store, InMemoryStore) else None
+        struct = MemTreeIndexStruct(
+            namespace=list(memory.namespace),
+            store=type(memory.store).__name__,
+            snapshot=snapshot,
+            timestamp_key=self._timestamp_key,
+            aggregation=self._aggregation,
+        )
+        self._insert(nodes)
+        return struct
+
+    def build_index_from_nodes(self, nodes: Sequence[BaseNode], **build_kwargs: Any) -> MemTreeIndexStruct:
+        return super().build_index_from_nodes(self._checked(nodes), **build_kwargs)
+
+    def insert(self, document: Document, **insert_kwargs: Any) -> None:
+        """Split a document and insert its nodes (skipped with a warning if it is empty)."""
+        if without_empty_documents([document]):
+            super().insert(document, **insert_kwargs)
+
+    async def ainsert(self, document: Document, **insert_kwargs: Any) -> None:
+        """Async :meth:`insert`."""
+        if without_empty_documents([document]):
+            await super().ainsert(document, **insert_kwargs)
+
+    def insert_nodes(self, nodes: Sequence[BaseNode], **insert_kwargs: Any) -> None:
+        """Insert nodes as leaves, in order. A node already in the tree is replaced
+        if its text, metadata or event time changed, and left alone otherwise."""
+        super().insert_nodes(self._checked(nodes), **insert_kwargs)
+
+    async def ainsert_nodes(self, nodes: Sequence[BaseNode], **insert_kwargs: Any) -> None:
+        """Async :meth:`insert_nodes`; the engine's embedding and aggregation calls are awaited."""
+        nodes = self._checked(nodes)
+        with self._callback_manager.as_trace("ainsert_nodes"):
+            await self.docstore.async_add_documents(nodes, allow_update=True)
+            items, replaced = self._changes(nodes)
+            await self._memory.adelete_many(replaced)
+            await self._memory.aadd_many(**_columns(items), aggregation=self._aggregation)
+            await self._storage_context.index_store.async_add_index_struct(self._index_struct)
+
+    def _checked(self, nodes: Sequence[BaseNode]) -> list[BaseNode]:
+        """The nodes with text (others skipped with a warning), each checked as a leaf
+        before the docstore sees any of them."""
+        kept = without_empty_nodes(nodes)
+        for node in kept:
+            leaf_item(node, self._timestamp_key)
+        return kept
+
+    def _insert(self, nodes: Sequence[BaseNode], **insert_kwargs: Any) -> None:
+        items, replaced = self._changes(nodes)
+        self._memory.delete_many(replaced)
+        self._memory.add_many(**_columns(items), aggregation=self._aggregation)
+
+    def _changes(self, nodes: Sequence[BaseNode]) -> tuple[list[Item], list[str]]:
+        """The leaves to add for ``nodes`` and the stored leaves they replace.
+
+        Every node is checked first, so bad input changes nothing. A node whose
+        leaf already holds the same text, metadata and time is skipped.
+        """
+        items: list[Item] = []
+        replaced: list[str] = []
+        for node in nodes:
+            item = leaf_item(node, self._timestamp_key)
+            existing = self._memory.get_many(self._memory.find(source_id=node.node_id))
+            if len(existing) == 1 and holds(next(iter(existing.values())), item):
+                continue
+            replaced.extend(existing)
+            items.append(item)
+        return items, replaced
+
+    def delete_nodes(self, node_ids: list[str], delete_from_docstore: bool = False, **delete_kwargs: Any) -> None:
+        """Remove the nodes' leaves in one change; their ancestors are rewritten once
+        each from what remains."""
+        node_ids = list(node_ids)  # delete_ref_doc passes a list the docstore edits as it deletes
+        with self._callback_manager.as_trace("delete_nodes"):
+            self._memory.delete_many(self._leaves_of(node_ids))
+            if delete_from_docstore:
+                for node_id in node_ids:
+                    self.docstore.delete_document(node_id, raise_error=False)
+            self._storage_context.index_store.add_index_struct(self._index_struct)
+
+    async def adelete_nodes(
+        self, node_ids: list[str], delete_from_docstore: bool = False, **delete_kwargs: Any
+    ) -> None:
+        """Async :meth:`delete_nodes`."""
+        node_ids = list(node_ids)
+        with self._callback_manager.as_trace("adelete_nodes"):
+            await self._memory.adelete_many(self._leaves_of(node_ids))
+            if delete_from_docstore:
+                for node_id in node_ids:
+                    await self.docstore.adelete_document(node_id, raise_error=False)
+            await self._storage_context.index_store.async_add_index_struct(self._index_struct)
+
+    def _delete_node(self, node_id: str, **delete_kwargs: Any) -> None:
+        self._memory.delete_many(self._leaves_of([node_id]))
+
+    def _leaves_of(self, node_ids: Sequence[str]) -> list[str]:
+        return [leaf_id for node_id in node_ids for leaf_id in self._memory.find(source_id=node_id)]
+
+    # -- reading ---------------------------------------------------------------------
+
+    @property
+    def ref_doc_info(self) -> dict[str, RefDocInfo]:
+        """The ingested documents whose nodes are in the tree, with their node ids and metadata."""
+        node_ids = list(dict.fromkeys(leaf.source_id for leaf in self._memory.leaves() if leaf.source_id))
+        info: dict[str, RefDocInfo] = {}
+        for node in self.docstore.get_nodes(node_ids, raise_error=False):
+            ref_node = node.source_node
+            if ref_node is None or ref_node.node_id in info:
+                continue
+            ref_doc_info = self.docstore.get_ref_doc_info(ref_node.node_id)
+            if ref_doc_info is not None:
+                info[ref_node.node_id] = ref_doc_info
+        return info
+
+    def as_retriever(
+        self,
+        mode: str | None = None,
+        similarity_top_k: int | None = None,
+        token_budget: int | None = None,
+        **kwargs: Any,
+    ) -> MemTreeRetriever:
+        """A :class:`MemTreeRetriever` over this index's tree (options there).
+
+        Other keyword arguments are for the query or chat engine that
+        ``as_query_engine`` / ``as_chat_engine`` build around the retriever, and
+        are ignored here.
+        """
+        options = {
+            name: kwargs[name]
+            for name in ("leaves_only", "filters", "time_range", "min_score", "verbose")
+            if name in kwargs
+        }
+        return MemTreeRetriever(
+            self._memory,
+            mode=mode,
+            similarity_top_k=similarity_top_k,
+            token_budget=token_budget,
+            docstore=self.docstore,
+            callback_manager=kwargs.get("callback_manager") or self._callback_manager,
+            object_map=self._object_map,
+            **options,
+        )
+
+
+def _describe(struct: IndexStruct) -> str:
+    """``a SummaryIndex (index type 'list')``, for error messages."""
+    kind = struct.get_type()
+    index_cls = INDEX_STRUCT_TYPE_TO_INDEX_CLASS.get(kind)
+    name = index_cls.__name__ if index_cls is not None else type(struct).__name__
+    return f"a {name} (index type {getattr(kind, 'value', kind)!r})"
+
+
+def _reopen(struct: MemTreeIndexStruct, storage_context: StorageContext, memory: MemTree | None) -> MemTree:
+    """The tree of a stored index: restored from its snapshot, or ``memory`` itself
+    when the tree lives in a durable store."""
+    namespace = tuple(struct.namespace)
+    if struct.snapshot is not None:
+        target = memory if memory is not None else memory_from_settings(INDEX_CONFIG)
+        restore_snapshot(storage_context, struct.snapshot, target)
+        return target
+    if memory is None:
+        raise ValueError(
+            f"this MemTreeIndex keeps its tree in a {struct.store} (namespace {namespace!r}), not in the "
+            "persist directory; pass the memory to reopen, e.g. "
+            "load_index_from_storage(storage_context, memory=MemTree.open(...))"
+        )
+    if memory.namespace != namespace:
+        raise ValueError(
+            f"this MemTreeIndex was built in namespace {namespace!r} but the memory given is in "
+            f"{memory.namespace!r}; pass memory.with_namespace({namespace!r})"
+        )
+    return memory
+
+
+def _columns(items: Sequence[Item]) -> dict[str, Any]:
+    """``add_many``'s parallel lists."""
+    return {
+        "texts": [item.text for item in items],
+        "metadata": [item.metadata for item in items],
+        "timestamps": [item.timestamp for item in items],
+        "source_ids": [item.source_id for item in items],
+    }
+
+
+register(MemTreeIndex)

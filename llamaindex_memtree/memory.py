@@ -1,0 +1,94 @@
+"""``MemTreeMemoryBlock``: long-term memory for ``llama_index.core.memory.Memory``.
+
+``Memory`` keeps recent messages in a short-term FIFO queue; when the queue passes
+its token limit the oldest messages are flushed to every memory block. This block
+remembers each flushed message as a leaf of a memtree tree and, when the memory
+is read, returns the leaves and summaries most relevant to the current input,
+within the block's own token limit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llama_index.core.base.llms.types import ChatMessage, TextBlock
+from llama_index.core.bridge.pydantic import Field, field_validator
+from llama_index.core.memory.memory import BaseMemoryBlock
+
+from llamaindex_memtree.settings import memory_from_settings
+from memtree import MemTree
+
+
+class MemTreeMemoryBlock(BaseMemoryBlock[str]):
+    """A memory block backed by a :class:`~memtree.MemTree`.
+
+    Each message flushed from short-term memory becomes one leaf,
+    ``"<role>: <text>"``, with metadata ``role`` and ``session_id``. Reading the
+    block retrieves, for the text of the last ``retrieval_context_window``
+    messages (the current input last), up to ``similarity_top_k`` memories scoring
+    at least ``min_score`` whose joined text fits ``token_limit`` tokens (counted by
+    the memory's ``config.token_counter``), one per line.
+
+    ``memory`` defaults to an in-memory tree with ``Settings``' models when set,
+    else the offline defaults; pass ``MemTree.open(path)`` to keep it across runs.
+
+    Example::
+
+        block = MemTreeMemoryBlock(memory=MemTree.open("chat.db"), token_limit=400)
+        chat_memory = Memory.from_defaults(token_limit=4000, memory_blocks=[block])
+    """
+
+    name: str = Field(default="MemTreeMemory", description="The name of the memory block.")
+    memory: MemTree = Field(default_factory=memory_from_settings, description="The tree that holds the memories.")
+    token_limit: int = Field(default=500, gt=0, description="Most tokens this block returns.")
+    similarity_top_k: int = Field(default=10, gt=0, description="Most memories this block returns.")
+    mode: str | None = Field(default=None, description="'collapsed' or 'traversal'; None: the memory's default.")
+    retrieval_context_window: int = Field(default=1, gt=0, description="Latest messages the query is made of.")
+    min_score: float | None = Field(default=None, description="Least similarity a memory needs; None: the memory's.")
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _check_memory(cls, value: Any) -> MemTree:
+        if not isinstance(value, MemTree):
+            raise TypeError(f"memory must be a memtree.MemTree, got {type(value).__name__}")
+        return value
+
+    async def _aget(self, messages: list[ChatMessage] | None = None, **block_kwargs: Any) -> str:
+        """The memories most relevant to the latest messages, one per line."""
+        recent = (messages or [])[-self.retrieval_context_window :]
+        query = " ".join(text for text in map(_text_of, recent) if text)
+        if not query.strip():
+            return ""
+        hits = await self.memory.aretrieve(
+            query, k=self.similarity_top_k, token_budget=self.token_limit, mode=self.mode, min_score=self.min_score
+        )
+        return "\n".join(hit.context for hit in hits)
+
+    async def _aput(self, messages: list[ChatMessage]) -> None:
+        """Remember each message that has text, in order, as one leaf."""
+        texts: list[str] = []
+        metadata: list[dict[str, Any]] = []
+        for message in messages:
+            text = _text_of(message)
+            if not text.strip():
+                continue
+            role = message.role.value
+            texts.append(f"{role}: {text}")
+            metadata.append({"role": role, "session_id": message.additional_kwargs.get("session_id")})
+        if texts:
+            await self.memory.aadd_many(texts, metadata=metadata)
+
+    async def atruncate(self, content: str, tokens_to_truncate: int) -> str | None:
+        """Drop memories from the end (the least relevant) until ``tokens_to_truncate``
+        tokens are gone; ``None`` when nothing is left."""
+        lines = content.split("\n")
+        count = self.memory.config.token_counter
+        removed = 0
+        while lines and removed < tokens_to_truncate:
+            removed += count(lines.pop())
+        return "\n".join(lines) or None
+
+
+def _text_of(message: ChatMessage) -> str:
+    """The text blocks of a message, joined (images, audio and tool calls carry none)."""
+    return "".join(block.text for block in message.blocks if isinstance(block, TextBlock))

@@ -1,0 +1,105 @@
+"""MemTreeMemoryBlock inside a real llama_index Memory, pushed past its short-term limit."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from llama_index.core.base.llms.types import ChatMessage, ImageBlock, TextBlock
+from llama_index.core.memory import Memory
+from llama_index.core.storage.chat_store.sql import MessageStatus
+from llamaindex_corpus import make_memory
+
+from llamaindex_memtree import MemTreeMemoryBlock
+from memtree.text import count_tokens
+
+CONVERSATION = [
+    ("My greyhound Pepper is scared of bicycles.", "Poor Pepper! Bicycles can be scary for dogs."),
+    ("I ate tonkotsu ramen in Kyoto last spring.", "Kyoto ramen sounds delicious."),
+    ("Ana and I hiked the Rota Vicentina trail.", "The Atlantic cliffs on that trail are beautiful."),
+    ("Pepper got a red collar for her birthday.", "A red collar will suit Pepper."),
+    ("I am learning to make ramen noodles at home.", "Homemade ramen noodles need a long rest."),
+    ("What should I cook tonight?", "How about a simple pasta?"),
+]
+
+
+@pytest.fixture
+def chat() -> Memory:
+    block = MemTreeMemoryBlock(memory=make_memory(), token_limit=30, similarity_top_k=4)
+    memory = Memory.from_defaults(
+        session_id="session-1",
+        token_limit=120,
+        chat_history_token_ratio=0.5,  # short-term memory holds about 60 tokens
+        token_flush_size=20,
+        memory_blocks=[block],
+    )
+    for user, assistant in CONVERSATION:
+        memory.put(ChatMessage(role="user", content=user))
+        memory.put(ChatMessage(role="assistant", content=assistant))
+    return memory
+
+
+def block_of(chat: Memory) -> MemTreeMemoryBlock:
+    (block,) = chat.memory_blocks
+    assert isinstance(block, MemTreeMemoryBlock)
+    return block
+
+
+def test_flushed_messages_become_leaves_in_order(chat: Memory) -> None:
+    archived = chat.get_all(status=MessageStatus.ARCHIVED)
+    active = chat.get_all(status=MessageStatus.ACTIVE)
+    assert len(archived) >= 6 and active  # the queue overflowed, recent turns stayed
+    leaves = block_of(chat).memory.leaves()
+    assert [leaf.text for leaf in leaves] == [f"{m.role.value}: {m.content}" for m in archived]
+    assert {leaf.metadata["session_id"] for leaf in leaves} == {"session-1"}
+    assert [leaf.metadata["role"] for leaf in leaves] == [m.role.value for m in archived]
+    stored = {leaf.text for leaf in leaves}
+    assert not any(f"{m.role.value}: {m.content}" in stored for m in active)
+
+
+def test_get_injects_the_memories_relevant_to_the_input(chat: Memory) -> None:
+    messages = chat.get(input="Why is my greyhound Pepper scared of bicycles?")
+    system = messages[0]
+    assert system.role.value == "system"
+    assert "<MemTreeMemory>" in system.content
+    assert "user: My greyhound Pepper is scared of bicycles." in system.content
+
+
+def test_block_content_fits_its_token_limit_and_ranks_by_relevance(chat: Memory) -> None:
+    block = block_of(chat)
+    question = ChatMessage(role="user", content="Where did I eat tonkotsu ramen?")
+    content = asyncio.run(block.aget([ChatMessage(role="assistant", content="Hello"), question]))
+    assert count_tokens(content) <= block.token_limit
+    assert content.split("\n")[0] == "user: I ate tonkotsu ramen in Kyoto last spring."
+
+
+def test_truncate_drops_the_least_relevant_memories_first() -> None:
+    block = MemTreeMemoryBlock(memory=make_memory())
+    content = "first memory here\nsecond memory here\nthird memory here"
+    assert asyncio.run(block.atruncate(content, 3)) == "first memory here\nsecond memory here"
+    assert asyncio.run(block.atruncate(content, 4)) == "first memory here"
+    assert asyncio.run(block.atruncate(content, 100)) is None
+
+
+def test_messages_without_text_are_not_stored_and_empty_input_reads_nothing() -> None:
+    block = MemTreeMemoryBlock(memory=make_memory())
+    image_only = ChatMessage(role="user", blocks=[ImageBlock(url="https://example.com/cat.png")])
+    asyncio.run(block.aput([image_only, ChatMessage(role="user", blocks=[TextBlock(text="  ")])]))
+    assert len(block.memory) == 0
+    assert asyncio.run(block.aget([image_only])) == ""
+    assert asyncio.run(block.aget([])) == ""
+
+
+def test_block_refuses_something_that_is_not_a_memory() -> None:
+    with pytest.raises(TypeError, match=r"memory must be a memtree\.MemTree"):
+        MemTreeMemoryBlock(memory={"not": "a tree"})
+
+
+def test_min_score_keeps_unrelated_memories_out(chat: Memory) -> None:
+    block = block_of(chat)
+    question = [ChatMessage(role="user", content="Where did I eat tonkotsu ramen?")]
+    everything = asyncio.run(block.aget(question)).split("\n")
+    block.min_score = 0.3
+    relevant = asyncio.run(block.aget(question)).split("\n")
+    assert relevant == ["user: I ate tonkotsu ramen in Kyoto last spring."]
+    assert len(everything) > len(relevant)
