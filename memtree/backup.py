@@ -501,7 +501,7 @@ def _damaged_branches(
         return set(branches)
     top_of = {node_id: top for top, members in branches.items() for node_id in members}
     members = [parsed.nodes[node_id][1] for node_id in _in_file_order(set(top_of), line_of)]
-    state = TreeState()
+    state = TreeState(lexical=False)
     state.apply(ChangeBatch([root.copy(), *(node.copy() for node in members)], [], 1, "import", parsed.info))
     dimension = parsed.info.dimension
     index = VectorIndex(dimension) if dimension else None

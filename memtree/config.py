@@ -34,6 +34,11 @@ class MemTreeConfig:
     ``aggregation_max_words`` bounds the new text a deferred rewrite puts in one
     model call; a summary with more new text is folded over several calls.
 
+    ``lexical_weight`` (w) mixes BM25 into retrieval scores: a node scores
+    ``(cosine + w * BM25 / best BM25) / (1 + w)``, on the scale of cosine. ``0``
+    gives the paper's pure dense retrieval and keeps no lexical index. 0.2 is what
+    measured best on LoCoMo (benchmarks/results/locomo.md).
+
     Example::
 
         MemTreeConfig(theta0=0.4, depth_cap=12, parent_embedding="mean")
@@ -53,6 +58,7 @@ class MemTreeConfig:
     k: int = 10
     token_budget: int | None = None
     retrieve_threshold: float = 0.0
+    lexical_weight: float = 0.2
     mode: RetrievalMode = "collapsed"
     beam: int = 3
     drop_repeated_sentences: bool = True
@@ -69,6 +75,7 @@ class MemTreeConfig:
         _check_range("max_threshold", self.max_threshold, -1.0, 1.0)
         _check_range("near_duplicate", self.near_duplicate, -1.0, 1.0)
         _check_range("retrieve_threshold", self.retrieve_threshold, -1.0, 1.0)
+        _check_range("lexical_weight", self.lexical_weight, 0.0, 10.0)
         _check_range("calibration_quantile", self.calibration_quantile, 0.0, 1.0)
         if not math.isfinite(self.decay):
             raise ValueError(f"decay must be a finite number, got {self.decay}")

@@ -2,7 +2,10 @@
 
 Ranking is either *collapsed* (score every node but the root at once, design.md
 §1) or *traversal* (from the root keep the best ``beam`` children per level, as in
-RAPTOR and HAT). Packing walks the ranking best first and applies the similarity
+RAPTOR and HAT). Either is *hybrid* by default: a node's score mixes its cosine
+similarity with ``lexical_weight`` times its BM25 score normalized by the best one,
+because names, places and dates are what small embedding models blur
+(benchmarks/results/locomo.md measures it). Packing walks the ranking best first and applies the similarity
 threshold, ``k``, sentence de-duplication and the token budget.
 
 De-duplication matters because a summary repeats sentences of its leaves (an
@@ -20,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from memtree.index import VectorIndex
+from memtree.lexical import top
 from memtree.node import ROOT_ID, RetrievedNode, Vector
 from memtree.state import TreeState
 from memtree.text import fold, split_sentences
@@ -41,15 +45,71 @@ class Filters:
         return self.leaves_only or bool(self.where) or self.time_range is not None
 
 
-def rank_collapsed(index: VectorIndex, state: TreeState, query: Vector, limit: int, filters: Filters) -> Ranked:
-    """The ``limit`` best nodes by cosine similarity among those the filters allow."""
+@dataclass(frozen=True)
+class LexicalQuery:
+    """The query's words and the weight BM25 gets beside cosine similarity."""
+
+    text: str
+    weight: float
+
+
+def _lexical_scores(state: TreeState, lexical: LexicalQuery | None, filters: Filters) -> dict[str, float]:
+    """Each matching node's BM25 score divided by the best one (so in [0, 1])."""
+    if lexical is None or lexical.weight <= 0 or state.lexical is None:
+        return {}
+    allowed = (lambda node_id: _allowed(state, node_id, filters)) if filters.active else None
+    scores = state.lexical.scores(lexical.text, allowed)
+    peak = max(scores.values(), default=0.0)
+    if peak <= 0:
+        return {}
+    return {node_id: score / peak for node_id, score in scores.items()}
+
+
+def rank_collapsed(
+    index: VectorIndex,
+    state: TreeState,
+    query: Vector,
+    limit: int,
+    filters: Filters,
+    lexical: LexicalQuery | None = None,
+) -> Ranked:
+    """The best nodes among those the filters allow, by cosine similarity or, when
+    ``lexical`` is given, by ``(cosine + weight * BM25 / best BM25) / (1 + weight)``:
+    the same ranking as the plain sum, on the scale of cosine (an exact match of
+    text and words scores 1), so thresholds keep their meaning.
+
+    Hybrid ranking scores the union of the ``limit`` best nodes of each kind, so it
+    costs one vector search, one BM25 lookup and ``2 * limit`` dot products."""
     allowed_ids = state.leaves_matching(filters.where) if filters.where else None
     mask = index.mask(leaves_only=filters.leaves_only, time_range=filters.time_range, ids=allowed_ids)
-    return index.search(query, limit, mask)
+    dense = index.search(query, limit, mask)
+    lexical_scores = _lexical_scores(state, lexical, filters)
+    if not lexical_scores:
+        return dense
+    assert lexical is not None
+    candidates = list(dict.fromkeys([node_id for node_id, _ in dense] + [i for i, _ in top(lexical_scores, limit)]))
+    similarities = index.score(query, candidates)
+    scale = 1.0 / (1.0 + lexical.weight)
+    combined = [
+        (node_id, (float(similarity) + lexical.weight * lexical_scores.get(node_id, 0.0)) * scale)
+        for node_id, similarity in zip(candidates, similarities, strict=True)
+    ]
+    combined.sort(key=lambda pair: (-pair[1], pair[0]))
+    return combined
 
 
-def rank_traversal(index: VectorIndex, state: TreeState, query: Vector, beam: int, filters: Filters) -> Ranked:
-    """Beam descent: at each level keep the ``beam`` best children of the kept nodes."""
+def rank_traversal(
+    index: VectorIndex,
+    state: TreeState,
+    query: Vector,
+    beam: int,
+    filters: Filters,
+    lexical: LexicalQuery | None = None,
+) -> Ranked:
+    """Beam descent: at each level keep the ``beam`` best children of the kept nodes
+    (scored as in :func:`rank_collapsed`)."""
+    lexical_scores = _lexical_scores(state, lexical, Filters())
+    weight = lexical.weight if lexical is not None else 0.0
     kept: Ranked = []
     frontier = [ROOT_ID]
     while frontier:
@@ -57,6 +117,9 @@ def rank_traversal(index: VectorIndex, state: TreeState, query: Vector, beam: in
         if not children:
             break
         scores = index.score(query, children)
+        if lexical_scores:
+            lexical_part = np.array([lexical_scores.get(c, 0.0) for c in children], dtype=np.float32)
+            scores = (scores + weight * lexical_part) / (1.0 + weight)
         order = np.argsort(-scores, kind="stable")[:beam]
         level = [(children[i], float(scores[i])) for i in order]
         kept.extend(level)

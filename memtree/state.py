@@ -5,7 +5,8 @@ es, whether they come from this process's own commits or from other writers, so
 there is exactly one way the picture changes. Besides the nodes it keeps the lookups
 the engine needs per insert or query without scanning the tree: leaves by exact
 text (duplicate guard), leaves by source id (adapters), leaves by metadata value
-(``where`` filters) and a depth histogram (the tree's depth for the threshold).
+(``where`` filters), a depth histogram (the tree's depth for the threshold) and,
+unless switched off, a BM25 index of every node's text for hybrid retrieval.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from memtree.lexical import LexicalIndex
 from memtree.node import ROOT_ID, Node
 from memtree.store.base import ChangeBatch, NamespaceInfo
 
@@ -29,7 +31,8 @@ def metadata_key(value: Any) -> str:
 class TreeState:
     """Nodes by id with children lists, plus the lookups above."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, lexical: bool = True) -> None:
+        self.lexical: LexicalIndex | None = LexicalIndex() if lexical else None
         self.nodes: dict[str, Node] = {}
         self.seq = 0
         self.generation: str | None = None
@@ -50,7 +53,7 @@ class TreeState:
         """
         reset = batch.generation != self.generation
         if reset:
-            self.__init__()  # type: ignore[misc]
+            self.__init__(lexical=self.lexical is not None)  # type: ignore[misc]
             self.generation = batch.generation
         elif batch.seq <= self.seq:
             return [], [], False
@@ -89,6 +92,8 @@ class TreeState:
         if node.is_root:
             return
         self._depths[node.depth] += 1
+        if self.lexical is not None:
+            self.lexical.upsert(node.id, node.text)
         if not node.is_leaf:
             return
         self.leaf_total += 1
@@ -104,6 +109,8 @@ class TreeState:
         self._depths[node.depth] -= 1
         if self._depths[node.depth] <= 0:
             del self._depths[node.depth]
+        if self.lexical is not None:
+            self.lexical.remove(node.id)
         if not node.is_leaf:
             return
         self.leaf_total -= 1

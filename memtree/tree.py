@@ -48,7 +48,7 @@ from memtree.planning import (
     rebuild_job,
     root_node,
 )
-from memtree.retrieval import Filters, Packing, pack, rank_collapsed, rank_traversal
+from memtree.retrieval import Filters, LexicalQuery, Packing, pack, rank_collapsed, rank_traversal
 from memtree.retry import ModelResponseError
 from memtree.routing import route
 from memtree.state import TreeState
@@ -162,7 +162,7 @@ class MemTree:
         if refresh_interval < 0:
             raise ValueError(f"refresh_interval must be >= 0 seconds, got {refresh_interval}")
         self.refresh_interval = refresh_interval
-        self._state = TreeState()
+        self._state = TreeState(lexical=self.config.lexical_weight > 0)
         self._index: VectorIndex | None = None
         self._rw = ReadWriteLock()
         self._sync_lock = threading.Lock()
@@ -442,6 +442,7 @@ class MemTree:
         time_range: tuple[TimeLike | None, TimeLike | None] | None = None,
         min_score: float | None = None,
         query_embedding: Vector | Sequence[float] | None = None,
+        lexical_weight: float | None = None,
     ) -> list[RetrievedNode]:
         """The nodes most relevant to ``query``, best first.
 
@@ -452,13 +453,17 @@ class MemTree:
         nodes whose event time lies inside (either side may be ``None``).
         ``query_embedding`` is the query's vector if you already have it (from this
         memory's embedder), e.g. to search many namespaces with one embedding call.
+        ``lexical_weight`` overrides the config's share of BM25 in the score for this
+        call (``0`` ranks by cosine similarity alone, as the paper does).
         """
-        options = self._retrieval_options(query, k, token_budget, mode, leaves_only, where, time_range, min_score)
+        options = self._retrieval_options(
+            query, k, token_budget, mode, leaves_only, where, time_range, min_score, lexical_weight
+        )
         self._maybe_refresh()
         if query_embedding is not None:
-            return self._retrieve_embedded(self._check_vectors(np.atleast_2d(query_embedding), 1)[0], *options)
+            return self._retrieve_embedded(self._check_vectors(np.atleast_2d(query_embedding), 1)[0], query, *options)
         vectors = self._drive(self._embed_steps([query], query=True))
-        return self._retrieve_embedded(vectors[0], *options)
+        return self._retrieve_embedded(vectors[0], query, *options)
 
     async def aretrieve(
         self,
@@ -472,14 +477,17 @@ class MemTree:
         time_range: tuple[TimeLike | None, TimeLike | None] | None = None,
         min_score: float | None = None,
         query_embedding: Vector | Sequence[float] | None = None,
+        lexical_weight: float | None = None,
     ) -> list[RetrievedNode]:
         """Async :meth:`retrieve`."""
-        options = self._retrieval_options(query, k, token_budget, mode, leaves_only, where, time_range, min_score)
+        options = self._retrieval_options(
+            query, k, token_budget, mode, leaves_only, where, time_range, min_score, lexical_weight
+        )
         await asyncio.to_thread(self._maybe_refresh)
         if query_embedding is not None:
-            return self._retrieve_embedded(self._check_vectors(np.atleast_2d(query_embedding), 1)[0], *options)
+            return self._retrieve_embedded(self._check_vectors(np.atleast_2d(query_embedding), 1)[0], query, *options)
         vectors = await self._adrive(self._embed_steps([query], query=True))
-        return self._retrieve_embedded(vectors[0], *options)
+        return self._retrieve_embedded(vectors[0], query, *options)
 
     def embed_query(self, query: str) -> Vector:
         """The vector :meth:`retrieve` would compute for ``query`` (checked, unit
@@ -503,7 +511,8 @@ class MemTree:
         where: Mapping[str, Any] | None,
         time_range: tuple[TimeLike | None, TimeLike | None] | None,
         min_score: float | None,
-    ) -> tuple[str, Packing, Filters]:
+        lexical_weight: float | None,
+    ) -> tuple[str, Packing, Filters, float]:
         require_text(query, "query")
         k = self.config.k if k is None else k
         if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
@@ -519,19 +528,30 @@ class MemTree:
         threshold = self.config.retrieve_threshold if min_score is None else float(min_score)
         packing = Packing(k, budget, threshold, self.config.drop_repeated_sentences, self.config.token_counter)
         filters = Filters(leaves_only, dict(where) if where else None, to_time_range(time_range))
-        return mode, packing, filters
+        weight = self.config.lexical_weight if lexical_weight is None else lexical_weight
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight <= 10:
+            raise ValueError(f"lexical_weight must be a number between 0 and 10, got {weight!r}")
+        if weight > 0 and self._state.lexical is None:
+            raise ValueError(
+                "this memory keeps no lexical index (its config has lexical_weight=0); "
+                "open it with MemTreeConfig(lexical_weight=...) > 0 to use hybrid retrieval"
+            )
+        return mode, packing, filters, float(weight)
 
-    def _retrieve_embedded(self, query: Vector, mode: str, packing: Packing, filters: Filters) -> list[RetrievedNode]:
+    def _retrieve_embedded(
+        self, query: Vector, text: str, mode: str, packing: Packing, filters: Filters, lexical_weight: float
+    ) -> list[RetrievedNode]:
+        lexical = LexicalQuery(text, lexical_weight) if lexical_weight > 0 else None
         with self._rw.read():
             index = self._index
             if index is None or len(index) == 0:
                 return []
             if mode == "traversal":
-                ranked = rank_traversal(index, self._state, query, self.config.beam, filters)
+                ranked = rank_traversal(index, self._state, query, self.config.beam, filters, lexical)
                 return pack(self._state, ranked, packing)[0]
             limit = packing.k * 4 + 16
             while True:
-                ranked = rank_collapsed(index, self._state, query, limit, filters)
+                ranked = rank_collapsed(index, self._state, query, limit, filters, lexical)
                 results, exhausted = pack(self._state, ranked, packing)
                 if not exhausted or len(ranked) < limit:
                     return results

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 from memtree import ROOT_ID, HashingEmbedder, MemTree, MemTreeConfig
+from memtree.lexical import lexical_tokens
 from memtree.text import count_tokens
 
 TEXTS = [
@@ -28,17 +31,39 @@ def build(**options: object) -> MemTree:
     return memory
 
 
+def textbook_bm25(documents: list[str], query: str) -> np.ndarray:
+    """Okapi BM25 (k1 1.5, b 0.75, idf log(1 + (N - df + .5) / (df + .5))), written out."""
+    docs = [lexical_tokens(text) for text in documents]
+    average = sum(map(len, docs)) / len(docs)
+    scores = np.zeros(len(docs))
+    for term in lexical_tokens(query):
+        df = sum(term in doc for doc in docs)
+        if not df:
+            continue
+        idf = math.log(1 + (len(docs) - df + 0.5) / (df + 0.5))
+        for i, doc in enumerate(docs):
+            tf = doc.count(term)
+            scores[i] += idf * tf * 2.5 / (tf + 1.5 * (0.25 + 0.75 * len(doc) / average))
+    return scores
+
+
 def brute_force(memory: MemTree, query: str) -> list[tuple[str, float]]:
+    """Every node scored from scratch: (cosine + w x BM25 / best BM25) / (1 + w)."""
     q = memory.embedder.embed([query])[0]
     nodes = [node for node in memory.walk() if node.id != ROOT_ID]
     scores = np.array([float(node.embedding @ q) for node in nodes])
+    lexical = textbook_bm25([node.text for node in nodes], query)
+    if memory.config.lexical_weight and lexical.max() > 0:
+        weight = memory.config.lexical_weight
+        scores = (scores + weight * lexical / lexical.max()) / (1 + weight)
     order = np.argsort(-scores, kind="stable")
     return [(nodes[i].id, float(scores[i])) for i in order]
 
 
+@pytest.mark.parametrize("lexical_weight", [0.0, 0.2, 1.0])
 @pytest.mark.parametrize("query", ["Miso the cat", "marathon knee", "bakery in Lisbon", "piano jazz"])
-def test_collapsed_retrieval_equals_brute_force_ranking(query: str) -> None:
-    memory = build()
+def test_collapsed_retrieval_equals_brute_force_ranking(query: str, lexical_weight: float) -> None:
+    memory = build(lexical_weight=lexical_weight)
     assert memory.stats().summaries > 0  # the ranking mixes leaves and summaries
     ranking = brute_force(memory, query)
     got = memory.retrieve(query, k=5, min_score=-1.0)
