@@ -36,7 +36,7 @@ class MemTreeConfig:
 
     ``lexical_weight`` (w) mixes BM25 into retrieval scores: a node scores
     ``(cosine + w * BM25 / best BM25) / (1 + w)``, on the scale of cosine. ``0``
-    gives the paper's pure dense retrieval and keeps no lexical index. 0.2 is what
+    gives the paper's pure dense retrieval and keeps no lexical index. 0.3 is what
     measured best on LoCoMo (benchmarks/results/locomo.md).
 
     Example::
@@ -58,7 +58,7 @@ class MemTreeConfig:
     k: int = 10
     token_budget: int | None = None
     retrieve_threshold: float = 0.0
-    lexical_weight: float = 0.2
+    lexical_weight: float = 0.3
     mode: RetrievalMode = "collapsed"
     beam: int = 3
     drop_repeated_sentences: bool = True

@@ -2,8 +2,8 @@
 
 Dense embeddings of a small sentence model blur exactly what memory questions hinge
 on: names, places, objects, dates ("When did Caroline go to the LGBTQ support
-group?"). On LoCoMo, adding a share of BM25 to the cosine score raised evidence
-recall at 500 words from 0.63 to 0.69 (benchmarks/results/locomo.md). The index is
+group?"). On LoCoMo, mixing BM25 into the cosine score raised memtree's evidence
+recall at 500 words from 0.56 to 0.70 (benchmarks/results/locomo.md). The index is
 kept current per change, like the vector index: writing a node re-indexes only its
 text, nothing is rebuilt.
 
