@@ -27,6 +27,9 @@ from memtree.node import Vector
 
 Mask = npt.NDArray[np.bool_]
 
+_LOAD_HEADROOM = 8
+"""A bulk load reserves 1/8 more rows than it fills, for the inserts that follow."""
+
 _SELECTIVE_SHARE = 8
 """A filter allowing at most 1/8 of the rows is searched by scoring just those rows."""
 _POST_FILTER_MARGIN = 2.0
@@ -86,17 +89,19 @@ class VectorIndex:
         if not isinstance(vectors, np.ndarray):
             vectors = np.stack(vectors) if len(vectors) else np.zeros((0, self.dimension), dtype=np.float32)
         vectors = np.ascontiguousarray(vectors, dtype=np.float32).reshape(len(ids), self.dimension)
-        new_rows: list[int] = []
-        rows = self._rows()
-        for i, node_id in enumerate(ids):
-            slot = self._slot.get(node_id)
-            if slot is None:
-                new_rows.append(i)
-                continue
-            rows[slot] = vectors[i]
-            self._is_leaf.values[slot] = leaf_flags[i]
-            self._time.values[slot] = times[i]
-        if new_rows:
+        found = np.fromiter((self._slot.get(node_id, -1) for node_id in ids), dtype=np.int64, count=len(ids))
+        present = np.flatnonzero(found >= 0)
+        if present.size:
+            targets = found[present]
+            if len(set(targets.tolist())) != targets.size:  # an id twice: its last vector wins
+                last = {int(slot): int(i) for i, slot in zip(present, targets, strict=True)}
+                present = np.fromiter(last.values(), dtype=np.int64, count=len(last))
+                targets = found[present]
+            self._rows()[targets] = vectors[present]  # one vectorized write per column, not one per row
+            self._is_leaf.values[targets] = leaf_flags[present]
+            self._time.values[targets] = times[present]
+        new_rows = np.flatnonzero(found < 0)
+        if new_rows.size:
             start = len(self._ids)
             fresh = [ids[i] for i in new_rows]
             if len(set(fresh)) != len(fresh):
@@ -114,7 +119,12 @@ class VectorIndex:
         """Fill an empty index (a reopen): vectors are copied once, straight into
         FAISS's storage, and the slot table is built in one go."""
         count = len(ids)
-        self._faiss.codes.resize(count * self.dimension * 4)
+        row_bytes = self.dimension * 4
+        # Growing then shrinking leaves spare capacity behind (a vector never gives it
+        # back on a shrink), so the first inserts after a reopen append in place instead
+        # of copying the whole matrix into a new allocation (1.5 s at a million rows).
+        self._faiss.codes.resize((count + count // _LOAD_HEADROOM + 1) * row_bytes)
+        self._faiss.codes.resize(count * row_bytes)
         self._faiss.ntotal = count
         rows = self._rows()
         try:
@@ -286,7 +296,7 @@ class _Column:
     def extend(self, items: np.ndarray) -> None:
         needed = self._size + len(items)
         if needed > len(self._data):
-            grown = np.zeros(max(needed, 2 * len(self._data)), dtype=self._data.dtype)
+            grown = np.zeros(max(needed + needed // _LOAD_HEADROOM, 2 * len(self._data)), dtype=self._data.dtype)
             grown[: self._size] = self._data[: self._size]
             self._data = grown
         self._data[self._size : needed] = items
