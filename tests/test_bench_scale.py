@@ -46,6 +46,7 @@ def test_the_command_writes_markdown_json_and_png_for_each_size(tmp_path: Path) 
             assert 0 < r[timing]["min"] <= r[timing]["p50"] <= r[timing]["p95"] <= r[timing]["max"] < 1.0
         assert r["same_results"] == 1.0
         assert r["query_ratio"] == pytest.approx(r["query_engine"]["p50"] / r["query_faiss"]["p50"])
+        assert r["paired_ratio"] > 0 and r["leaves_paired_ratio"] > 0
 
     markdown = (out / "scale.md").read_text()
     assert "![upkeep and query time versus N](scale.png)" in markdown
