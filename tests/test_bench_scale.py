@@ -42,7 +42,7 @@ def test_the_command_writes_markdown_json_and_png_for_each_size(tmp_path: Path) 
         assert r["rows_written_per_insert"] == r["rows_updated_per_insert"] + 2
         assert r["matrix_bytes"] == r["n"] * 32 * 4 < r["index_bytes"]
         assert r["upkeep"]["count"] == 40 and r["query_engine"]["count"] == 40 and r["rebuild"]["count"] == 5
-        for timing in ("upkeep", "rebuild", "query_engine", "query_engine_leaves", "query_faiss", "query_numpy"):
+        for timing in ("upkeep", "rebuild", "query_engine", "query_engine_leaves", "query_faiss", "query_faiss_copy"):
             assert 0 < r[timing]["min"] <= r[timing]["p50"] <= r[timing]["p95"] <= r[timing]["max"] < 1.0
         assert r["same_results"] == 1.0
         assert r["query_ratio"] == pytest.approx(r["query_engine"]["p50"] / r["query_faiss"]["p50"])
