@@ -114,3 +114,18 @@ def test_engine_search_equals_faiss_brute_force_top10() -> None:
         got_leaves = rank_collapsed(engine, TreeState(), query, 10, Filters(leaves_only=True))
         _, leaf_slots = leaf_floor.search(query.reshape(1, -1), 10)
         assert [node_id for node_id, _ in got_leaves] == [f"n{leaves[slot]}" for slot in leaf_slots[0]]
+
+
+def test_a_report_renders_again_from_its_json(tmp_path: Path) -> None:
+    from memtree.eval.report import machine_info
+    from memtree.eval.scale import load_scale_report, run_scale, write_scale_report
+
+    settings = ScaleSettings(sizes=(50, 120), dimension=8, queries=5, inserts=5, rebuilds=3, threads=1)
+    report = run_scale(settings, progress=False)
+    first, again = tmp_path / "first", tmp_path / "again"
+    write_scale_report(report, first, machine_info(["test"]))
+    loaded, info = load_scale_report(first / "scale.json")
+    assert loaded.settings == settings and loaded.results == report.results
+    write_scale_report(loaded, again, info)
+    assert (again / "scale.md").read_text() == (first / "scale.md").read_text()
+    assert (again / "scale.json").read_text() == (first / "scale.json").read_text()
