@@ -12,6 +12,7 @@ import sys
 import typer
 
 from memtree.commands import add, backup, query, repair, show, stats
+from memtree.commands.bench import bench_app
 from memtree.commands.common import cli_errors, set_verbose
 
 app = typer.Typer(
@@ -60,6 +61,7 @@ app.command()(stats.stats)
 app.command()(backup.export)
 app.command(name="import")(backup.import_)
 app.command()(repair.repair)
+app.add_typer(bench_app, name="bench")
 
 
 def main() -> None:
