@@ -10,6 +10,7 @@ from pathlib import Path
 
 import typer
 
+from memtree.commands.bench_locomo import locomo
 from memtree.commands.common import CliError, cli_errors
 
 bench_app = typer.Typer(
@@ -83,3 +84,6 @@ def _option_names(message: str) -> str:
         if message.startswith(field):
             return option + message[len(field) :]
     return "--" + message
+
+
+bench_app.command()(locomo)

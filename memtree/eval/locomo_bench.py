@@ -1,0 +1,149 @@
+"""``memtree bench locomo``: choose the methods, run them, write the report.
+
+The rows, all with the same embedder and aggregator:
+
+* ``flat dense`` — cosine over raw turns (the MemoryStream baseline);
+* ``BM25`` — Okapi BM25 over raw turns (``rank-bm25``);
+* ``memtree`` — memtree with its defaults (collapsed, hybrid dense + BM25);
+* ``memtree traversal`` — the same tree, beam descent from the root;
+* ``memtree paper`` — the paper's retrieval: collapsed, cosine only;
+* ``RAPTOR-style`` — a tree built offline with the whole conversation in view.
+
+``variants=True`` adds the tuning variants of the engine's defaults the report
+keeps on record (lexical weights, leaves only).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from memtree.aggregate import Aggregator, ExtractiveAggregator, LLMAggregator
+from memtree.config import MemTreeConfig
+from memtree.embed import Embedder
+from memtree.eval.harness import MethodResult, ProgressFactory, run_locomo
+from memtree.eval.locomo import Conversation
+from memtree.eval.methods import BM25Baseline, FlatDense, MemTreeMethod, Method, RaptorMethod, TreeBuilder
+
+logger = logging.getLogger("memtree.eval")
+
+DEFAULT_BUDGETS: tuple[int, ...] = (250, 500, 1000, 2000)
+
+
+@dataclass(frozen=True)
+class LocomoSettings:
+    """What one ``memtree bench locomo`` run compares and how."""
+
+    budgets: tuple[int, ...] = DEFAULT_BUDGETS
+    embedder: str = "local"
+    aggregator: str = "extractive"
+    aggregation: str = "eager"
+    variants: bool = False
+    raptor: bool = True
+    qa_budget: int = 500
+    extra_rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.embedder not in ("local", "openai", "hashing"):
+            raise ValueError(f"unknown embedder {self.embedder!r}; choose local, openai or hashing")
+        if self.aggregator not in ("extractive", "llm"):
+            raise ValueError(f"unknown aggregator {self.aggregator!r}; choose extractive or llm")
+        if self.aggregation not in ("eager", "deferred"):
+            raise ValueError(f"unknown aggregation {self.aggregation!r}; choose eager or deferred")
+        if not self.budgets or any(b <= 0 for b in self.budgets):
+            raise ValueError(f"budgets must be positive word counts, got {list(self.budgets)}")
+
+
+def make_embedder(kind: str) -> Embedder:
+    """The embedder every row of the run shares."""
+    if kind == "openai":
+        from memtree.models.openai import OpenAIEmbedder
+
+        return OpenAIEmbedder()
+    if kind == "hashing":
+        from memtree.embed import HashingEmbedder
+
+        return HashingEmbedder(256)
+    from memtree.embed import LocalEmbedder
+
+    return LocalEmbedder()
+
+
+def make_aggregator_factory(kind: str, embedder: Embedder) -> Callable[[], Aggregator]:
+    """A fresh aggregator per memory (the extractive one caches sentence vectors)."""
+    if kind == "llm":
+        from memtree.models.openai import OpenAIChatModel
+
+        model = OpenAIChatModel()
+        return lambda: LLMAggregator(model)
+    return lambda: ExtractiveAggregator(embedder)
+
+
+# Variants of the defaults tried while tuning them (benchmarks/results/locomo_variants.md).
+# "config" changes how the tree is built (a tree of its own); "retrieve" only how it is read.
+VARIANT_ROWS: dict[str, dict[str, Any]] = {
+    "memtree, lexical 0.1": {"retrieve": {"lexical_weight": 0.1}},
+    "memtree, lexical 0.2": {"retrieve": {"lexical_weight": 0.2}},
+    "memtree, lexical 0.5": {"retrieve": {"lexical_weight": 0.5}},
+    "memtree, leaves only": {"retrieve": {"leaves_only": True}},
+    "memtree paper, leaves only": {"retrieve": {"lexical_weight": 0.0, "leaves_only": True}},
+    "memtree, parent = mean of leaves": {"config": {"parent_embedding": "mean"}},
+}
+
+
+def method_factories(settings: LocomoSettings, embedder: Embedder) -> list[Callable[[], Method]]:
+    """The rows of the report, in order. Rows that read the same tree share it."""
+    aggregators = make_aggregator_factory(settings.aggregator, embedder)
+    builders: dict[str, TreeBuilder] = {}
+
+    def builder(config: dict[str, Any]) -> TreeBuilder:
+        key = repr(sorted(config.items()))
+        if key not in builders:
+            builders[key] = TreeBuilder(
+                embedder,
+                config=MemTreeConfig(**config),
+                aggregator_factory=aggregators,
+                deferred=settings.aggregation == "deferred",
+            )
+        return builders[key]
+
+    def memtree_row(name: str, row: dict[str, Any]) -> Callable[[], Method]:
+        shared = builder(row.get("config", {}))
+        return lambda: MemTreeMethod(
+            name, shared, mode=row.get("mode", "collapsed"), retrieve_options=row.get("retrieve")
+        )
+
+    rows: list[Callable[[], Method]] = [
+        lambda: FlatDense(embedder),
+        lambda: BM25Baseline(),
+        memtree_row("memtree", {}),
+        memtree_row("memtree traversal", {"mode": "traversal"}),
+        memtree_row("memtree paper (dense collapsed)", {"retrieve": {"lexical_weight": 0.0}}),
+    ]
+    if settings.raptor:
+        rows.append(lambda: RaptorMethod(embedder, aggregators))
+    chosen = {**(VARIANT_ROWS if settings.variants else {}), **settings.extra_rows}
+    rows.extend(memtree_row(name, row) for name, row in chosen.items())
+    return rows
+
+
+def run_locomo_bench(
+    conversations: Sequence[Conversation],
+    settings: LocomoSettings,
+    *,
+    embedder: Embedder | None = None,
+    progress: ProgressFactory | None = None,
+) -> list[MethodResult]:
+    """Run every row over ``conversations``."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    embedder = embedder or make_embedder(settings.embedder)
+    return run_locomo(
+        conversations,
+        method_factories(settings, embedder),
+        settings.budgets,
+        keep_contexts=settings.qa_budget,
+        progress=progress,
+    )

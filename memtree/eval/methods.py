@@ -1,0 +1,259 @@
+"""The retrieval methods the LoCoMo benchmark compares, behind one small interface.
+
+A method ingests a conversation's turns one by one (timed per insert) and, for a
+question, returns texts in rank order: what it would put into a prompt. The
+harness cuts them at each word budget, so every method is charged for length.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from memtree.aggregate import Aggregator
+from memtree.config import MemTreeConfig
+from memtree.embed import Embedder, Matrix
+from memtree.eval.locomo import Turn
+
+_WORD = re.compile(r"\w+")
+
+
+class CachedEmbedder(Embedder):
+    """An embedder that remembers every text it embedded, so the methods of one run
+    share leaf and query embeddings. ``calls`` counts the calls made *to it*, cache
+    hits included, which is what a method would pay without the cache."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self._cache: dict[str, np.ndarray] = {}
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        missing = list(dict.fromkeys(text for text in texts if text not in self._cache))
+        if missing:
+            vectors = self.inner.embed(missing)
+            self._cache.update(zip(missing, np.asarray(vectors, dtype=np.float32), strict=True))
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        return np.stack([self._cache[text] for text in texts])
+
+
+@dataclass
+class IngestCost:
+    """What ingesting one conversation cost a method."""
+
+    insert_seconds: list[float] = field(default_factory=list)
+    embedding_calls: int = 0
+    aggregation_calls: int = 0
+    shape: dict[str, float] = field(default_factory=dict)
+
+
+class Method(ABC):
+    """One row of the report."""
+
+    name: str
+
+    @abstractmethod
+    def ingest(self, turns: Sequence[Turn]) -> IngestCost:
+        """Take a whole conversation, turn by turn (or all at once for offline methods)."""
+
+    @abstractmethod
+    def ranked_texts(self, question: str, words: int) -> list[str]:
+        """Texts best first, at least ``words`` words of them when the memory has that many."""
+
+    def close(self) -> None:  # noqa: B027 - an optional hook; most methods hold nothing to release
+        """Release what :meth:`ingest` built."""
+
+
+class FlatDense(Method):
+    """Dense retrieval over raw turns: the MemoryStream baseline."""
+
+    name = "flat dense"
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+        self._texts: list[str] = []
+        self._matrix: np.ndarray = np.zeros((0, 0), dtype=np.float32)
+
+    def ingest(self, turns: Sequence[Turn]) -> IngestCost:
+        cost = IngestCost()
+        rows = []
+        for turn in turns:
+            start = time.perf_counter()
+            rows.append(self.embedder.embed([turn.text])[0])
+            cost.insert_seconds.append(time.perf_counter() - start)
+        self._texts = [turn.text for turn in turns]
+        self._matrix = np.stack(rows)
+        cost.embedding_calls = len(turns)
+        cost.shape = {"nodes": len(turns), "max_depth": 1, "mean_depth": 1, "branching": float(len(turns))}
+        return cost
+
+    def ranked_texts(self, question: str, words: int) -> list[str]:
+        scores = self._matrix @ np.asarray(self.embedder.embed_query(question), dtype=np.float32).reshape(-1)
+        return [self._texts[i] for i in np.argsort(-scores, kind="stable")]
+
+
+def bm25_tokens(text: str) -> list[str]:
+    """Lower-cased word tokens, what the BM25 baseline indexes."""
+    return _WORD.findall(text.lower())
+
+
+class BM25Baseline(Method):
+    """Okapi BM25 over raw turns (``rank-bm25``)."""
+
+    name = "BM25"
+
+    def __init__(self) -> None:
+        self._texts: list[str] = []
+        self._bm25: Any = None
+
+    def ingest(self, turns: Sequence[Turn]) -> IngestCost:
+        from rank_bm25 import BM25Okapi
+
+        start = time.perf_counter()
+        self._texts = [turn.text for turn in turns]
+        self._bm25 = BM25Okapi([bm25_tokens(text) for text in self._texts])
+        per_insert = (time.perf_counter() - start) / max(1, len(turns))
+        cost = IngestCost(insert_seconds=[per_insert] * len(turns))
+        cost.shape = {"nodes": len(turns), "max_depth": 1, "mean_depth": 1, "branching": float(len(turns))}
+        return cost
+
+    def ranked_texts(self, question: str, words: int) -> list[str]:
+        scores = self._bm25.get_scores(bm25_tokens(question))
+        return [self._texts[i] for i in np.argsort(-scores, kind="stable")]
+
+
+class TreeBuilder:
+    """Builds memtree's tree for a conversation once, for every row that only
+    retrieves differently from it (defaults, traversal, the paper's dense ranking):
+    they then share the tree, its costs and its shape."""
+
+    def __init__(
+        self,
+        embedder: Embedder,
+        *,
+        config: MemTreeConfig | None = None,
+        aggregator_factory: Callable[[], Aggregator] | None = None,
+        deferred: bool = False,
+    ) -> None:
+        self.embedder = embedder
+        self.config = config or MemTreeConfig()
+        self.aggregator_factory = aggregator_factory
+        self.deferred = deferred
+        self.memory: Any = None
+        self.cost = IngestCost()
+        self._turns: Sequence[Turn] | None = None
+
+    def build(self, turns: Sequence[Turn]) -> tuple[Any, IngestCost]:
+        """The memory of these turns, built on first request."""
+        if self._turns is turns and self.memory is not None:
+            return self.memory, self.cost
+        from memtree.tree import MemTree
+
+        self.close()
+        aggregator = self.aggregator_factory() if self.aggregator_factory else None
+        self.memory = MemTree(embedder=self.embedder, aggregator=aggregator, config=self.config)
+        self.cost = IngestCost()
+        if self.deferred:
+            self._ingest_deferred(turns)
+        else:
+            for turn in turns:
+                start = time.perf_counter()
+                self.memory.add(turn.text, timestamp=turn.timestamp, source_id=turn.dia_id)
+                self.cost.insert_seconds.append(time.perf_counter() - start)
+        stats = self.memory.stats()
+        self.cost.embedding_calls = stats.embedding_calls
+        self.cost.aggregation_calls = stats.aggregation_calls
+        self.cost.shape = {
+            "nodes": stats.nodes,
+            "max_depth": stats.max_depth,
+            "mean_depth": stats.mean_leaf_depth,
+            "branching": stats.branching,
+        }
+        self._turns = turns
+        return self.memory, self.cost
+
+    def _ingest_deferred(self, turns: Sequence[Turn]) -> None:
+        """Deferred aggregation, flushed at the end of each session (a session's
+        summaries are rewritten once); each insert is charged its session's mean."""
+        sessions: dict[int, list[Turn]] = {}
+        for turn in turns:
+            sessions.setdefault(turn.session, []).append(turn)
+        for session in sessions.values():
+            start = time.perf_counter()
+            with self.memory.deferred():
+                for turn in session:
+                    self.memory.add(turn.text, timestamp=turn.timestamp, source_id=turn.dia_id)
+            self.cost.insert_seconds.extend([(time.perf_counter() - start) / len(session)] * len(session))
+
+    def close(self) -> None:
+        if self.memory is not None:
+            self.memory.close()
+            self.memory = None
+            self._turns = None
+
+
+class MemTreeMethod(Method):
+    """A memtree row: a tree from ``builder`` and a way to retrieve from it. The
+    context is each result's de-duplicated ``context``, as an application uses it."""
+
+    def __init__(
+        self,
+        name: str,
+        builder: TreeBuilder,
+        *,
+        mode: str = "collapsed",
+        retrieve_options: dict[str, Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.builder = builder
+        self.mode = mode
+        self.retrieve_options = retrieve_options or {}
+        self.memory: Any = None
+
+    def ingest(self, turns: Sequence[Turn]) -> IngestCost:
+        self.memory, cost = self.builder.build(turns)
+        return cost
+
+    def ranked_texts(self, question: str, words: int) -> list[str]:
+        k = max(10, words // 8)
+        results = self.memory.retrieve(question, k=k, mode=self.mode, **self.retrieve_options)
+        return [result.context for result in results]
+
+
+class RaptorMethod(Method):
+    """An offline RAPTOR-style tree (:mod:`memtree.eval.raptor`) built once with the
+    whole conversation in view, searched collapsed; its build time is spread over
+    the turns as the per-insert cost."""
+
+    name = "RAPTOR-style (offline)"
+
+    def __init__(self, embedder: Embedder, aggregator_factory: Callable[[], Aggregator]) -> None:
+        self.embedder = embedder
+        self.aggregator_factory = aggregator_factory
+        self.tree: Any = None
+
+    def ingest(self, turns: Sequence[Turn]) -> IngestCost:
+        from memtree.eval.raptor import RaptorTree
+
+        start = time.perf_counter()
+        self.tree = RaptorTree.build([turn.text for turn in turns], self.embedder, self.aggregator_factory())
+        per_insert = (time.perf_counter() - start) / max(1, len(turns))
+        cost = IngestCost(insert_seconds=[per_insert] * len(turns))
+        cost.embedding_calls = self.tree.embedding_calls
+        cost.aggregation_calls = self.tree.aggregation_calls
+        cost.shape = self.tree.shape()
+        return cost
+
+    def ranked_texts(self, question: str, words: int) -> list[str]:
+        query = np.asarray(self.embedder.embed_query(question), dtype=np.float32).reshape(-1)
+        return [hit.text for hit in self.tree.search(query, max(10, words // 8))]
