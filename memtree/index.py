@@ -103,7 +103,7 @@ class VectorIndex:
         new_rows = np.flatnonzero(found < 0)
         if new_rows.size:
             start = len(self._ids)
-            fresh = [ids[i] for i in new_rows]
+            fresh = [ids[int(i)] for i in new_rows]
             if len(set(fresh)) != len(fresh):
                 raise ValueError("upsert got the same new id twice")
             self._faiss.add(vectors[new_rows])
@@ -244,7 +244,7 @@ class VectorIndex:
         """Top ``take`` among these rows, scored in place by FAISS (no gathered copy)."""
         slots = np.ascontiguousarray(slots, dtype=np.int64)
         scores = np.empty(slots.size, dtype=np.float32)
-        faiss.fvec_inner_products_by_idx(
+        faiss.fvec_inner_products_by_idx(  # type: ignore[attr-defined]
             faiss.swig_ptr(scores),
             faiss.swig_ptr(query),
             faiss.swig_ptr(self._rows()),
@@ -260,7 +260,7 @@ class VectorIndex:
         """Score every row in one pass, then rank the allowed ones."""
         n = len(self._ids)
         scores = np.empty(n, dtype=np.float32)
-        faiss.fvec_inner_products_ny(
+        faiss.fvec_inner_products_ny(  # type: ignore[attr-defined]
             faiss.swig_ptr(scores), faiss.swig_ptr(query), faiss.swig_ptr(self._rows()), self.dimension, n
         )
         scores[~allowed] = -np.inf
@@ -285,7 +285,7 @@ class _Column:
     """A 1-D NumPy array with amortized O(1) append and pop (capacity doubling)."""
 
     def __init__(self, dtype: type) -> None:
-        self._data = np.zeros(16, dtype=dtype)
+        self._data: np.ndarray = np.zeros(16, dtype=dtype)
         self._size = 0
 
     @property

@@ -119,7 +119,7 @@ def rank_traversal(
         scores = index.score(query, children)
         if lexical_scores:
             lexical_part = np.array([lexical_scores.get(c, 0.0) for c in children], dtype=np.float32)
-            scores = (scores + weight * lexical_part) / (1.0 + weight)
+            scores = ((scores + weight * lexical_part) / (1.0 + weight)).astype(np.float32)
         order = np.argsort(-scores, kind="stable")[:beam]
         level = [(children[i], float(scores[i])) for i in order]
         kept.extend(level)

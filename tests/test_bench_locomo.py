@@ -163,3 +163,35 @@ def test_bench_locomo_on_a_slice_of_the_real_data(tmp_path: Path) -> None:
     )
     report = json.loads((tmp_path / "slice.json").read_text())["results"]
     assert report["memtree"]["questions"] == 6 and report["memtree"]["shape"]["nodes"] > 419
+
+
+def scripted_reply(prompt: str) -> str:
+    """Reader: says "Miso" when the excerpts mention Miso. Judge: 1 for an exact match."""
+    if prompt.startswith("You grade answers"):
+        gold = prompt.split("Gold answer: ", 1)[1].split("\n", 1)[0].strip().lower()
+        answer = prompt.split("Answer to grade: ", 1)[1].split("\n", 1)[0].strip().lower()
+        return "1" if gold == answer else "0"
+    context = prompt.split("Memory excerpts:", 1)[1].split("Question:", 1)[0]
+    return "Miso" if "Miso" in context else "NO_ANSWER"
+
+
+def test_bench_locomo_qa_with_a_configured_model(small_locomo: Path, tmp_path: Path) -> None:
+    from tests.openai_server import FakeOpenAIServer
+
+    with FakeOpenAIServer(reply=scripted_reply) as server:
+        ok(
+            memtree(
+                "bench", "locomo", "--data", small_locomo, "--embedder", "hashing", "--budgets", "20,1000",
+                "--qa-budget", "1000", "--no-raptor", "--out", tmp_path, "--name", "qa", embedder=None,
+                env={"OPENAI_BASE_URL": server.url, "OPENAI_API_KEY": server.api_key},
+            )
+        )  # fmt: skip
+        # 5 methods x 4 questions, each one reader and one judge call.
+        assert server.count("chat") == 5 * 4 * 2
+    qa = json.loads((tmp_path / "qa.json").read_text())["qa"]
+    assert qa["budget"] == 1000 and set(qa["methods"]) >= {"flat dense", "memtree"}
+    for row in qa["methods"].values():
+        # Every context holds the whole conversation; only the cat question's gold answer is "Miso".
+        assert row["overall"] == 0.25 and row["judge_failures"] == 0
+        assert row["per_category"] == {"1": 0.0, "2": 0.0, "3": 0.0, "4": 1.0}
+    assert "## QA accuracy (LLM reader and judge, context at 1000 words" in (tmp_path / "qa.md").read_text()

@@ -114,7 +114,9 @@ def _conversation(item: dict[str, object], categories: set[int]) -> Conversation
     by_id = {turn.dia_id: turn for turn in turns}
     questions: list[Question] = []
     dropped = 0
-    for qa in item.get("qa", []):  # type: ignore[union-attr]
+    raw_questions = item.get("qa", [])
+    assert isinstance(raw_questions, list)
+    for qa in raw_questions:
         category = int(qa["category"])
         if category not in categories:
             continue
