@@ -256,7 +256,8 @@ def plan_delete_many(state: TreeState, leaf_ids: Sequence[str], now: float) -> D
             updated.parent, updated.depth, updated.updated_at = parent, depth, now
             below = lost[node_id]
             updated.leaf_count = node.leaf_count - len(below)
-            updated.leaf_sum = _plus(node.leaf_sum, -np.sum([leaf.embedding for leaf in below if leaf.embedding is not None], axis=0))
+            lost_vectors = [leaf.embedding for leaf in below if leaf.embedding is not None]
+            updated.leaf_sum = _plus(node.leaf_sum, -np.sum(lost_vectors, axis=0))
             ancestors[node_id] = updated
             for child in children[node_id]:
                 place(child, node_id, depth + 1)
