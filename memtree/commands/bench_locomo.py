@@ -76,9 +76,10 @@ def locomo(
     if chosen_embedder is None:
         raise CliError("--embedder is empty; use local, openai or hashing")
     qa_models = _qa_models() if qa else None
+    # The machine and the code as they are when the run starts.
+    info = machine_info(extra_versions=("sentence_transformers", "torch", "sklearn"))
     results = run_locomo_bench(chosen, settings, embedder=chosen_embedder, progress=_progress)
     qa_table = _run_qa(results, qa_models, qa_budget) if qa_models else None
-    info = machine_info(extra_versions=("sentence_transformers", "torch", "rank_bm25", "sklearn"))
     info["embedder"] = chosen_embedder.name
     info["aggregator"] = f"{aggregator} ({aggregation})"
     paths = write_locomo_report(results, chosen, settings.budgets, machine_lines(info), out, stem=name, qa=qa_table)
