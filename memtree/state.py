@@ -11,6 +11,7 @@ unless switched off, a BM25 index of every node's text for hybrid retrieval.
 
 from __future__ import annotations
 
+import bisect
 import json
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -83,10 +84,16 @@ class TreeState:
                 previous.children.remove(node.id)
             parent = self.nodes.get(node.parent) if node.parent else None
             if parent is not None and node.id not in parent.children:
-                parent.children.append(node.id)
+                # Children stay in creation order (ties by id), however the batches
+                # arrived: a reopened or imported tree lists them exactly as before.
+                bisect.insort(parent.children, node.id, key=self._creation_key)
         self.seq = batch.seq
         self.info = batch.info
         return [node for node in batch.nodes if not node.is_root], removed, reset
+
+    def _creation_key(self, node_id: str) -> tuple[float, str]:
+        node = self.nodes.get(node_id)
+        return (node.created_at if node is not None else float("inf"), node_id)
 
     def _index(self, node: Node) -> None:
         if node.is_root:

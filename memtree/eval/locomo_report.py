@@ -183,26 +183,40 @@ def results_json(results: Sequence[MethodResult], budgets: Sequence[int]) -> dic
     }
 
 
-def plot_recall(results: Sequence[MethodResult], budgets: Sequence[int], path: str | os.PathLike[str]) -> None:
-    """Recall vs budget: overall and per category, one line per method."""
+def plot_recall(report: dict[str, Any], budgets: Sequence[int], path: str | os.PathLike[str]) -> None:
+    """Recall vs budget from :func:`results_json` output: overall and per category,
+    one line per method (so a committed JSON can be re-plotted without a re-run)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     panels: list[int | None] = [None, *RETRIEVAL_CATEGORIES]
-    figure, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.8), sharey=True)
+    figure, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 4.6), sharey=True)
+    colours = plt.get_cmap("tab10").colors
     for axis, category in zip(axes, panels, strict=True):
-        for result in results:
-            axis.plot(budgets, [result.recall(b, category) for b in budgets], marker="o", label=result.name)
+        for position, (name, row) in enumerate(report.items()):
+            values = row["recall"] if category is None else row["recall_by_category"][str(category)]
+            style = "-" if position < 6 else ":"  # the report's main rows, then tuning variants
+            axis.plot(
+                budgets,
+                [values[str(b)] for b in budgets],
+                style,
+                marker="o",
+                markersize=3,
+                color=colours[position % len(colours)],
+                label=name,
+            )
         axis.set_xscale("log")
         axis.set_xticks(list(budgets), [str(b) for b in budgets])
+        axis.minorticks_off()
         axis.set_title("all categories" if category is None else f"{CATEGORY_NAMES[category]} (cat {category})")
         axis.set_xlabel("budget (words)")
         axis.grid(alpha=0.3)
     axes[0].set_ylabel("evidence recall")
-    axes[-1].legend(fontsize=7, loc="lower right")
-    figure.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=8, frameon=False)
+    figure.tight_layout(rect=(0, 0.1 + 0.03 * (len(labels) // 7), 1, 1))
     figure.savefig(path, dpi=110)
     plt.close(figure)
 
@@ -226,6 +240,6 @@ def write_locomo_report(
     paths = [out / f"{stem}.md", out / f"{stem}.json", out / f"{stem}.png"]
     paths[0].write_text(markdown + f"\n![recall vs budget]({stem}.png)\n", encoding="utf-8")
     payload = {"environment": list(environment), "results": results_json(results, budgets), "qa": qa}
-    paths[1].write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    plot_recall(results, budgets, paths[2])
+    paths[1].write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")  # rows in report order
+    plot_recall(payload["results"], budgets, paths[2])
     return paths
