@@ -193,7 +193,7 @@ def plot_recall(report: dict[str, Any], budgets: Sequence[int], path: str | os.P
 
     panels: list[int | None] = [None, *RETRIEVAL_CATEGORIES]
     figure, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 4.6), sharey=True)
-    colours = plt.get_cmap("tab10").colors
+    colours = [plt.get_cmap("tab10")(i) for i in range(10)]
     for axis, category in zip(axes, panels, strict=True):
         for position, (name, row) in enumerate(report.items()):
             values = row["recall"] if category is None else row["recall_by_category"][str(category)]
@@ -239,7 +239,8 @@ def write_locomo_report(
     markdown = locomo_markdown(results, conversations, budgets, environment, title=title, qa=qa, notes=notes)
     paths = [out / f"{stem}.md", out / f"{stem}.json", out / f"{stem}.png"]
     paths[0].write_text(markdown + f"\n![recall vs budget]({stem}.png)\n", encoding="utf-8")
-    payload = {"environment": list(environment), "results": results_json(results, budgets), "qa": qa}
+    rows = results_json(results, budgets)
+    payload = {"environment": list(environment), "results": rows, "qa": qa}
     paths[1].write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")  # rows in report order
-    plot_recall(payload["results"], budgets, paths[2])
+    plot_recall(rows, budgets, paths[2])
     return paths
