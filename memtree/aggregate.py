@@ -27,6 +27,7 @@ from memtree.llm import ChatModel
 from memtree.node import Vector
 from memtree.retry import ModelResponseError
 from memtree.text import count_words, fold, split_sentences
+from memtree.usage import report
 
 
 class Aggregator(ABC):
@@ -139,6 +140,7 @@ class ExtractiveAggregator(Aggregator):
             missing = [s for s in dict.fromkeys(sentences) if s not in self._cache]
             if missing:
                 self.embedding_calls += 1
+                report(embedding_calls=1, embedded_texts=len(missing))  # the memory's stats count them
                 raw = self.embedder.embed(missing)
                 vectors = check_embeddings(raw, len(missing), None, type(self.embedder).__name__)
                 for sentence, vector in zip(missing, vectors, strict=True):

@@ -46,6 +46,8 @@ class FlushPlan:
     """node id -> (old text, old leaf count, texts of the new leaves in arrival order)."""
     rebuilds: list[str]
     """Ids of summaries to rebuild from their children, deepest first."""
+    entries: dict[str, PendingSummary] = field(default_factory=dict)
+    """The ledger entries the plan was made from (put back if it is not committed)."""
 
 
 class PendingSummaries:
@@ -59,19 +61,29 @@ class PendingSummaries:
         with self._lock:
             return len(self._entries)
 
-    def note_insert(self, plan: InsertPlan, state: TreeState) -> None:
-        """Record a deferred insert, planned against ``state`` before its commit."""
+    @staticmethod
+    def describe_insert(plan: InsertPlan, state: TreeState) -> list[tuple[str, PendingSummary]]:
+        """What a deferred insert adds to the ledger, read from ``state`` as planned
+        (it is recorded with :meth:`record` once the insert is committed)."""
+        entries = []
+        for node_id in plan.route.path:
+            current = state.nodes[node_id]
+            entries.append((node_id, PendingSummary(current.text, current.leaf_count, [plan.leaf.id], current.stale)))
+        if plan.new_parent is not None:
+            split_leaf = plan.moved[0]
+            entries.append((plan.new_parent, PendingSummary(split_leaf.text, 1, [plan.leaf.id])))
+        return entries
+
+    def record(self, entries: Iterable[tuple[str, PendingSummary]]) -> None:
+        """Add a committed deferred insert: a summary already waiting keeps the text
+        and count it had when it first went stale and gains the new leaf."""
         with self._lock:
-            for node_id in plan.route.path:
-                entry = self._entries.get(node_id)
-                if entry is None:
-                    current = state.nodes[node_id]
-                    entry = PendingSummary(current.text, current.leaf_count, rebuild=current.stale)
+            for node_id, entry in entries:
+                waiting = self._entries.get(node_id)
+                if waiting is None:
                     self._entries[node_id] = entry
-                entry.new_leaves.append(plan.leaf.id)
-            if plan.new_parent is not None:
-                split_leaf = plan.moved[0]
-                self._entries[plan.new_parent] = PendingSummary(split_leaf.text, 1, [plan.leaf.id])
+                else:
+                    waiting.new_leaves.extend(entry.new_leaves)
 
     def mark_rebuild(self, node_ids: Iterable[str]) -> None:
         """Entries whose old text may hold something deleted: rebuild them instead."""
@@ -109,7 +121,18 @@ class PendingSummaries:
                     planned.add(ancestor.id)
                     rebuilds.append(ancestor.id)
         rebuilds.sort(key=lambda node_id: state.nodes[node_id].depth, reverse=True)
-        return FlushPlan(merges, rebuilds)
+        return FlushPlan(merges, rebuilds, entries)
+
+    def restore(self, plan: FlushPlan) -> None:
+        """Put back the entries of a flush that was not committed (entries added
+        since stay, after the restored ones)."""
+        with self._lock:
+            for node_id, entry in plan.entries.items():
+                newer = self._entries.get(node_id)
+                if newer is not None:
+                    entry.new_leaves.extend(newer.new_leaves)
+                    entry.rebuild = entry.rebuild or newer.rebuild
+                self._entries[node_id] = entry
 
     def put_back(self, node_ids: Iterable[str], state: TreeState) -> None:
         """Summaries a flush could not write: the next flush rebuilds them."""

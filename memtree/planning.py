@@ -12,7 +12,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -191,17 +190,14 @@ class DeletePlan:
     ancestors: list[Node]
     children: dict[str, list[str]]
     """Each ancestor's children after the change, in order."""
+    kept: dict[str, Node] = field(default_factory=dict)
+    """The other children of the ancestors, as they were when the plan was made."""
 
-    def child_texts(self, node_id: str, state: TreeState, rewritten: Mapping[str, Node]) -> list[str]:
-        """Current texts of an ancestor's children, using texts rewritten so far."""
-        out = []
-        for child_id in self.children[node_id]:
-            child = rewritten.get(child_id) or self.moved.get(child_id) or state.nodes[child_id]
-            out.append(child.text)
-        return out
-
-    def child_timestamps(self, node_id: str, state: TreeState, rewritten: Mapping[str, Node]) -> list[Any]:
-        return [(rewritten.get(c) or self.moved.get(c) or state.nodes[c]).timestamp for c in self.children[node_id]]
+    def child_nodes(self, node_id: str, rewritten: Mapping[str, Node]) -> list[Node]:
+        """An ancestor's children after the change, using the nodes rewritten so far."""
+        return [
+            rewritten.get(child) or self.moved.get(child) or self.kept[child] for child in self.children[node_id]
+        ]
 
     def nodes(self) -> list[Node]:
         return [*self.moved.values(), *self.ancestors]
@@ -276,7 +272,8 @@ def plan_delete_many(state: TreeState, leaf_ids: Sequence[str], now: float) -> D
         place(child, ROOT_ID, 1)
     deleted = [*removed, *(node_id for node_id in lost if node_id in gone), *folded]
     deepest_first = sorted(ancestors.values(), key=lambda node: -node.depth)
-    return DeletePlan(deleted, moved, deepest_first, children)
+    kept = {child: state.nodes[child] for kids in children.values() for child in kids}
+    return DeletePlan(deleted, moved, deepest_first, children, kept)
 
 
 def _plus(total: Vector | None, vector: Vector) -> Vector:

@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import bisect
 import json
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from memtree.lexical import LexicalIndex
 from memtree.node import ROOT_ID, Node
 from memtree.store.base import ChangeBatch, NamespaceInfo
+
+JOURNAL_LENGTH = 4096
+"""Change batches remembered for :meth:`TreeState.changes_since` (optimistic writes)."""
 
 
 def metadata_key(value: Any) -> str:
@@ -43,6 +46,8 @@ class TreeState:
         self._by_metadata: dict[str, dict[str, set[str]]] = {}
         self._depths: Counter[int] = Counter()
         self.leaf_total = 0
+        self._journal: deque[tuple[int, frozenset[str], frozenset[str]]] = deque(maxlen=JOURNAL_LENGTH)
+        self._journal_floor = 0
 
     # -- applying changes ---------------------------------------------------------
 
@@ -56,8 +61,11 @@ class TreeState:
         if reset:
             self.__init__(lexical=self.lexical is not None)  # type: ignore[misc]
             self.generation = batch.generation
+            self._journal_floor = batch.seq
         elif batch.seq <= self.seq:
             return [], [], False
+        else:
+            self._remember(batch)
         removed: list[str] = []
         for node_id in batch.deleted:
             node = self.nodes.pop(node_id, None)
@@ -90,6 +98,28 @@ class TreeState:
         self.seq = batch.seq
         self.info = batch.info
         return [node for node in batch.nodes if not node.is_root], removed, reset
+
+    def _remember(self, batch: ChangeBatch) -> None:
+        """Journal which nodes a batch touched and which parents gained children."""
+        if len(self._journal) == self._journal.maxlen:
+            self._journal_floor = self._journal[0][0]
+        touched = frozenset([*(node.id for node in batch.nodes), *batch.deleted])
+        parents = frozenset(node.parent for node in batch.nodes if node.parent is not None)
+        self._journal.append((batch.seq, touched, parents))
+
+    def changes_since(self, seq: int) -> tuple[set[str], set[str]] | None:
+        """Ids of the nodes written or deleted after ``seq``, and the parents of the
+        nodes written; ``None`` if the journal does not reach back that far."""
+        if seq < self._journal_floor:
+            return None
+        touched: set[str] = set()
+        parents: set[str] = set()
+        for entry_seq, ids, entry_parents in reversed(self._journal):
+            if entry_seq <= seq:
+                break
+            touched.update(ids)
+            parents.update(entry_parents)
+        return touched, parents
 
     def _creation_key(self, node_id: str) -> tuple[float, str]:
         node = self.nodes.get(node_id)
@@ -160,6 +190,10 @@ class TreeState:
             if not result:
                 return set()
         return result if result is not None else set()
+
+    def children_of(self, node_id: str) -> list[Node]:
+        """The node's children (the node objects as they are now, in order)."""
+        return [self.nodes[child] for child in self.nodes[node_id].children]
 
     def leaf_ids_under(self, node_id: str) -> tuple[str, ...]:
         """Ids of the leaves below a node (the node itself if it is a leaf), in tree order."""

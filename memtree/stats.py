@@ -40,14 +40,16 @@ class TreeStats:
     child) reveal a tree that degenerated into one chain.
 
     Costs are counted since this memory object was opened: ``embedding_calls``
-    (model calls; ``embedded_texts`` counts the texts in them), ``aggregation_calls``
+    (model calls, the offline summarizer's sentence embeddings included;
+    ``embedded_texts`` counts the texts in them), ``aggregation_calls``
     (summaries written; ``llm_calls`` counts those that called a model) and
     ``aggregation_failures`` (summaries left stale after a failure). Model adapters
     add what the APIs reported: ``prompt_tokens`` and ``completion_tokens`` of chat
     calls, ``embedding_tokens``, and ``retries`` (extra attempts after timeouts,
     rate limits, server errors or unusable replies). ``extra`` holds the other
     counters (``llm_requests`` and ``embedding_requests``: HTTP-level requests,
-    retries included; ``flushes``). ``stale`` counts summaries waiting for a rewrite,
+    retries included; ``flushes``; ``write_conflicts``: writes planned again because
+    another writer changed the summaries they were rewriting meanwhile). ``stale`` counts summaries waiting for a rewrite,
     ``pending`` those of them waiting for this memory's :meth:`~memtree.MemTree.flush`.
     The ``*_per_insert`` properties divide by ``inserts``.
     """

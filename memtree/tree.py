@@ -37,9 +37,11 @@ from memtree.integrity import integrity_problems
 from memtree.locks import ReadWriteLock
 from memtree.models.resolve import default_aggregator, default_embedder, resolve_embedder
 from memtree.node import ROOT_ID, Node, RetrievedNode, Vector
+from memtree.optimistic import OPTIMISTIC_ATTEMPTS, Footprint, PreparedWrite, footprint_of, still_valid
 from memtree.planning import (
     AggregationJob,
     DeletePlan,
+    InsertPlan,
     centroid_of,
     latest,
     normalized,
@@ -120,7 +122,9 @@ class MemTree:
     ``"local"`` (see :mod:`memtree.models`). Left out, each is OpenAI when
     ``OPENAI_API_KEY`` is set and otherwise offline (local sentence-transformers
     embeddings, extractive summaries). ``aggregator`` replaces the summary writer
-    altogether; ``store`` persists (in-memory by default).
+    altogether. ``store`` keeps the tree: in memory by default; a SQLite file path
+    or a ``postgresql://`` DSN opens that store, which the memory then owns and
+    closes (like :meth:`open`); a :class:`~memtree.store.Store` you pass stays yours.
 
     Example::
 
@@ -136,29 +140,24 @@ class MemTree:
         embedder: Embedder | Any | None = None,
         aggregator: Aggregator | None = None,
         llm: Any | None = None,
-        store: Store | None = None,
+        store: Store | str | os.PathLike[str] | None = None,
         namespace: Namespace = "default",
         config: MemTreeConfig | None = None,
         refresh_interval: float = 0.0,
     ) -> None:
-        if aggregator is not None and llm is not None:
-            raise ValueError("pass either aggregator or llm, not both")
-        if aggregator is not None and not isinstance(aggregator, Aggregator):
-            raise TypeError(
-                f"aggregator must be a memtree Aggregator, got {type(aggregator).__name__} "
-                "(pass chat models and prompt -> text callables as llm=)"
-            )
         self.config = config or MemTreeConfig()
         # Everything is resolved before any work, so a bad model or a missing key fails here.
-        self.embedder: Embedder = resolve_embedder(embedder) if embedder is not None else default_embedder()
-        if llm is not None:
-            aggregator = LLMAggregator(llm)
-        chosen = aggregator or default_aggregator()
-        if isinstance(chosen, ExtractiveAggregator):
-            chosen = chosen.bound_to(self.embedder)
-        self.aggregator: Aggregator = chosen
-        self.store: Store = store or InMemoryStore()
+        self.embedder, self.aggregator = _resolve_models(embedder, aggregator, llm)
         self.namespace: NamespaceKey = namespace_key(namespace)
+        owns_store = isinstance(store, (str, os.PathLike))
+        if store is not None and not owns_store and not isinstance(store, Store):
+            raise TypeError(
+                f"store must be a memtree Store, a SQLite file path or a postgresql:// DSN, got {type(store).__name__}"
+            )
+        if isinstance(store, (str, os.PathLike)):
+            self.store: Store = open_store(store)
+        else:
+            self.store = store or InMemoryStore()
         if refresh_interval < 0:
             raise ValueError(f"refresh_interval must be >= 0 seconds, got {refresh_interval}")
         self.refresh_interval = refresh_interval
@@ -174,10 +173,15 @@ class MemTree:
         self._deferring_lock = threading.Lock()
         self._last_refresh = 0.0
         self._closed = False
-        self._owns_store = False
+        self._owns_store = owns_store
         self._siblings: OrderedDict[NamespaceKey, MemTree] = OrderedDict()
         self._siblings_lock = threading.Lock()
-        self.refresh(force=True)
+        try:
+            self.refresh(force=True)
+        except BaseException:
+            if owns_store:
+                self.store.close()
+            raise
 
     @classmethod
     def open(cls, location: str | os.PathLike[str], *, namespace: Namespace = "default", **kwargs: Any) -> MemTree:
@@ -195,6 +199,10 @@ class MemTree:
         """
         if "store" in kwargs:
             raise TypeError("MemTree.open makes the store from location; to pass a store, use MemTree(store=...)")
+        # Models first: a bad model or a missing API key must fail before a file is made.
+        kwargs["embedder"], kwargs["aggregator"] = _resolve_models(
+            kwargs.get("embedder"), kwargs.get("aggregator"), kwargs.pop("llm", None)
+        )
         store = open_store(location)
         try:
             memory = cls(store=store, namespace=namespace, **kwargs)
@@ -293,8 +301,11 @@ class MemTree:
         :meth:`deferred` block the summaries above it are written at the block's end."""
         item = make_item(text, metadata, timestamp, source_id)
         defer = self._is_deferring()
+        existing = self._stored_duplicate(item.text)
+        if existing is not None:
+            return existing
         vectors = self._drive(self._embed_steps([item.text]))
-        return self._write(lambda txn: self._insert_steps(txn, item, vectors[0], defer=defer))
+        return self._write(lambda: self._insert_steps(item, vectors[0], defer=defer))
 
     async def aadd(
         self,
@@ -307,8 +318,11 @@ class MemTree:
         """Async :meth:`add`: aggregations run on the event loop (``aaggregate``)."""
         item = make_item(text, metadata, timestamp, source_id)
         defer = self._is_deferring()
+        existing = self._stored_duplicate(item.text)
+        if existing is not None:
+            return existing
         vectors = await self._adrive(self._embed_steps([item.text]))
-        return await self._awrite(lambda txn: self._insert_steps(txn, item, vectors[0], defer=defer))
+        return await self._awrite(lambda: self._insert_steps(item, vectors[0], defer=defer))
 
     def add_many(
         self,
@@ -332,7 +346,8 @@ class MemTree:
         """
         deferred = self._aggregation_mode(aggregation) == "deferred"
         items = _make_items(texts, metadata, timestamps, source_ids)
-        vectors = self._drive(self._embed_steps([item.text for item in items]))
+        stored = self._stored_mask(items)
+        vectors = _fill_in(stored, self._drive(self._embed_steps(_unstored_texts(items, stored))))
         if not deferred:
             return self._insert_all(items, vectors, defer=False)
         with self.deferred():
@@ -350,23 +365,50 @@ class MemTree:
         """Async :meth:`add_many`."""
         deferred = self._aggregation_mode(aggregation) == "deferred"
         items = _make_items(texts, metadata, timestamps, source_ids)
-        vectors = await self._adrive(self._embed_steps([item.text for item in items]))
+        stored = self._stored_mask(items)
+        vectors = _fill_in(stored, await self._adrive(self._embed_steps(_unstored_texts(items, stored))))
         if not deferred:
             return await self._ainsert_all(items, vectors, defer=False)
         async with self.deferred():
             return await self._ainsert_all(items, vectors, defer=True)
 
-    def _insert_all(self, items: list[Item], vectors: Matrix, *, defer: bool) -> list[str]:
-        return [
-            self._write(functools.partial(self._insert_steps, item=item, embedding=vector, defer=defer))
-            for item, vector in zip(items, vectors, strict=True)
-        ]
+    def _stored_duplicate(self, text: str, *, refresh: bool = True) -> str | None:
+        """The id of a leaf already holding exactly ``text``, if duplicates are not kept
+        (checked before embedding, so a repeated text costs no model call)."""
+        if not self.config.deduplicate:
+            return None
+        if refresh:
+            self._maybe_refresh()
+        return self._state.leaf_by_text.get(text)
 
-    async def _ainsert_all(self, items: list[Item], vectors: Matrix, *, defer: bool) -> list[str]:
-        return [
-            await self._awrite(functools.partial(self._insert_steps, item=item, embedding=vector, defer=defer))
-            for item, vector in zip(items, vectors, strict=True)
-        ]
+    def _stored_mask(self, items: list[Item]) -> list[bool]:
+        """Which items are already stored (and need no embedding)."""
+        self._maybe_refresh()
+        return [self._stored_duplicate(item.text, refresh=False) is not None for item in items]
+
+    def _insert_all(self, items: list[Item], vectors: list[Vector | None], *, defer: bool) -> list[str]:
+        ids = []
+        for item, vector in zip(items, vectors, strict=True):
+            existing = self._stored_duplicate(item.text, refresh=False) if vector is None else None
+            if existing is not None:
+                ids.append(existing)
+                continue
+            if vector is None:  # the stored copy was deleted meanwhile
+                vector = self._drive(self._embed_steps([item.text]))[0]
+            ids.append(self._write(functools.partial(self._insert_steps, item, vector, defer=defer)))
+        return ids
+
+    async def _ainsert_all(self, items: list[Item], vectors: list[Vector | None], *, defer: bool) -> list[str]:
+        ids = []
+        for item, vector in zip(items, vectors, strict=True):
+            existing = self._stored_duplicate(item.text, refresh=False) if vector is None else None
+            if existing is not None:
+                ids.append(existing)
+                continue
+            if vector is None:  # the stored copy was deleted meanwhile
+                vector = (await self._adrive(self._embed_steps([item.text])))[0]
+            ids.append(await self._awrite(functools.partial(self._insert_steps, item, vector, defer=defer)))
+        return ids
 
     # -- deferred aggregation ------------------------------------------------------------
 
@@ -564,12 +606,12 @@ class MemTree:
         keeps its text) and a parent left with one child is folded away.
         Raises ``KeyError`` for an unknown id and ``ValueError`` for a summary id."""
         self._check_leaf_id(node_id)
-        self._write(lambda txn: self._delete_steps(txn, [node_id]))
+        self._write(lambda: self._delete_steps([node_id]))
 
     async def adelete(self, node_id: str) -> None:
         """Async :meth:`delete`."""
         self._check_leaf_id(node_id)
-        await self._awrite(lambda txn: self._delete_steps(txn, [node_id]))
+        await self._awrite(lambda: self._delete_steps([node_id]))
 
     def delete_many(self, node_ids: Iterable[str]) -> int:
         """Forget several leaves in one change (for example all of one ``source_id``:
@@ -582,14 +624,14 @@ class MemTree:
         """
         ids = self._check_leaf_ids(node_ids)
         if ids:
-            self._write(lambda txn: self._delete_steps(txn, ids))
+            self._write(lambda: self._delete_steps(ids))
         return len(ids)
 
     async def adelete_many(self, node_ids: Iterable[str]) -> int:
         """Async :meth:`delete_many`."""
         ids = self._check_leaf_ids(node_ids)
         if ids:
-            await self._awrite(lambda txn: self._delete_steps(txn, ids))
+            await self._awrite(lambda: self._delete_steps(ids))
         return len(ids)
 
     def repair(self) -> int:
@@ -629,9 +671,9 @@ class MemTree:
 
     def _restore(self, nodes: list[Node], info: NamespaceInfo) -> None:
         """Write a whole checked tree into this (empty) namespace in one transaction."""
-        self._write(lambda transaction: self._restore_steps(transaction, nodes, info))
+        self._write(lambda: self._restore_steps(nodes, info))
 
-    def _restore_steps(self, transaction: WriteTransaction, nodes: list[Node], info: NamespaceInfo) -> _Steps[None]:
+    def _restore_steps(self, nodes: list[Node], info: NamespaceInfo) -> _Steps[PreparedWrite[None]]:
         leaves = self._state.leaf_total
         kinds = self.store.record_kinds(self.namespace)
         if leaves or kinds:
@@ -640,15 +682,16 @@ class MemTree:
                 f"namespace {self.namespace!r} is not empty ({held}); import into a new namespace "
                 "or delete this one first (delete_namespace())"
             )
-        self._commit(transaction, nodes, [], info)
+        base = (self._state.seq, self._state.generation)
         yield from ()
+        return PreparedWrite(None, base, nodes, [], Footprint(everything=True), info=lambda _current: info)
 
     def _reinsert_leaf(self, leaf: Node) -> None:
         """Route a stored leaf in again with its own id, times and embedding."""
         item = Item(leaf.text, dict(leaf.metadata), leaf.timestamp, leaf.source_id)
         assert leaf.embedding is not None
         embedding = leaf.embedding
-        self._write(lambda transaction: self._insert_steps(transaction, item, embedding, restore=leaf))
+        self._write(lambda: self._insert_steps(item, embedding, restore=leaf))
 
     # -- reading the tree -------------------------------------------------------------
 
@@ -695,7 +738,7 @@ class MemTree:
         """Copies of every node, root first, in depth-first pre-order (a snapshot)."""
         self._maybe_refresh()
         with self._rw.read():
-            snapshot = [node.copy() for node in self._state.walk()]
+            snapshot = [self._copy_out(node) for node in self._state.walk()]
         return iter(snapshot)
 
     __iter__ = walk
@@ -722,7 +765,7 @@ class MemTree:
                     "text": node.text,
                     "depth": node.depth,
                     "is_leaf": node.is_leaf,
-                    "leaf_count": node.leaf_count,
+                    "leaf_count": self._state.leaf_total if node.id == ROOT_ID else node.leaf_count,
                     "timestamp": node.timestamp,
                     "metadata": dict(node.metadata),
                     "stale": node.stale,
@@ -730,7 +773,7 @@ class MemTree:
                 }
 
             if self._state.root is None:
-                return {"id": ROOT_ID, "text": "", "depth": 0, "children": []}
+                return {"id": ROOT_ID, "text": "", "depth": 0, "leaf_count": 0, "children": []}
             return build(ROOT_ID)
 
     def format_tree(self, *, max_depth: int | None = None, width: int = 72) -> str:
@@ -922,47 +965,99 @@ class MemTree:
     def _check_vectors(self, vectors: Any, count: int) -> Matrix:
         return check_embeddings(vectors, count, self._state.info.dimension, type(self.embedder).__name__)
 
-    def _write(self, steps: Callable[[WriteTransaction], _Steps[T]]) -> T:
-        """Run a write procedure inside the namespace's write transaction."""
+    def _write(self, procedure: Callable[[], _Steps[PreparedWrite[T]]]) -> T:
+        """Plan a write and make its model calls outside the store's writer lock, then
+        commit it under the lock if nothing it depends on changed meanwhile (else plan
+        again; see :mod:`memtree.optimistic`). After ``OPTIMISTIC_ATTEMPTS`` conflicts
+        the write is planned under the lock, which then waits for its model calls."""
+        for _ in range(OPTIMISTIC_ATTEMPTS):
+            self._maybe_refresh()
+            prepared = self._drive(procedure())
+            if prepared.empty:
+                return prepared.result
+            with self.store.write(self.namespace) as transaction:
+                if self._commit_prepared(transaction, prepared):
+                    return prepared.result
+            self._counters.add("write_conflicts")
         with self.store.write(self.namespace) as transaction:
             self._catch_up(transaction.read_changes)
-            return self._drive(steps(transaction))
+            prepared = self._drive(procedure())
+            if not prepared.empty and not self._commit_prepared(transaction, prepared):
+                raise RuntimeError("the tree changed while this memory held the store's writer lock")
+            return prepared.result
 
-    async def _awrite(self, steps: Callable[[WriteTransaction], _Steps[T]]) -> T:
+    async def _awrite(self, procedure: Callable[[], _Steps[PreparedWrite[T]]]) -> T:
         """Async :meth:`_write`. Waiting for the store's writer lock happens in a
-        worker thread, so other coroutines keep running (and may hold that lock)."""
+        dedicated thread, so other coroutines (and the default executor's threads,
+        which model calls use) keep running."""
+        for _ in range(OPTIMISTIC_ATTEMPTS):
+            await asyncio.to_thread(self._maybe_refresh)
+            prepared = await self._adrive(procedure())
+            if prepared.empty:
+                return prepared.result
+            transaction = await _begin_in_thread(self.store, self.namespace)
+            try:
+                if self._commit_prepared(transaction, prepared):
+                    return prepared.result
+            finally:
+                transaction.rollback()  # a no-op once committed
+            self._counters.add("write_conflicts")
         transaction = await _begin_in_thread(self.store, self.namespace)
         try:
             self._catch_up(transaction.read_changes)
-            return await self._adrive(steps(transaction))
+            prepared = await self._adrive(procedure())
+            if not prepared.empty and not self._commit_prepared(transaction, prepared):
+                raise RuntimeError("the tree changed while this memory held the store's writer lock")
+            return prepared.result
         finally:
-            transaction.rollback()  # a no-op once committed
+            transaction.rollback()
+
+    def _commit_prepared(self, transaction: WriteTransaction, prepared: PreparedWrite[Any]) -> bool:
+        """Catch up under the lock and commit ``prepared`` if it still holds; ``False``
+        (and the plan abandoned) if another write changed what it depends on."""
+        try:
+            self._catch_up(transaction.read_changes)
+            if prepared.recheck is not None:
+                answer = prepared.recheck()
+                if answer is not None:
+                    prepared.result = answer
+                    prepared.abandon()
+                    return True
+            if not still_valid(self._state, prepared):
+                prepared.abandon()
+                return False
+            info = prepared.info(self._state.info) if prepared.info is not None else None
+            self._commit(transaction, prepared.upserts, prepared.deletions, info)
+        except BaseException:
+            prepared.abandon()
+            raise
+        if prepared.committed is not None:
+            prepared.committed()
+        return True
 
     def _insert_steps(
         self,
-        transaction: WriteTransaction,
         item: Item,
         embedding: Vector,
         restore: Node | None = None,
         *,
         defer: bool = False,
-    ) -> _Steps[str]:
-        """Route, plan and commit one leaf. The summaries on its path are rewritten
-        now, or with ``defer`` marked stale and left for :meth:`flush`. A ``restore``
-        leaf (from a backup) keeps its id and times."""
-        info = self._state.info
-        if info.dimension is not None and embedding.shape[0] != info.dimension:
-            raise ValueError(
-                f"embedding dimension {embedding.shape[0]} does not match this memory's "
-                f"{info.dimension}; use the embedder this memory was built with"
-            )
-        if self.config.deduplicate and restore is None:
-            existing = self._state.leaf_by_text.get(item.text)
-            if existing is not None:
-                return existing
-        now = time.time()
-        new_info = self._next_info(info, embedding)
+    ) -> _Steps[PreparedWrite[str]]:
+        """Route and plan one leaf and write the summaries on its path (or, with
+        ``defer``, mark them stale for :meth:`flush`). A ``restore`` leaf (from a
+        backup) keeps its id and times."""
+        dimension = int(embedding.shape[0])
+        _check_dimension(dimension, self._state.info.dimension)
+        deduplicate = self.config.deduplicate and restore is None
         with self._rw.read():
+            base = (self._state.seq, self._state.generation)
+            existing = self._state.leaf_by_text.get(item.text) if deduplicate else None
+        if existing is not None:
+            return PreparedWrite(existing, base)
+        now = time.time()
+        sample = self._calibration_sample(embedding)
+        with self._rw.read():
+            base = (self._state.seq, self._state.generation)
             path = route(self._state, self._scorer(embedding), self._theta0(), self.config)
             plan = plan_insert(
                 self._state,
@@ -981,15 +1076,28 @@ class MemTree:
                     restore.created_at,
                     restore.updated_at,
                 )
-            if defer:
-                self._pending.note_insert(plan, self._state)
+            footprint = _insert_footprint(self._state, plan)
+            pending = self._pending.describe_insert(plan, self._state) if defer else []
+            children = {node_id: self._state.children_of(node_id) for node_id in path.path}
         if defer:
             self._defer_summaries(plan.summaries.values(), plan.fallback_texts())
         else:
-            yield from self._write_summaries(plan.jobs, plan.summaries, fallback=plan.fallback_texts())
-        self._commit(transaction, [*upserts, *plan.nodes()], [], new_info)
-        self._counters.add("inserts")
-        return plan.leaf.id
+            yield from self._write_path_summaries(plan, children)
+
+        def committed() -> None:
+            self._pending.record(pending)
+            self._counters.add("inserts")
+
+        return PreparedWrite(
+            plan.leaf.id,
+            base,
+            [*upserts, *plan.nodes()],
+            [],
+            footprint,
+            info=lambda current: self._info_after_insert(current, dimension, sample),
+            recheck=(lambda: self._state.leaf_by_text.get(item.text)) if deduplicate else None,
+            committed=committed,
+        )
 
     def _scorer(self, embedding: Vector) -> Callable[[Sequence[str]], Any]:
         index = self._index
@@ -997,14 +1105,23 @@ class MemTree:
             return lambda ids: np.zeros(len(ids), dtype=np.float32)
         return lambda ids: index.score(embedding, ids)
 
-    def _next_info(self, info: NamespaceInfo, embedding: Vector) -> NamespaceInfo:
-        """Namespace info after this insert: dimension, model name, calibration."""
+    def _calibration_sample(self, embedding: Vector) -> float | None:
+        """How similar a new text is to its nearest stored leaf, while θ0 is calibrating."""
+        if not calibration.needs_sample(self.config, self._state.info.settings):
+            return None
+        with self._rw.read():
+            if self._index is None:
+                return None
+            nearest = self._index.search(embedding, 1, self._index.mask(leaves_only=True))
+        return nearest[0][1] if nearest else None
+
+    def _info_after_insert(self, info: NamespaceInfo, dimension: int, sample: float | None) -> NamespaceInfo:
+        """Namespace info after an insert (from the info current at commit): dimension,
+        model name, calibration."""
+        _check_dimension(dimension, info.dimension)
         settings = dict(info.settings)
-        if calibration.needs_sample(self.config, settings) and self._index is not None:
-            with self._rw.read():
-                nearest = self._index.search(embedding, 1, self._index.mask(leaves_only=True))
-            if nearest:
-                settings = calibration.with_sample(self.config, settings, nearest[0][1])
+        if sample is not None and calibration.needs_sample(self.config, settings):
+            settings = calibration.with_sample(self.config, settings, sample)
         if info.embedder is not None and info.embedder != self.embedder.name:
             logger.warning(
                 "namespace %r was built with %s but this memory uses %s",
@@ -1012,11 +1129,44 @@ class MemTree:
                 info.embedder,
                 self.embedder.name,
             )
-        return NamespaceInfo(
-            dimension=int(embedding.shape[0]),
-            embedder=info.embedder or self.embedder.name,
-            settings=settings,
-        )
+        return NamespaceInfo(dimension=dimension, embedder=info.embedder or self.embedder.name, settings=settings)
+
+    def _write_path_summaries(
+        self, plan: InsertPlan, children: Mapping[str, list[Node]]
+    ) -> Generator[_Request, Any, None]:
+        """Write the summaries on an insert's path, concurrently: each merges the new
+        text into its own (``Aggregate(text, new, n)``).
+
+        A stale summary's text already misses something, so it is rebuilt from its
+        children instead, after its child on the path was written (one more round
+        per stale summary; none in the common case). If one of those children is
+        stale too, a rebuild would inherit the gap and clear the mark that shows it,
+        so the summary only merges the new text and stays stale for ``repair()``.
+        """
+        stale = {job.node_id for job in plan.jobs if plan.summaries[job.node_id].stale}
+        rounds = [[job for job in plan.jobs if job.node_id not in stale]]
+        deepest_first = sorted(plan.jobs, key=lambda job: -plan.summaries[job.node_id].depth)
+        rounds.extend([job] for job in deepest_first if job.node_id in stale)
+        written: list[Node] = []
+        for jobs in rounds:
+            kept_stale: set[str] = set()
+            ready: list[AggregationJob] = []
+            for job in jobs:
+                node = plan.summaries[job.node_id]
+                kids = _children_after(node.id, plan, children) if node.id in stale else []
+                if node.id not in stale:
+                    ready.append(job)
+                elif any(kid.stale for kid in kids):
+                    kept_stale.add(node.id)
+                    count_before = node.leaf_count - 1
+                    ready.append(AggregationJob(node.id, node.text, [plan.leaf.text], count_before, job.centroid))
+                else:
+                    ready.append(rebuild_job(node, [kid.text for kid in kids]))
+            done = yield from self._write_texts(ready, plan.summaries, fallback=plan.fallback_texts())
+            for node in done:
+                node.stale = node.id in kept_stale
+            written.extend(done)
+        yield from self._embed_summaries(written, plan.summaries.values())
 
     def _write_summaries(
         self,
@@ -1024,14 +1174,25 @@ class MemTree:
         nodes: Mapping[str, Node],
         fallback: Mapping[str, str] | None = None,
     ) -> Generator[_Request, Any, None]:
-        """Run aggregation jobs and give their nodes new texts and embeddings.
+        """Run aggregation jobs and give their nodes new texts and embeddings."""
+        written = yield from self._write_texts(jobs, nodes, fallback)
+        yield from self._embed_summaries(written, nodes.values())
+
+    def _write_texts(
+        self,
+        jobs: list[AggregationJob],
+        nodes: Mapping[str, Node],
+        fallback: Mapping[str, str] | None = None,
+    ) -> Generator[_Request, Any, list[Node]]:
+        """Run aggregation jobs concurrently and give their nodes new texts; return
+        the nodes written.
 
         A failed job leaves its node's old text (or ``fallback`` for a new node) and
         marks it stale; the node's embedding is then kept, or for a new node taken
         from its leaves' centroid. Nothing the caller gave is dropped.
         """
         if not jobs:
-            return
+            return []
         outcomes = yield from self._aggregations(jobs)
         written: list[Node] = []
         for job, outcome in zip(jobs, outcomes, strict=True):
@@ -1044,17 +1205,22 @@ class MemTree:
                 node.text = outcome
                 node.stale = False
                 written.append(node)
-        yield from self._embed_summaries(written, nodes.values())
+        return written
 
     def _aggregations(self, jobs: list[AggregationJob]) -> Generator[_Request, Any, list[str | BaseException]]:
         """Run jobs concurrently; each answer is a non-empty summary or the error."""
         outcomes = yield _Aggregate(jobs)
-        return [
-            outcome
-            if isinstance(outcome, BaseException)
-            else outcome.strip() or ModelResponseError("the aggregator returned an empty summary")
-            for outcome in outcomes
-        ]
+        return [self._checked_summary(outcome) for outcome in outcomes]
+
+    def _checked_summary(self, outcome: object) -> str | BaseException:
+        if isinstance(outcome, BaseException):
+            return outcome
+        if not isinstance(outcome, str):
+            return TypeError(
+                f"{type(self.aggregator).__name__}.aggregate returned {type(outcome).__name__}, "
+                "not the summary text (str)"
+            )
+        return outcome.strip() or ModelResponseError("the aggregator returned an empty summary")
 
     def _note_failure(self, node: Node, error: BaseException) -> None:
         logger.warning("aggregation failed for node %s; marked stale: %r", node.id, error)
@@ -1094,27 +1260,41 @@ class MemTree:
                 node.text = fallback[node.id]
         self._centroid_embeddings(nodes)
 
-    def _flush_steps(self, transaction: WriteTransaction) -> _Steps[int]:
+    def _flush_steps(self) -> _Steps[PreparedWrite[int]]:
         """Rewrite the deferred summaries: merges all at once, then rebuilds deepest first."""
         with self._rw.read():
+            base = (self._state.seq, self._state.generation)
             plan = self._pending.take(self._state)
             nodes = {node_id: self._state.nodes[node_id].copy() for node_id in [*plan.merges, *plan.rebuilds]}
+            footprint = footprint_of(self._state, nodes)
+            children = {node_id: self._state.children_of(node_id) for node_id in plan.rebuilds}
         if not nodes:
-            return 0
+            return PreparedWrite(0, base)
         try:
-            written = yield from self._merge_then_rebuild(plan, nodes)
+            written = yield from self._merge_then_rebuild(plan, nodes, children)
             yield from self._embed_summaries(written, nodes.values())
-            self._commit(transaction, list(nodes.values()), [])
         except BaseException:
-            with self._rw.read():  # nothing was written: the next flush tries them all again
-                self._pending.put_back(nodes, self._state)
+            self._pending.restore(plan)  # nothing was written: the next flush tries them all again
             raise
-        with self._rw.read():
-            self._pending.put_back((node_id for node_id, node in nodes.items() if node.stale), self._state)
-        self._counters.add("flushes")
-        return sum(1 for node in nodes.values() if not node.stale)
 
-    def _merge_then_rebuild(self, plan: FlushPlan, nodes: dict[str, Node]) -> Generator[_Request, Any, list[Node]]:
+        def committed() -> None:
+            with self._rw.read():
+                self._pending.put_back((node_id for node_id, node in nodes.items() if node.stale), self._state)
+            self._counters.add("flushes")
+
+        return PreparedWrite(
+            sum(1 for node in nodes.values() if not node.stale),
+            base,
+            list(nodes.values()),
+            [],
+            footprint,
+            committed=committed,
+            abandoned=lambda: self._pending.restore(plan),
+        )
+
+    def _merge_then_rebuild(
+        self, plan: FlushPlan, nodes: dict[str, Node], children: Mapping[str, list[Node]]
+    ) -> Generator[_Request, Any, list[Node]]:
         """Give ``nodes`` their new texts; return those written. A rebuild reads its
         children's texts after the deeper levels were rewritten, and waits for the
         next flush (stays stale) if one of them could not be written."""
@@ -1126,11 +1306,11 @@ class MemTree:
                 node = nodes[node_id]
                 if node.depth != levels[step - 1]:
                     continue
-                children = [nodes.get(child) or self._state.nodes[child] for child in node.children]
-                if any(child.stale for child in children):
+                kids = [nodes.get(child.id, child) for child in children[node_id]]
+                if any(child.stale for child in kids):
                     node.stale = True
                 else:
-                    tasks[node_id] = ("", 0, [child.text for child in children])
+                    tasks[node_id] = ("", 0, [child.text for child in kids])
             done = yield from self._fold(tasks, nodes)
             for node_id, text in done.items():
                 nodes[node_id].text = text
@@ -1195,51 +1375,72 @@ class MemTree:
             self._check_leaf_id(node_id)
         return ids
 
-    def _delete_steps(self, transaction: WriteTransaction, node_ids: list[str]) -> _Steps[None]:
-        for node_id in node_ids:
-            node = self._state.nodes.get(node_id)
-            if node is None:
-                raise KeyError(f"no node with id {node_id!r} in namespace {self.namespace!r}")
-            if not node.is_leaf:
-                raise ValueError(f"node {node_id!r} is a summary, not a leaf; delete the leaves below it instead")
+    def _delete_steps(self, node_ids: list[str]) -> _Steps[PreparedWrite[None]]:
         with self._rw.read():
+            for node_id in node_ids:
+                node = self._state.nodes.get(node_id)
+                if node is None:
+                    raise KeyError(f"no node with id {node_id!r} in namespace {self.namespace!r}")
+                if not node.is_leaf:
+                    raise ValueError(f"node {node_id!r} is a summary, not a leaf; delete the leaves below it instead")
+            base = (self._state.seq, self._state.generation)
             plan = plan_delete_many(self._state, node_ids, time.time())
-        self._pending.mark_rebuild(node.id for node in plan.ancestors)
+            above = {ancestor.id for node_id in node_ids for ancestor in self._state.path_to_root(node_id)}
+            parents = {self._state.nodes[node_id].parent or ROOT_ID for node_id in node_ids}
+            footprint = footprint_of(self._state, above | parents, extra_reads=plan.moved)
         yield from self._rewrite_ancestors(plan)
-        self._commit(transaction, plan.nodes(), plan.deleted)
-        self._counters.add("deletes", len(node_ids))
+
+        def committed() -> None:
+            self._pending.mark_rebuild(node.id for node in plan.ancestors)
+            self._counters.add("deletes", len(node_ids))
+
+        return PreparedWrite(None, base, plan.nodes(), plan.deleted, footprint, committed=committed)
 
     def _rewrite_ancestors(self, plan: DeletePlan) -> Generator[_Request, Any, None]:
         """Rewrite the plan's ancestors level by level, deepest first: each needs its
-        children's new texts, and the summaries of one level run concurrently."""
+        children's new texts, and the summaries of one level run concurrently. Every
+        one is rebuilt (none may keep a deleted text); one that reads a stale child
+        stays stale."""
         rewritten: dict[str, Node] = {}
         for depth in sorted({node.depth for node in plan.ancestors}, reverse=True):
             level = {node.id: node for node in plan.ancestors if node.depth == depth}
             jobs = []
+            reads_stale: set[str] = set()
             for node in level.values():
+                kids = plan.child_nodes(node.id, rewritten)
                 node.timestamp = None
-                for moment in plan.child_timestamps(node.id, self._state, rewritten):
-                    node.timestamp = latest(node.timestamp, moment)
-                jobs.append(rebuild_job(node, plan.child_texts(node.id, self._state, rewritten)))
+                for kid in kids:
+                    node.timestamp = latest(node.timestamp, kid.timestamp)
+                if any(kid.stale for kid in kids):
+                    reads_stale.add(node.id)
+                jobs.append(rebuild_job(node, [kid.text for kid in kids]))
             yield from self._write_summaries(jobs, level)
+            for node_id in reads_stale:
+                level[node_id].stale = True
             rewritten.update(level)
 
-    def _repair_steps(self, transaction: WriteTransaction) -> _Steps[int]:
+    def _repair_steps(self) -> _Steps[PreparedWrite[int]]:
+        """Rebuild every stale summary from its children, deepest first; one whose
+        child could not be rebuilt waits for the next repair."""
         with self._rw.read():
+            base = (self._state.seq, self._state.generation)
             stale = [node.copy() for node in self._state.nodes.values() if node.stale]
+            children = {node.id: self._state.children_of(node.id) for node in stale}
+            footprint = footprint_of(self._state, children)
         if not stale:
-            return 0
+            return PreparedWrite(0, base)
         fixed: dict[str, Node] = {}
         for depth in sorted({node.depth for node in stale}, reverse=True):
             level = {node.id: node for node in stale if node.depth == depth}
-            jobs = [
-                rebuild_job(node, [(fixed.get(c) or self._state.nodes[c]).text for c in node.children])
-                for node in level.values()
-            ]
-            yield from self._write_summaries(jobs, level)
+            jobs = []
+            for node in level.values():
+                kids = [fixed.get(child.id, child) for child in children[node.id]]
+                if not any(kid.stale for kid in kids):
+                    jobs.append(rebuild_job(node, [kid.text for kid in kids]))
+            yield from self._write_summaries(jobs, {job.node_id: level[job.node_id] for job in jobs})
             fixed.update(level)
-        self._commit(transaction, list(fixed.values()), [])
-        return sum(1 for node in fixed.values() if not node.stale)
+        changed = [node for node in fixed.values() if not node.stale]
+        return PreparedWrite(len(changed), base, changed, [], footprint)
 
     # -- drivers -------------------------------------------------------------------------
 
@@ -1273,7 +1474,7 @@ class MemTree:
             try:
                 with recording(self._counters):
                     if request.query:
-                        return np.asarray(self.embedder.embed_query(request.texts[0]))[None, :]
+                        return _query_row(self.embedder.embed_query(request.texts[0]))
                     return self.embedder.embed(request.texts)
             except Exception as error:  # noqa: BLE001 - handed back to the procedure
                 return error
@@ -1288,7 +1489,7 @@ class MemTree:
             try:
                 with recording(self._counters):
                     if request.query:
-                        return np.asarray(await self.embedder.aembed_query(request.texts[0]))[None, :]
+                        return _query_row(await self.embedder.aembed_query(request.texts[0]))
                     return await self.embedder.aembed(request.texts)
             except Exception as error:  # noqa: BLE001
                 return error
@@ -1332,10 +1533,16 @@ class MemTree:
             self._counters.add("llm_calls", len(jobs))
 
 
+_LOCK_WAITERS = ThreadPoolExecutor(max_workers=32, thread_name_prefix="memtree-lock-wait")
+"""Threads that wait for stores' writer locks on behalf of coroutines. Not the event
+loop's default executor: writers queued there could take every thread that the
+lock's holder needs for its own model calls (``asyncio.to_thread``), and wait forever."""
+
+
 async def _begin_in_thread(store: Store, namespace: NamespaceKey) -> WriteTransaction:
-    """``store.begin`` in a worker thread. If the waiting coroutine is cancelled, the
-    transaction the thread opens anyway is rolled back, so its lock is never left held
-    (a held SQLite or PostgreSQL write lock would block every other writer)."""
+    """``store.begin`` in a lock-waiting thread. If the waiting coroutine is cancelled,
+    the transaction the thread opens anyway is rolled back, so its lock is never left
+    held (a held SQLite or PostgreSQL write lock would block every other writer)."""
     guard = threading.Lock()
     outcome: dict[str, Any] = {"abandoned": False, "transaction": None}
 
@@ -1349,7 +1556,7 @@ async def _begin_in_thread(store: Store, namespace: NamespaceKey) -> WriteTransa
         return transaction
 
     try:
-        return await asyncio.get_running_loop().run_in_executor(None, begin)
+        return await asyncio.get_running_loop().run_in_executor(_LOCK_WAITERS, begin)
     except asyncio.CancelledError:
         with guard:
             outcome["abandoned"] = True
@@ -1357,6 +1564,80 @@ async def _begin_in_thread(store: Store, namespace: NamespaceKey) -> WriteTransa
         if opened is not None:
             opened.rollback()
         raise
+
+
+def _resolve_models(embedder: Any, aggregator: Any, llm: Any) -> tuple[Embedder, Aggregator]:
+    """The memory's embedder and summary writer from what the caller passed (see
+    :class:`MemTree`); raises before any work for a bad model or a missing key."""
+    if aggregator is not None and llm is not None:
+        raise ValueError("pass either aggregator or llm, not both")
+    if aggregator is not None and not isinstance(aggregator, Aggregator):
+        raise TypeError(
+            f"aggregator must be a memtree Aggregator, got {type(aggregator).__name__} "
+            "(pass chat models and prompt -> text callables as llm=)"
+        )
+    resolved: Embedder = resolve_embedder(embedder) if embedder is not None else default_embedder()
+    if aggregator is not None:
+        chosen: Aggregator = aggregator
+    else:
+        chosen = LLMAggregator(llm) if llm is not None else default_aggregator()
+    if isinstance(chosen, ExtractiveAggregator):
+        chosen = chosen.bound_to(resolved)
+    return resolved, chosen
+
+
+def _query_row(vector: Any) -> Any:
+    """A query embedding as a one-row matrix; anything else is left for the vector
+    check to reject with a clear message."""
+    try:
+        array = np.asarray(vector)
+    except Exception:  # noqa: BLE001 - reported by check_embeddings
+        return vector
+    return array[None, :] if array.ndim == 1 else array
+
+
+def _insert_footprint(state: TreeState, plan: InsertPlan) -> Footprint:
+    """What an insert's plan depends on: the summaries it rewrites (their texts,
+    counts and places), the leaf it splits, the children a stale summary is rebuilt
+    from, and the root if it creates it. Siblings it only compared on the way down
+    are not included: had one changed meanwhile, the text would still land in a
+    sound place, and every concurrent insert rewrites the top of its own path, so
+    counting those would make every pair of inserts conflict."""
+    reads = set(plan.route.path)
+    reads.update(node_id for node_id in (plan.route.parent, plan.route.split) if node_id is not None)
+    for node_id in plan.route.path:
+        if state.nodes[node_id].stale:
+            reads.update(state.nodes[node_id].children)
+    return Footprint(frozenset(reads))  # the parent may be the root: only its creation writes it
+
+
+def _children_after(node_id: str, plan: InsertPlan, children: Mapping[str, list[Node]]) -> list[Node]:
+    """A path summary's children once the insert is done (with this insert's copies)."""
+    kids = [plan.summaries.get(child.id, child) for child in children[node_id]]
+    if node_id == plan.route.parent:
+        if plan.new_parent is not None:
+            kids = [plan.summaries[plan.new_parent] if kid.id == plan.route.split else kid for kid in kids]
+        else:
+            kids.append(plan.leaf)
+    return kids
+
+
+def _check_dimension(dimension: int, stored: int | None) -> None:
+    if stored is not None and dimension != stored:
+        raise ValueError(
+            f"embedding dimension {dimension} does not match this memory's {stored}; "
+            "use the embedder this memory was built with"
+        )
+
+
+def _unstored_texts(items: list[Item], stored: list[bool]) -> list[str]:
+    return [item.text for item, known in zip(items, stored, strict=True) if not known]
+
+
+def _fill_in(stored: list[bool], vectors: Matrix) -> list[Vector | None]:
+    """Each item's vector in order, ``None`` for the stored duplicates not embedded."""
+    rows = iter(vectors)
+    return [None if known else next(rows) for known in stored]
 
 
 def _make_items(

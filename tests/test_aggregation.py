@@ -70,14 +70,17 @@ def test_each_affected_ancestor_is_aggregated_exactly_once_with_raw_text_and_lea
     recorder = RecordingAggregator()
     memory = chain_memory(recorder)
     for text in CHAIN:
-        counts_before = {node.id: node.leaf_count for node in memory.walk()}
+        before = {node.id: (node.text, node.leaf_count) for node in memory.walk()}
         recorder.calls.clear()
         leaf = memory.add(text)
         path = ancestors(memory, leaf)
         assert len(recorder.calls) == len(path)
         assert all(new_texts == (text,) for _, new_texts, _ in recorder.calls)
-        expected_counts = sorted(counts_before.get(node_id, 1) for node_id in path)  # a new parent: n = 1
-        assert sorted(count for _, _, count in recorder.calls) == expected_counts
+        # Each call got the summary's text and leaf count before the insert; a new parent
+        # aggregates the leaf it split (its sibling now) with n = 1.
+        sibling = [child for child in memory.get(memory.get(leaf).parent).children if child != leaf]
+        expected = sorted(before.get(node_id) or (memory.get(sibling[0]).text, 1) for node_id in path)
+        assert sorted((summary, count) for summary, _, count in recorder.calls) == expected
     assert memory.stats().max_depth >= 5
 
 
@@ -278,3 +281,48 @@ def test_summary_embedding_matches_text_after_aggregation() -> None:
     for node in memory.walk():
         if node.id != ROOT_ID and not node.is_leaf:
             np.testing.assert_allclose(node.embedding, HashingEmbedder(32).embed([node.text])[0], atol=1e-6)
+
+
+def fresh_summaries_cover_their_leaves(memory: MemTree) -> None:
+    """Every summary not marked stale says every leaf below it (joined with " | ")."""
+    for node in memory.walk():
+        if node.id == ROOT_ID or node.is_leaf or node.stale:
+            continue
+        below = {memory.get(leaf).text for leaf in memory.leaf_ids_under(node.id)}
+        pieces = {piece for line in node.text.split("\n") for piece in line.split(" | ")}
+        assert below <= pieces, f"summary at depth {node.depth} lost {sorted(below - pieces)} but is not stale"
+
+
+@pytest.mark.parametrize("later", ["insert", "delete"])
+def test_a_summary_rebuilt_from_a_stale_child_stays_stale_until_repair(later: str) -> None:
+    aggregator = FailingAggregator()
+    memory = chain_memory(aggregator)
+    for text in CHAIN[:5]:
+        memory.add(text)
+    aggregator.fail = True
+    failed = memory.add(CHAIN[5])  # every summary above it misses its text
+    aggregator.fail = False
+    if later == "insert":
+        memory.add(CHAIN[6])  # passes through those stale summaries
+    else:
+        memory.delete(memory.leaves()[0].id)  # rewrites summaries above a stale one
+    fresh_summaries_cover_their_leaves(memory)
+    assert any(memory.get(node_id).stale for node_id in ancestors(memory, failed))
+    memory.repair()
+    assert memory.stats().stale == 0
+    fresh_summaries_cover_their_leaves(memory)
+
+
+def test_an_aggregator_returning_no_text_keeps_the_leaf_and_marks_the_path_stale() -> None:
+    class NoneAggregator(RecordingAggregator):
+        def aggregate(self, summary, new_texts, count, *, centroid=None):  # type: ignore[no-untyped-def]
+            return None
+
+    memory = chain_memory(RecordingAggregator())
+    for text in CHAIN[:3]:
+        memory.add(text)
+    memory.aggregator = NoneAggregator()
+    leaf = memory.add(CHAIN[3])
+    assert memory.get(leaf).text == CHAIN[3] and len(memory) == 4
+    assert all(memory.get(node_id).stale for node_id in ancestors(memory, leaf))
+    assert memory.stats().aggregation_failures == len(ancestors(memory, leaf))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 import numpy as np
@@ -163,3 +164,21 @@ def test_wrong_component_types_are_type_errors() -> None:
         MemTree(embedder=HashingEmbedder(), llm=lambda p: p, aggregator=object())  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="namespace"):
         MemTree(embedder=HashingEmbedder(), namespace="")
+
+
+@pytest.mark.parametrize("answer", [None, "not a vector", 3.0, [[0.1, 0.2]] * 2, np.ones(48)])
+def test_a_query_embedding_of_the_wrong_kind_is_a_clear_value_error(memory: MemTree, answer: object) -> None:
+    class BrokenQueries(Embedder):
+        def embed(self, texts: Sequence[str]) -> Matrix:
+            return memory.embedder.embed(texts)
+
+        def embed_query(self, text: str) -> Matrix:
+            return answer  # type: ignore[return-value]
+
+        async def aembed_query(self, text: str) -> Matrix:
+            return answer  # type: ignore[return-value]
+
+    broken = MemTree(embedder=BrokenQueries(), store=memory.store, namespace=memory.namespace)
+    for call in (lambda: broken.retrieve("apples"), lambda: asyncio.run(broken.aretrieve("apples"))):
+        with pytest.raises(ValueError, match="BrokenQueries returned|embedding dimension 48"):
+            call()

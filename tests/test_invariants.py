@@ -50,6 +50,15 @@ def test_invariants_hold_after_any_adds_and_deletes(
             del added[victim]
 
         assert memory.check_integrity() == []
+        for node in memory.walk():  # every summary's vector is its current text's (or its leaves' mean)
+            if node.id == ROOT_ID or node.is_leaf:
+                continue
+            if parent_embedding == "text":
+                expected = memory.embedder.embed([node.text])[0]
+            else:
+                below = np.array([memory.get(leaf).embedding for leaf in memory.leaf_ids_under(node.id)])
+                expected = below.mean(axis=0) / np.linalg.norm(below.mean(axis=0))
+            np.testing.assert_allclose(node.embedding, expected, atol=1e-5)
         leaves = {node.id: node for node in memory.walk() if node.is_leaf}
         assert set(leaves) == set(added)
         for leaf_id, node in leaves.items():

@@ -100,8 +100,10 @@ def test_stats_report_shape_and_costs() -> None:
     assert stats.inserts == 5
     assert stats.aggregation_calls == sum(ancestors_per_insert) > 0
     assert stats.llm_calls == 0  # extractive summaries call no model
-    # One call per insert for the leaf, one per insert that wrote summaries.
-    assert stats.embedding_calls == 5 + sum(1 for n in ancestors_per_insert if n)
+    # One call per insert for the leaf, one per insert that wrote summaries, and the
+    # offline summarizer's own calls for sentences it had not seen.
+    sentence_calls = memory.aggregator.embedding_calls  # type: ignore[attr-defined]
+    assert stats.embedding_calls == 5 + sum(1 for n in ancestors_per_insert if n) + sentence_calls
     assert stats.max_depth == max(n.depth for n in memory.walk())
     assert 0 < stats.largest_root_share <= 1
     assert sum(stats.depth_histogram.values()) == stats.nodes
@@ -157,3 +159,46 @@ def test_records_live_beside_the_tree_and_go_with_the_namespace() -> None:
     store.put_records(key, "messages", {"1": {"x": 1}})
     assert store.delete_namespace(key) is True
     assert store.get_records(key, "messages") == {}
+
+
+class CountingEmbedder(HashingEmbedder):
+    def __init__(self) -> None:
+        super().__init__(64)
+        self.texts: list[str] = []
+
+    def embed(self, texts):  # type: ignore[no-untyped-def]
+        self.texts.extend(texts)
+        return super().embed(texts)
+
+
+def test_a_stored_text_is_not_embedded_again() -> None:
+    embedder = CountingEmbedder()
+    memory = MemTree(embedder=embedder, aggregator=None, config=MemTreeConfig(theta0=0.15))
+    first = memory.add(FACTS[0])
+    second, third = memory.add_many(FACTS[1:3])
+    embedder.texts.clear()
+    assert memory.add(FACTS[0]) == first
+    ids = memory.add_many([FACTS[1], FACTS[3], FACTS[2]])
+    assert (ids[0], ids[2]) == (second, third)
+    assert FACTS[0] not in embedder.texts and FACTS[1] not in embedder.texts and FACTS[2] not in embedder.texts
+    assert FACTS[3] in embedder.texts and len(memory) == 4
+
+
+def test_the_root_counts_every_leaf_wherever_it_is_read() -> None:
+    memory = make()
+    for fact in FACTS:
+        memory.add(fact)
+    walked = next(iter(memory.walk()))
+    assert walked.id == ROOT_ID
+    assert walked.leaf_count == memory.get(ROOT_ID).leaf_count == memory.to_dict()["leaf_count"] == len(FACTS)
+    assert make().to_dict()["leaf_count"] == 0
+
+
+def test_the_offline_summarizers_sentence_embeddings_are_counted() -> None:
+    memory = MemTree(embedder=HashingEmbedder(64), config=MemTreeConfig(theta0=-1.0))
+    for i in range(6):
+        memory.add(" ".join(f"Dana's bees visited garden {i} on day {d}, a long sunny trip." for d in range(6)))
+    sentence_calls = memory.aggregator.embedding_calls  # type: ignore[attr-defined]
+    assert sentence_calls > 0
+    leaf_and_summary_calls = 6 + sum(1 for _ in range(5))  # every insert after the first wrote summaries
+    assert memory.stats().embedding_calls == leaf_and_summary_calls + sentence_calls

@@ -85,6 +85,24 @@ def test_a_langchain_runnable_chain_is_accepted() -> None:
     assert model.complete("anything").text == "chained summary"
 
 
+def test_a_runnable_that_returns_no_text_fails_at_once_and_leaves_the_summaries_stale() -> None:
+    from langchain_core.runnables import RunnableLambda
+
+    calls: list[str] = []
+
+    def numbers(prompt: str) -> int:
+        calls.append(prompt)
+        return 42
+
+    model = LangChainChatModel(RunnableLambda(numbers), retry=FAST)
+    with pytest.raises(TypeError, match="returned int, which holds no text; end the runnable with a chat model"):
+        model.complete("merge these")
+    assert len(calls) == 1  # not retried: it would return a number every time
+    memory = MemTree(embedder=HashingEmbedder(32), llm=RunnableLambda(numbers), config=DEEP)
+    memory.add_many(TEXTS[:3])
+    assert len(memory) == 3 and memory.stats().stale > 0
+
+
 class FlakyChatModel(BaseChatModel):
     """A LangChain chat model that times out, then answers empty, then answers."""
 

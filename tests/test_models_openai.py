@@ -255,3 +255,10 @@ def test_max_concurrency_one_is_the_papers_sequential_procedure(openai_server: F
         memory.add(note)
     assert openai_server.max_in_flight == 1
     assert memory.stats().aggregation_calls_per_insert > 1
+
+
+def test_opening_a_file_with_openai_but_no_key_creates_no_file(tmp_path) -> None:
+    for options in ({"embedder": "openai"}, {"embedder": HashingEmbedder(), "llm": "openai"}):
+        with pytest.raises(MissingAPIKeyError, match="set OPENAI_API_KEY"):
+            MemTree.open(tmp_path / "memory.db", **options)
+        assert list(tmp_path.iterdir()) == []

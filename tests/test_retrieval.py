@@ -77,6 +77,25 @@ def test_collapsed_retrieval_equals_brute_force_ranking(query: str, lexical_weig
     assert len({r.id for r in got}) == 5
 
 
+@pytest.mark.parametrize("lexical_weight", [0.0, 0.3, 1.0])
+def test_collapsed_retrieval_equals_brute_force_ranking_on_a_large_tree(lexical_weight: float) -> None:
+    """Hundreds of nodes, far more than the candidates the engine ranks first (4k + 16),
+    so the dense top-k, the lexical top-k and their union are all really cut."""
+    rng = np.random.default_rng(7)
+    words = [f"w{i}" for i in range(60)]
+    config = MemTreeConfig(theta0=0.2, drop_repeated_sentences=False, lexical_weight=lexical_weight)
+    memory = MemTree(embedder=HashingEmbedder(32), config=config)
+    memory.add_many([" ".join(rng.choice(words, size=6)) for _ in range(300)])
+    assert len(list(memory.walk())) > 400
+    for _ in range(25):
+        query = " ".join(rng.choice(words, size=3))
+        expected = brute_force(memory, query)[:5]
+        got = memory.retrieve(query, k=5, min_score=-1.0)
+        np.testing.assert_allclose([r.score for r in got], [score for _, score in expected], atol=1e-5)
+        tied = {node_id for node_id, score in brute_force(memory, query) if score >= expected[-1][1] - 1e-5}
+        assert {r.id for r in got} <= tied
+
+
 def test_results_carry_node_fields_and_leaf_ids() -> None:
     memory = build()
     for result in memory.retrieve("Alice cat", k=20):

@@ -405,3 +405,17 @@ def test_records_with_a_literal_backslash_u0000_are_stored_but_nul_and_surrogate
         assert list(store.get_records(key, "log")) == ["1"]
     finally:
         store.close()
+
+
+def test_a_path_as_store_opens_sqlite_owned_by_the_memory(tmp_path) -> None:
+    path = tmp_path / "memory.db"
+    with MemTree(embedder=HashingEmbedder(16), store=str(path)) as memory:
+        memory.add("Rosa lives in Lisbon.")
+        store = memory.store
+    assert isinstance(store, SQLiteStore)
+    with pytest.raises(Exception, match="closed"):
+        store.read_changes(("default",), 0)  # the memory closed the store it opened
+    with MemTree(embedder=HashingEmbedder(16), store=path) as again:  # a PathLike too
+        assert [leaf.text for leaf in again.leaves()] == ["Rosa lives in Lisbon."]
+    with pytest.raises(TypeError, match="store must be a memtree Store, a SQLite file path or a postgresql:// DSN"):
+        MemTree(embedder=HashingEmbedder(16), store=42)  # type: ignore[arg-type]

@@ -15,7 +15,7 @@ from typing import Any
 
 from memtree.llm import ChatModel, Completion
 from memtree.models.base import EmbeddingBatch, RemoteEmbedder, describe_model, optional_int
-from memtree.retry import ModelResponseError, RetryPolicy
+from memtree.retry import RetryPolicy
 
 
 class LangChainEmbedder(RemoteEmbedder):
@@ -86,7 +86,11 @@ class LangChainChatModel(ChatModel):
         if callable(text) and not isinstance(text, str):  # langchain-core < 1.0: a method
             text = text()
         if not isinstance(text, str):
-            raise ModelResponseError(f"{self.name} returned {type(reply).__name__}, which holds no text")
+            # Not retried: a runnable that returns a dict or a number does so every time.
+            raise TypeError(
+                f"{self.name} returned {type(reply).__name__}, which holds no text; end the runnable "
+                "with a chat model, an LLM or a StrOutputParser"
+            )
         reported = getattr(reply, "usage_metadata", None) or {}
         return Completion(
             str(text), optional_int(reported.get("input_tokens")), optional_int(reported.get("output_tokens"))
