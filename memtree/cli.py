@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 
 import typer
 
 from memtree.commands import add, backup, query, repair, show, stats
 from memtree.commands.bench import bench_app
-from memtree.commands.common import cli_errors, set_verbose
+from memtree.commands.common import CliError, cli_errors, set_verbose
+from memtree.commands.files import os_problem, output_problem
 
 app = typer.Typer(
     help="memtree: long-term memory for LLM applications as a dynamic tree.",
@@ -44,13 +46,18 @@ def demo(
     from memtree.demo import load_demo_conversation, run_demo
     from memtree.tree import MemTree
 
+    problem = output_problem(html, "demo.html") if html is not None else None
+    if problem:
+        raise CliError(problem)
     with MemTree() as memory:
         run_demo(memory, sys.stdout, k=k, token_budget=budget, max_depth=depth)
         if html is not None:
             _, questions = load_demo_conversation()
             page = memory.to_html(queries=questions, k=k, expand_depth=2, title="memtree demo")
-            with open(html, "w", encoding="utf-8") as file:
-                file.write(page)
+            try:
+                Path(html).write_text(page, encoding="utf-8")
+            except OSError as error:
+                raise CliError(os_problem(html, error)) from None
             print(f"\nWrote the tree to {html}: open it in a browser.")
 
 

@@ -11,7 +11,8 @@ from memtree.cli import app
 from memtree.commands.common import CliError, cli_errors, parse_embedder, parse_namespace, parse_pairs, set_verbose
 from memtree.embed import HashingEmbedder, LocalEmbedder
 
-COMMANDS = ["add", "query", "show", "stats", "export", "import", "repair", "demo"]
+COMMANDS = ["add", "query", "show", "stats", "export", "import", "repair", "demo", "bench"]
+WITHOUT_DB = ("demo", "bench")  # a sample memory of its own; benchmarks build theirs
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -19,7 +20,7 @@ def test_every_command_has_help(command: str) -> None:
     done = CliRunner().invoke(app, [command, "--help"])
     assert done.exit_code == 0, done.output
     assert "Usage:" in done.output and command in done.output
-    if command != "demo":
+    if command not in WITHOUT_DB:
         assert "--db" in done.output and "--namespace" in done.output
 
 
@@ -48,6 +49,11 @@ def test_expected_errors_are_one_line_without_traceback() -> None:
     done = CliRunner().invoke(boundary_app(ValueError("line 3: not valid JSON")), ["boom"])
     assert done.exit_code == 1
     assert "memtree: error: line 3: not valid JSON" in done.output and "Traceback" not in done.output
+
+
+def test_a_closed_standard_output_ends_the_command_quietly_like_a_unix_tool() -> None:
+    done = CliRunner().invoke(boundary_app(BrokenPipeError(32, "Broken pipe")), ["boom"])
+    assert done.exit_code == 141 and done.output == ""
 
 
 def test_a_bug_is_reported_as_a_bug_and_verbose_shows_the_traceback() -> None:

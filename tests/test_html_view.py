@@ -28,6 +28,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     page = folder / "tree.html"
     ok(memtree("show", "--format", "html", "--query", QUESTION, "-k", "4", "--out", page, db=db))
     return {
+        "db": db,
         "page": page,
         "hits": as_json(memtree("query", QUESTION, "-k", "4", "--json", db=db)),
         "stats": as_json(memtree("stats", "--json", db=db)),
@@ -114,6 +115,27 @@ def test_search_box_highlights_the_nodes_a_lexical_query_finds(page: Any) -> Non
     page.fill("#search", "")
     page.press("#search", "Enter")
     assert page.locator("#tree li.hit").count() == 0
+    # Next to the empty box, the page says what typing does: words, not meanings.
+    assert "words" in page.get_attribute("#search", "placeholder")
+    note = page.locator("#search-info").text_content()
+    assert "match words" in note and "not meanings" in note and "memtree's own retrieval" in note
+
+
+def test_a_page_without_queries_says_beside_the_box_that_typing_matches_words(
+    browser: Any,  # noqa: F811
+    made: dict[str, Any],
+    tmp_path: Path,
+) -> None:
+    plain = tmp_path / "plain.html"
+    ok(memtree("show", "--out", plain, db=made["db"]))
+    opened = browser.new_page()
+    try:
+        opened.goto(plain.as_uri())
+        note = opened.locator("#search-info").text_content()
+        assert "match words" in note and "not meanings" in note and "memtree show --query" in note
+        assert opened.locator("#tree li.hit").count() == 0
+    finally:
+        opened.close()
 
 
 def test_tree_opens_and_closes_by_node_and_by_level(page: Any, made: dict[str, Any]) -> None:

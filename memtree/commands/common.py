@@ -5,12 +5,19 @@ The boundary turns the errors a user can cause (a missing file, a malformed
 line, a database of another program, a bad option value) into one clear line on
 stderr and exit status 1, never a traceback. Anything else is a bug: it is
 reported the same way with a hint, and ``memtree --verbose`` shows its traceback.
+A reader that goes away (``memtree export | head``) ends the command quietly,
+as it ends ``cat``.
+
+SQLite's own errors carry no file name, so :func:`open_memory`, which knows the
+file, turns them into messages naming it: read-only, damaged, full disk.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import os
+import sqlite3
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,11 +28,14 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from memtree.commands.files import is_corrupt, needs_write_access, read_problem, sqlite_problem, write_problem
 from memtree.embed import Embedder, HashingEmbedder
 from memtree.models.openai import MissingAPIKeyError
 from memtree.models.resolve import resolve_embedder
 from memtree.retry import ModelResponseError
-from memtree.store.base import NamespaceKey, namespace_key
+from memtree.store.base import NamespaceKey, Store, namespace_key
+from memtree.store.migrations import IncompatibleStoreError
+from memtree.store.sqlite_readonly import ReadOnlySQLiteStore
 from memtree.tree import MemTree
 from memtree.viz.graphviz import GraphvizNotFoundError
 
@@ -122,15 +132,38 @@ def _describe(error: BaseException) -> str:
     return message or type(error).__name__
 
 
+BROKEN_PIPE_STATUS = 141
+"""128 + SIGPIPE (13): the status of a Unix tool killed by SIGPIPE when its reader goes away."""
+
+
+def _stdout_gone() -> typer.Exit:
+    """The reader of standard output went away: stop without a word, as ``cat`` does.
+
+    Standard output is pointed at ``/dev/null`` so Python's flush at exit does not
+    hit the broken pipe again and print a warning.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real file descriptor (an in-process test runner)
+        pass
+    return typer.Exit(BROKEN_PIPE_STATUS)
+
+
 def cli_errors(command: Callable[P, R]) -> Callable[P, R]:
     """Run a command inside the error boundary described in the module docstring."""
 
     @functools.wraps(command)
     def run(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
-            return command(*args, **kwargs)
+            result = command(*args, **kwargs)
+            sys.stdout.flush()  # a closed pipe shows here, inside the boundary, not at exit
+            return result
         except (typer.Exit, typer.Abort, KeyboardInterrupt):
             raise
+        except BrokenPipeError:
+            raise _stdout_gone() from None
         except CliError as error:
             raise fail(str(error), error.code) from None
         except Exception as error:  # noqa: BLE001 - the boundary: a bug still gets a clear report
@@ -206,13 +239,21 @@ def is_postgres(db: str) -> bool:
 
 
 @contextmanager
-def open_memory(db: str, namespace: str, embedder: str | None = None, *, create: bool = False) -> Iterator[MemTree]:
+def open_memory(
+    db: str, namespace: str, embedder: str | None = None, *, create: bool = False, writes: bool = False
+) -> Iterator[MemTree]:
     """The memory at ``db`` (closed afterwards).
 
     Without ``create``, a SQLite file that does not exist is an error rather than
-    a new empty database, so a mistyped ``--db`` is caught.
+    a new empty database, so a mistyped ``--db`` is caught. A command that changes
+    the memory says so with ``writes`` (``create`` implies it): it is refused with a
+    clear message when the file or its folder is read-only for the user. A command
+    that only reads opens such a file read-only instead (see
+    :mod:`memtree.store.sqlite_readonly`), so it works and leaves nothing behind.
+    SQLite's errors inside the block are reported naming ``db``.
     """
     key = parse_namespace(namespace)
+    read_only = False
     if not is_postgres(db):
         path = Path(db)
         if not create and not path.exists():
@@ -222,15 +263,57 @@ def open_memory(db: str, namespace: str, embedder: str | None = None, *, create:
             )
         if path.is_dir():
             raise CliError(f"{db} is a folder; --db takes the path of a memory file, e.g. {path / DEFAULT_DB}")
+        unreadable = read_problem(path) if path.exists() else None
+        if unreadable:
+            raise CliError(unreadable)
+        unwritable = write_problem(path)
+        if unwritable and (create or writes):
+            raise CliError(needs_write_access(unwritable) if path.exists() else unwritable)
+        read_only = unwritable is not None
     chosen = parse_embedder(embedder)
     options: dict[str, Any] = {"namespace": key}
     if chosen is not None:
         options["embedder"] = chosen
-    memory = MemTree.open(db, **options)
+    with sqlite_errors_named(db):
+        memory, store = _open(db, options, read_only=read_only)
+        try:
+            yield memory
+        finally:
+            memory.close()
+            if store is not None:
+                store.close()
+
+
+def _open(db: str, options: dict[str, Any], *, read_only: bool) -> tuple[MemTree, Store | None]:
+    """The memory, and the store to close after it when the memory does not own it."""
+    if not read_only:
+        return MemTree.open(db, **options), None
+    store = ReadOnlySQLiteStore(db)
     try:
-        yield memory
-    finally:
-        memory.close()
+        return MemTree(store=store, **options), store
+    except BaseException:
+        store.close()
+        raise
+
+
+@contextmanager
+def sqlite_errors_named(db: str) -> Iterator[None]:
+    """SQLite's errors about the memory ``db`` (read-only, damaged, full disk…) as
+    :class:`CliError` naming it; any other SQLite error is left to the boundary (a bug)."""
+    try:
+        yield
+    except sqlite3.Error as error:
+        problem = sqlite_problem(db, error)
+        if problem is None:
+            raise
+        raise CliError(problem) from None
+    except IncompatibleStoreError as error:
+        # The file check calls any file SQLite cannot read "not a memtree memory"; when
+        # SQLite found a damaged database, saying so points to the right fix.
+        cause = error.__cause__ or error.__context__
+        if isinstance(cause, sqlite3.DatabaseError) and is_corrupt(cause):
+            raise CliError(sqlite_problem(db, cause) or str(error)) from None
+        raise
 
 
 def print_json(data: Any) -> None:

@@ -85,6 +85,8 @@ def query(
     as_json: JsonOption = False,
 ) -> None:
     """Ask the memory: a table of results with score, depth, leaf or summary, time and text."""
+    if not question.strip():
+        raise CliError('the query is empty; give some words to look for, e.g. memtree query "Where does Maya work?"')
     if mode is not None and mode not in RETRIEVAL_MODES:
         raise CliError(f"unknown --mode {mode!r}; choose one of {', '.join(RETRIEVAL_MODES)}")
     if width < 8:

@@ -29,7 +29,7 @@ def repair(
     Exits with status 1 if summaries are still stale (the model failed again) or the
     tree breaks an invariant (each problem is listed).
     """
-    with open_memory(db, namespace, embedder) as memory:
+    with open_memory(db, namespace, embedder, writes=True) as memory:
         fixed = memory.repair()
         still_stale = memory.stats().stale
         problems = memory.check_integrity()

@@ -18,6 +18,7 @@ from memtree.commands.common import (
     err,
     open_memory,
 )
+from memtree.commands.files import os_problem, output_problem
 from memtree.tree import MemTree
 from memtree.viz.picture import DIRECTIONS, Direction
 
@@ -119,11 +120,17 @@ def show(
     picture = choose_format(picture_format, out)
     if direction not in DIRECTIONS:
         raise CliError(f"unknown --direction {direction!r}; choose one of {', '.join(DIRECTIONS)}")
-    if picture == "png" and (out is None or out == "-") and sys.stdout.isatty():
+    to_file = out is not None and out != "-"
+    if picture == "png" and not to_file and sys.stdout.isatty():
         raise CliError("a PNG is binary: pass --out tree.png (or redirect standard output to a file)")
+    if out is not None and to_file:
+        problem = output_problem(out, f"tree.{picture}")
+        if problem:  # checked before drawing, which can take a while
+            raise CliError(problem)
     with open_memory(db, namespace, embedder) as memory:
         drawing = draw(memory, picture, depth=depth, width=width, direction=direction, queries=query or [], k=k)
         nodes = memory.stats().nodes
+        drawn = nodes if depth is None or picture == "html" else drawn_nodes(memory, depth)
     if picture == "mermaid" and isinstance(drawing, str):
         edges = drawing.count(" --> ")
         if edges > MERMAID_MAX_EDGES or len(drawing) > MERMAID_MAX_TEXT:
@@ -135,10 +142,18 @@ def show(
     elif picture in ("dot", "png", "svg") and depth is None and nodes > BIG_PICTURE:
         err.print(f"memtree: the picture has {nodes} boxes; pass --depth N to draw the top levels only", markup=False)
     data = drawing.encode("utf-8") if isinstance(drawing, str) else drawing
-    if out is None or out == "-":
+    if out is None or not to_file:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
         return
-    target = Path(out)
-    target.write_bytes(data)
-    err.print(f"memtree: wrote the {picture} picture of {nodes} nodes to {target}", markup=False)
+    try:
+        Path(out).write_bytes(data)
+    except OSError as error:
+        raise CliError(os_problem(out, error)) from None
+    what = f"{drawn} nodes" if drawn == nodes else f"{drawn} of {nodes} nodes (down to depth {depth})"
+    err.print(f"memtree: wrote the {picture} picture of {what} to {out}", markup=False)
+
+
+def drawn_nodes(memory: MemTree, depth: int) -> int:
+    """The nodes a picture cut at ``depth`` shows (the root not counted, as in ``stats``)."""
+    return sum(1 for node in memory.walk() if 1 <= node.depth <= depth)

@@ -46,26 +46,36 @@ class ReadItems:
     problems: list[LineProblem] = field(default_factory=list)
 
 
+def cannot_read(name: str, error: OSError, wanted: str = "a text or JSONL file") -> InputFileError:
+    """Why the input file ``name`` could not be opened, in words (``wanted``: what to give instead of a folder)."""
+    if isinstance(error, FileNotFoundError):
+        return InputFileError(f"{name}: no such file")
+    if isinstance(error, IsADirectoryError):
+        return InputFileError(f"{name} is a folder; give the path of {wanted}")
+    if isinstance(error, PermissionError):
+        return InputFileError(f"{name}: permission denied; check the file's permissions (ls -l {name})")
+    return InputFileError(f"{name}: cannot be read ({error.strerror or error})")
+
+
+def not_utf8(name: str, data: bytes, error: UnicodeDecodeError) -> InputFileError:
+    """``name`` holds bytes that are not UTF-8 (``data``: the file's bytes)."""
+    return InputFileError(
+        f"{name} is not UTF-8 text (byte 0x{data[error.start]:02x} at offset {error.start}); "
+        "convert it, e.g. with iconv -t UTF-8"
+    )
+
+
 def read_text_file(path: str) -> str:
     """The text of ``path`` (``-`` is standard input), decoded as UTF-8 (a BOM is dropped)."""
     name = "standard input" if path == "-" else path
     try:
         data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
-    except FileNotFoundError:
-        raise InputFileError(f"{name}: no such file") from None
-    except IsADirectoryError:
-        raise InputFileError(f"{name} is a folder; give the path of a text or JSONL file") from None
-    except PermissionError:
-        raise InputFileError(f"{name}: permission denied; check the file's permissions") from None
     except OSError as error:
-        raise InputFileError(f"{name}: cannot be read ({error.strerror or error})") from None
+        raise cannot_read(name, error) from None
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
-        raise InputFileError(
-            f"{name} is not UTF-8 text (byte 0x{data[error.start]:02x} at offset {error.start}); "
-            "convert it, e.g. with iconv -t UTF-8"
-        ) from None
+        raise not_utf8(name, data, error) from None
 
 
 def resolve_format(path: str, file_format: FileFormat) -> FileFormat:

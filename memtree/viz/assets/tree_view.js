@@ -295,11 +295,19 @@
     for (const part of parts) box.append(typeof part === "string" ? document.createTextNode(part) : part);
   }
 
+  // Said next to the box before anyone types: the page cannot search by meaning.
+  function searchNote() {
+    const retrieved = DATA.queries.length
+      ? "the queries under “Retrieved by memtree” were answered by memtree's own retrieval (its embedding model) when this page was written."
+      : "for memtree's own retrieval by meaning, write the page with memtree show --query \"…\".";
+    return "Typed searches match words (lexical BM25 in this page, which has no embedding model), not meanings; " + retrieved;
+  }
+
   function runSearch(query) {
     for (const chip of document.querySelectorAll(".preset")) chip.classList.remove("active");
     if (!flat(query)) {
       showHits([]);
-      info([]);
+      info([searchNote()]);
       return;
     }
     const preset = presetFor(query);
@@ -425,6 +433,8 @@
     if (DATA.queries.length) {
       search.value = DATA.queries[0].query;
       runSearch(DATA.queries[0].query);
+    } else {
+      runSearch("");
     }
   }
 
