@@ -19,7 +19,8 @@ def require_text(text: object, what: str = "text") -> str:
     if not isinstance(text, str):
         raise TypeError(f"{what} must be a str, got {type(text).__name__}")
     if not text.strip():
-        raise ValueError(f"{what} is empty or whitespace-only; give it some words to remember")
+        hint = "give it some words to look for" if what == "query" else "give it some words to remember"
+        raise ValueError(f"{what} is empty or whitespace-only; {hint}")
     if "\x00" in text:
         raise ValueError(f"{what} contains a NUL character (\\x00); remove it before storing")
     try:
