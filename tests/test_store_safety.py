@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from memtree import HashingEmbedder, IncompatibleStoreError, MemTree, MemTreeConfig, PostgresStore, SQLiteStore
-from memtree.store import migrations, sqlite
+from memtree.store import InMemoryStore, as_store, migrations, sqlite
 from memtree.store.codec import CorruptDataError
 from memtree.store.migrations import Migration
 
@@ -372,6 +372,35 @@ def test_bad_arguments_to_open_close_the_store_again(tmp_path: Path) -> None:
         MemTree.open(tmp_path / "memory.db", embedder="not an embedder")
     with pytest.raises(TypeError, match="file path or a postgresql:// DSN"):
         MemTree.open(42)  # type: ignore[arg-type]
+
+
+def test_as_store_opens_a_path_and_owns_it(tmp_path: Path) -> None:
+    for location in (str(tmp_path / "a.db"), tmp_path / "b.db"):
+        store, owned = as_store(location)
+        assert isinstance(store, SQLiteStore) and owned
+        assert store.path == Path(location) and store.path.exists()
+        store.close()
+
+
+def test_as_store_takes_a_store_as_given_and_makes_an_in_memory_one_for_none(tmp_path: Path) -> None:
+    given = SQLiteStore(tmp_path / "memory.db")
+    assert as_store(given) == (given, False)  # the caller's to close
+    given.close()
+    store, owned = as_store(None)
+    assert isinstance(store, InMemoryStore) and not owned
+
+
+def test_as_store_refuses_other_kinds_naming_what_it_accepts(tmp_path: Path) -> None:
+    for value in (42, b"memory.db", ["memory.db"], InMemoryStore):
+        with pytest.raises(TypeError, match=r"store must be a Store .*a SQLite file path or a postgresql:// DSN, got"):
+            as_store(value)  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_as_store_opens_a_postgres_dsn_and_owns_it(postgres_dsn: str) -> None:
+    store, owned = as_store(postgres_dsn)
+    assert isinstance(store, PostgresStore) and owned
+    store.close()
 
 
 # -- PostgreSQL ------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from memtree.store.base import (
     namespace_key,
 )
 from memtree.store.codec import CorruptDataError
-from memtree.store.location import open_store
+from memtree.store.location import as_store, open_store
 from memtree.store.memory import InMemoryStore
 from memtree.store.migrations import IncompatibleStoreError
 from memtree.store.postgres import PostgresStore
@@ -30,6 +30,7 @@ __all__ = [
     "SQLiteStore",
     "Store",
     "WriteTransaction",
+    "as_store",
     "namespace_key",
     "open_store",
 ]
