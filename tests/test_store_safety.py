@@ -164,6 +164,47 @@ def test_a_database_another_process_has_open_is_refused_without_disturbing_it(tm
     assert holder.returncode == 0
 
 
+def another_process_can_lock(path: Path) -> bool:
+    """Whether another process could take SQLite's exclusive lock on ``path`` now
+    (its lock bytes start at 1 GiB: pending, reserved, then the shared range)."""
+    code = (
+        "import fcntl, sys\n"
+        "with open(sys.argv[1], 'rb+') as file:\n"
+        "    try:\n"
+        "        fcntl.lockf(file, fcntl.LOCK_EX | fcntl.LOCK_NB, 512, 0x40000000)\n"
+        "    except OSError:\n"
+        "        print('held')\n"
+        "    else:\n"
+        "        print('free')\n"
+    )
+    answer = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True)
+    return answer.stdout.strip() == "free"
+
+
+@pytest.mark.parametrize("refused", [False, True])
+def test_checking_a_file_keeps_the_locks_this_process_holds_on_it(tmp_path: Path, refused: bool) -> None:
+    # Closing any descriptor of a database file drops every POSIX lock the process
+    # holds on it, so the check must read the file through SQLite only.
+    path = tmp_path / "memory.db"
+    open_memory(path).close()
+    if refused:
+        sqlite_file(path, "CREATE TABLE users (name TEXT)")
+    reader = sqlite3.connect(path, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM sqlite_master").fetchone()  # holds a shared lock from here
+    try:
+        assert not another_process_can_lock(path)
+        if refused:
+            with pytest.raises(IncompatibleStoreError, match=r"objects memtree did not make \(table users\)"):
+                SQLiteStore(path)
+        else:
+            SQLiteStore(path).close()
+        assert not another_process_can_lock(path)  # the reader's lock survived the check
+    finally:
+        reader.execute("COMMIT")
+        reader.close()
+
+
 def sqlite_file(path: Path, *statements: str) -> Path:
     connection = sqlite3.connect(path)
     for statement in statements:
@@ -181,15 +222,16 @@ def memtree_file(path: Path, *statements: str) -> Path:
 ODD_FILES: dict[str, tuple[Callable[[Path], Path], str]] = {
     "one byte": (
         lambda folder: _written(folder / "x.txt", b"x"),
-        r"x\.txt is not a memtree memory file \(not a SQLite database: it does not start with the SQLite header\)",
+        r"x\.txt is not a memtree memory file \(not a readable SQLite database: its 1 byte\(s\) hold no database "
+        r"page\); memtree left it untouched",
     ),
     "a short text": (
         lambda folder: _written(folder / "hi.txt", b"hello world\n"),
-        r"hi\.txt is not a memtree memory file.*does not start with the SQLite header.*untouched",
+        r"hi\.txt is not a memtree memory file \(not a readable SQLite database: file is not a database\).*untouched",
     ),
     "a damaged database": (
         lambda folder: _written(folder / "cut.db", b"SQLite format 3\x00" + bytes(84)),
-        r"cut\.db is not a memtree memory file \(a SQLite database that cannot be read",
+        r"cut\.db is not a memtree memory file \(not a readable SQLite database: .*untouched",
     ),
     "only a view": (
         lambda folder: sqlite_file(folder / "view.db", "CREATE VIEW answer AS SELECT 42 AS value"),

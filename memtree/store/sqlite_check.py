@@ -13,8 +13,14 @@ check reads it in whichever way cannot write:
 * a ``-wal`` with content and no ``-shm``: a copy of both in a temporary folder
   (any open of the original would create ``-shm`` beside it). Rare: ``-shm``
   only goes missing when files are copied by hand.
-* WAL mode, no ``-wal``: ``immutable=1``; the main file holds every commit.
-* rollback-journal mode: ``mode=ro``, which takes a shared lock and creates nothing.
+* no ``-wal``: ``immutable=1``; the main file holds every commit. Such a read
+  takes no lock, so a refusal is confirmed by a second read, chosen afresh.
+
+The file's bytes are only ever read through SQLite: closing any other descriptor
+of a database file drops every POSIX lock this process holds on it, including
+those of the process's own open stores (SQLite keeps its descriptors open until
+its locks are gone). The copy above is the exception, made only when no ``-shm``
+shows that no connection has the file open in WAL mode.
 
 A file is memtree's when it is empty, or is a SQLite database whose
 ``application_id`` is memtree's (or unset), whose ``user_version`` is unset, and
@@ -40,10 +46,6 @@ from memtree.store.migrations import SCHEMA_TABLE, IncompatibleStoreError, Migra
 APPLICATION_ID = 0x4D454D54
 """``PRAGMA application_id`` of memtree files ("MEMT"), so tools like ``file`` can tell them apart."""
 
-SQLITE_HEADER = b"SQLite format 3\x00"
-"""The first 16 bytes of every SQLite database file."""
-
-_WAL_MODE = 2  # header byte 18 (write version): 1 rollback journal, 2 WAL
 _CREATED = re.compile(r"CREATE\s+(?:UNIQUE\s+)?(?:TABLE|INDEX|VIEW|TRIGGER)\s+(?:IF\s+NOT\s+EXISTS\s+)?(\w+)", re.I)
 _MAX_SHOWN = 5
 
@@ -63,21 +65,15 @@ def inspect(path: Path, steps: Sequence[Migration]) -> int | None:
         return None
     if path.is_dir():
         raise IsADirectoryError(f"{path} is a folder; give the path of a memory file, e.g. {path / 'memory.db'}")
-    with path.open("rb") as file:
-        header = file.read(20)
-    if not header:
+    if path.stat().st_size == 0:
         return None
-    if not header.startswith(SQLITE_HEADER):
-        raise IncompatibleStoreError(
-            f"{path} is not a memtree memory file (not a SQLite database: it does not start with the SQLite "
-            "header); memtree left it untouched. Pass the path of a new file or of an existing memtree memory."
-        )
     try:
-        return _read(path, header, steps)
+        return _read(path, steps)
     except IncompatibleStoreError:
         # An immutable read takes no lock, so a checkpoint running in another process
-        # can tear it; a refusal stands only if a second read, chosen afresh, agrees.
-        return _read(path, header, steps)
+        # can tear it, and a -wal seen a moment ago may be gone; a refusal stands
+        # only if a second read, chosen afresh, agrees.
+        return _read(path, steps)
 
 
 def schema_version(connection: sqlite3.Connection, path: Path, steps: Sequence[Migration]) -> int | None:
@@ -96,7 +92,7 @@ def schema_version(connection: sqlite3.Connection, path: Path, steps: Sequence[M
             if not str(name).startswith("sqlite_")  # SQLite's own (sqlite_sequence, autoindexes, statistics)
         ]
     except sqlite3.DatabaseError as error:
-        raise _unreadable(path, error) from None
+        raise _unreadable(path, str(error)) from None
     if application_id not in (0, APPLICATION_ID):
         raise _foreign(path, f"application_id {application_id:#010x}; memtree's is {APPLICATION_ID:#010x}")
     if user_version != 0:
@@ -129,15 +125,13 @@ def memtree_objects(steps: Sequence[Migration]) -> frozenset[str]:
 # -- reading without writing --------------------------------------------------------------
 
 
-def _read(path: Path, header: bytes, steps: Sequence[Migration]) -> int | None:
+def _read(path: Path, steps: Sequence[Migration]) -> int | None:
     wal = Path(f"{path}-wal")
     if _size(wal) > 0:
         if Path(f"{path}-shm").exists():
             return _read_uri(path, path, "mode=ro&readonly_shm=1", steps)
         return _read_copy(path, wal, steps)
-    if len(header) > 18 and header[18] == _WAL_MODE:
-        return _read_uri(path, path, "mode=ro&immutable=1", steps)
-    return _read_uri(path, path, "mode=ro", steps)
+    return _read_uri(path, path, "mode=ro&immutable=1", steps)
 
 
 def _read_copy(path: Path, wal: Path, steps: Sequence[Migration]) -> int | None:
@@ -156,6 +150,12 @@ def _read_uri(target: Path, path: Path, options: str, steps: Sequence[Migration]
     except sqlite3.Error as error:
         raise IncompatibleStoreError(f"cannot open {path} to read it ({error}); nothing was changed") from None
     try:
+        try:
+            pages = int(connection.execute("PRAGMA page_count").fetchone()[0])
+        except sqlite3.DatabaseError as error:
+            raise _unreadable(path, str(error)) from None
+        if pages == 0:  # SQLite takes a 1-byte file for an empty database, and would overwrite it
+            raise _unreadable(path, f"its {_size(path)} byte(s) hold no database page")
         return schema_version(connection, path, steps)
     finally:
         connection.close()
@@ -183,8 +183,8 @@ def _foreign(path: Path, found: str) -> IncompatibleStoreError:
     )
 
 
-def _unreadable(path: Path, error: sqlite3.Error) -> IncompatibleStoreError:
+def _unreadable(path: Path, problem: str) -> IncompatibleStoreError:
     return IncompatibleStoreError(
-        f"{path} is not a memtree memory file (a SQLite database that cannot be read: {error}); memtree left "
-        "it untouched. Pass the path of a new file or of an existing memtree memory."
+        f"{path} is not a memtree memory file (not a readable SQLite database: {problem}); memtree left it "
+        "untouched. Pass the path of a new file or of an existing memtree memory."
     )
