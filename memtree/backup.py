@@ -79,12 +79,16 @@ _MAX_SHOWN = 20
 def export_jsonl(memory: MemTree, target: str | os.PathLike[str] | TextIO) -> int:
     """Write ``memory``'s namespace to ``target`` (a path or a text stream); return the
     number of nodes written. A path is written to a temporary file first and renamed,
-    so an interrupted export never leaves a half backup under the name."""
-    nodes, info = memory._snapshot()
-    kinds = memory.store.record_kinds(memory.namespace)
-    records = [
-        (kind, key, value) for kind in kinds for key, value in memory.store.get_records(memory.namespace, kind).items()
-    ]
+    so an interrupted export never leaves a half backup under the name.
+
+    Tree and records are read from the store in one snapshot
+    (:meth:`~memtree.store.Store.read_snapshot`), so a backup taken while other
+    writers work holds the namespace as it was at one moment."""
+    snapshot = memory.store.read_snapshot(memory.namespace)
+    tree = TreeState(lexical=False)
+    tree.apply(snapshot.changes)
+    nodes, info = list(tree.walk()), tree.info
+    records = [(kind, key, value) for kind, table in snapshot.records.items() for key, value in table.items()]
 
     header = {
         "format": FORMAT,

@@ -16,6 +16,8 @@ from test_stores import FACTS, canonical, snapshot
 
 from memtree import HashingEmbedder, InMemoryStore, MemTree, MemTreeConfig, SQLiteStore
 from memtree.embed import Matrix
+from memtree.node import JSONDict
+from memtree.store import ChangeBatch, NamespaceKey, NamespaceSnapshot
 
 CONFIG = MemTreeConfig(theta0=0.2)
 MORE = [
@@ -301,3 +303,112 @@ def test_skip_bad_drops_only_the_bad_leaf_and_keeps_intact_branches_as_they_were
         if not original[node_id][3]:  # ...summaries exactly as they were
             assert snapshot(target)[node_id][:11] == original[node_id][:11]
     assert target.check_integrity() == []
+
+
+# -- backups taken while others write ----------------------------------------------------------
+
+
+def write_step(memory: MemTree, number: int) -> None:
+    """One unit of a writer's work: a leaf, then a record naming it (two transactions)."""
+    memory.add(f"writer note {number:04d}")
+    memory.store.put_records(memory.namespace, "log", {f"{number:04d}": {"n": number}})
+
+
+def leaf_and_record_numbers(lines: list[str]) -> tuple[set[str], set[str]]:
+    items = [json.loads(line) for line in lines[1:]]
+    leaves = {item["text"].split()[-1] for item in items if item["type"] == "node" and item["is_leaf"]}
+    records = {item["key"] for item in items if item["type"] == "record" and item["kind"] == "log"}
+    return leaves, records
+
+
+class InterleavingStore(InMemoryStore):
+    """Another writer completes a step before every read: anything reading the
+    namespace in two calls sees two different moments."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writer: MemTree | None = None
+        self.steps = 0
+        self._stepping = False
+
+    def _step(self) -> None:
+        if self.writer is None or self._stepping:
+            return
+        self._stepping = True  # the writer's own reads do not step again
+        try:
+            write_step(self.writer, self.steps)
+            self.steps += 1
+        finally:
+            self._stepping = False
+
+    def read_changes(self, namespace: NamespaceKey, since: int) -> ChangeBatch:
+        self._step()
+        return super().read_changes(namespace, since)
+
+    def head(self, namespace: NamespaceKey) -> tuple[int, str]:
+        self._step()
+        return super().head(namespace)
+
+    def record_kinds(self, namespace: NamespaceKey) -> list[str]:
+        self._step()
+        return super().record_kinds(namespace)
+
+    def get_records(self, namespace: NamespaceKey, kind: str, keys: Sequence[str] | None = None) -> dict[str, JSONDict]:
+        self._step()
+        return super().get_records(namespace, kind, keys)
+
+    def read_snapshot(self, namespace: NamespaceKey, since: int = 0) -> NamespaceSnapshot:
+        self._step()
+        return super().read_snapshot(namespace, since)
+
+
+def test_a_backup_pairs_the_tree_with_the_records_of_the_same_moment() -> None:
+    store = InterleavingStore()
+    memory = make(store, namespace="shared")
+    store.writer = make(store, namespace="shared")
+    for _ in range(3):
+        leaves, records = leaf_and_record_numbers(exported(memory))
+        assert store.steps > 0 and leaves == records  # every step a writer finished, both halves
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_backups_during_concurrent_writes_are_consistent(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    import threading
+
+    from memtree import PostgresStore
+
+    def open_store() -> SQLiteStore | PostgresStore:
+        if backend == "sqlite":
+            return SQLiteStore(tmp_path / "memory.db")
+        return PostgresStore(dsn)
+
+    dsn = request.getfixturevalue("postgres_dsn") if backend == "postgres" else ""
+    writer = make(open_store(), namespace="shared")
+    reader = make(open_store(), namespace="shared")
+    failures: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            for number in range(40):
+                write_step(writer, number)
+        except BaseException as error:  # noqa: BLE001 - reported by the main thread
+            failures.append(error)
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    backups = 0
+    try:
+        while thread.is_alive() or backups == 0:
+            leaves, records = leaf_and_record_numbers(exported(reader))
+            # The writer adds a leaf, then its record: a moment holds every record's
+            # leaf and at most one leaf still waiting for its record.
+            assert records <= leaves and len(leaves) - len(records) <= 1
+            backups += 1
+    finally:
+        thread.join()
+        writer.store.close()
+        reader.store.close()
+    assert failures == []
+    assert backups > 1

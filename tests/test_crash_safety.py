@@ -1,81 +1,147 @@
 """SIGKILL a process in the middle of inserting: nothing acknowledged is lost and the
-tree that remains is whole (design.md §4: the previous or the next tree, never half)."""
+tree that remains is whole (design.md §4: the previous or the next tree, never half).
+
+Writers are forked from one fork server (``store_worker.py forkserver``) that has
+imported memtree once, so a kill cycle costs its inserts and a reopen, not an
+interpreter start-up: the test affords 25 kills per store. Each writer is still
+its own process, opens its own store after the fork and dies by SIGKILL.
+"""
 
 from __future__ import annotations
 
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 import pytest
 from store_worker import open_memory
 
 WORKER = str(Path(__file__).with_name("store_worker.py"))
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
+KILLS = 25
+ACCEPT_TIMEOUT = 60.0  # seconds for a forked writer to connect; only reached if it hangs
 
 
-def kill_while_inserting(location: str, rng: random.Random, prefix: str) -> list[str]:
+class ForkServer:
+    """Starts writers (``insert`` of store_worker.py) by fork and reaps them."""
+
+    def __init__(self, location: str, namespace: str, log: Path) -> None:
+        self.log = log
+        with log.open("w") as errors:  # the server and the writers it forks keep their own copy
+            self._process = subprocess.Popen(
+                [sys.executable, WORKER, "forkserver", location, namespace],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=errors,
+                text=True,
+                env=ENV,
+            )
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(ACCEPT_TIMEOUT)
+        assert self._reply() == "ready"
+
+    def start(self, prefix: str) -> tuple[int, IO[str]]:
+        """Fork a writer; return its pid and the stream its acknowledgements arrive on."""
+        port = self._listener.getsockname()[1]
+        pid = int(self._ask(f"insert {prefix} 100000 {port}").removeprefix("pid "))
+        connection, _ = self._listener.accept()
+        stream = connection.makefile("r")
+        connection.close()  # the stream keeps the socket open
+        return pid, stream
+
+    def reap(self, pid: int) -> int:
+        """Wait for a writer to end; its exit status as ``Popen.returncode`` has it."""
+        return int(self._ask(f"reap {pid}").removeprefix("status "))
+
+    def close(self) -> None:
+        self._listener.close()
+        assert self._process.stdin is not None and self._process.stdout is not None
+        self._process.stdin.close()
+        self._process.wait(timeout=60)
+        self._process.stdout.close()
+
+    def _ask(self, command: str) -> str:
+        assert self._process.stdin is not None
+        self._process.stdin.write(command + "\n")
+        self._process.stdin.flush()
+        return self._reply()
+
+    def errors(self) -> str:
+        """What the server and its writers wrote to stderr."""
+        return self.log.read_text()
+
+    def _reply(self) -> str:
+        assert self._process.stdout is not None
+        reply = self._process.stdout.readline().strip()
+        assert reply, f"the fork server stopped:\n{self.errors()}"
+        return reply
+
+
+@contextmanager
+def fork_server(location: str, folder: Path) -> Iterator[ForkServer]:
+    server = ForkServer(location, "crash", folder / "writers.log")
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def kill_while_inserting(server: ForkServer, rng: random.Random, prefix: str) -> list[str]:
     """Start a writer, let it acknowledge a random number of inserts, SIGKILL it.
 
     Returns the ids it acknowledged. The kill lands after a random count of
-    acknowledgements (0 means during start-up or the first insert) plus a random
-    delay of up to about one insert, so it hits every phase of an insert:
-    embedding, routing, aggregation, the commit itself.
+    acknowledgements (0 means while it opens the store or does its first insert)
+    plus a random delay of up to about one insert, so it hits every phase of an
+    insert: embedding, routing, aggregation, the commit itself.
     """
     target = rng.choice([0, 1, 2, *range(3, 40)])
-    child = subprocess.Popen(
-        [sys.executable, WORKER, "insert", location, "crash", prefix, "100000"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=ENV,
-    )
+    pid, stream = server.start(prefix)
     acknowledged: list[str] = []
-    assert child.stdout is not None
-    while len(acknowledged) < target:
-        line = child.stdout.readline()
-        if not line.endswith("\n"):
-            break
-        acknowledged.append(line.split()[1])
-    time.sleep(rng.uniform(0, 0.02))  # randomizes where in the next insert the kill lands
-    child.send_signal(signal.SIGKILL)
-    child.wait()
-    # Lines written before the kill were acknowledged too. Read them through the same
-    # buffered stream (communicate() would skip what readline() already buffered).
-    # A line cut short by the kill (no newline yet) was not acknowledged.
-    acknowledged += [line.split()[1] for line in child.stdout.read().splitlines(keepends=True) if line.endswith("\n")]
-    assert child.stderr is not None
-    errors = child.stderr.read()
-    child.stdout.close()
-    child.stderr.close()
-    assert child.returncode == -signal.SIGKILL, errors
+    with stream:
+        while len(acknowledged) < target:
+            line = stream.readline()
+            if not line.endswith("\n"):
+                break
+            acknowledged.append(line.split()[1])
+        time.sleep(rng.uniform(0, 0.02))  # randomizes where in the next insert the kill lands
+        os.kill(pid, signal.SIGKILL)
+        status = server.reap(pid)
+        # Lines sent before the kill were acknowledged too; the stream ends where the
+        # writer died. A line cut short (no newline) was not acknowledged.
+        acknowledged += [line.split()[1] for line in stream.read().splitlines(keepends=True) if line.endswith("\n")]
+    assert status == -signal.SIGKILL, f"the writer ended on its own (status {status}):\n{server.errors()}"
     return acknowledged
 
 
-def crash_repeatedly(location: str, kills: int, seed: int) -> None:
+def crash_repeatedly(location: str, folder: Path, kills: int, seed: int) -> None:
     rng = random.Random(seed)
     acknowledged: list[str] = []
-    for round_number in range(kills):
-        acknowledged += kill_while_inserting(location, rng, f"r{round_number}")
-        with open_memory(location, "crash") as memory:
-            stored = {node.id for node in memory.leaves()}
-            lost = [leaf_id for leaf_id in acknowledged if leaf_id not in stored]
-            assert lost == [], f"after kill {round_number + 1}: acknowledged inserts lost"
-            assert memory.check_integrity() == []
-            # Besides them, at most the one insert in flight per kill may have landed.
-            assert len(acknowledged) <= len(stored) <= len(acknowledged) + round_number + 1
+    with fork_server(location, folder) as server:
+        for round_number in range(kills):
+            acknowledged += kill_while_inserting(server, rng, f"r{round_number}")
+            with open_memory(location, "crash") as memory:
+                stored = {node.id for node in memory.leaves()}
+                lost = [leaf_id for leaf_id in acknowledged if leaf_id not in stored]
+                assert lost == [], f"after kill {round_number + 1}: acknowledged inserts lost"
+                assert memory.check_integrity() == []
+                # Besides them, at most the one insert in flight per kill may have landed.
+                assert len(acknowledged) <= len(stored) <= len(acknowledged) + round_number + 1
     assert len(acknowledged) > kills  # the kills did land among inserts
 
 
 @pytest.mark.slow
 def test_sqlite_keeps_every_acknowledged_insert_through_sigkill(tmp_path: Path) -> None:
-    crash_repeatedly(str(tmp_path / "crash.db"), kills=25, seed=4)
+    crash_repeatedly(str(tmp_path / "crash.db"), tmp_path, kills=KILLS, seed=4)
 
 
 @pytest.mark.slow
-def test_postgres_keeps_every_acknowledged_insert_through_sigkill(postgres_dsn: str) -> None:
-    crash_repeatedly(postgres_dsn, kills=8, seed=5)
+def test_postgres_keeps_every_acknowledged_insert_through_sigkill(postgres_dsn: str, tmp_path: Path) -> None:
+    crash_repeatedly(postgres_dsn, tmp_path, kills=KILLS, seed=5)

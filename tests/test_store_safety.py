@@ -4,18 +4,25 @@ writers, closed stores; schema migrations; who closes what."""
 from __future__ import annotations
 
 import hashlib
+import os
 import sqlite3
+import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from memtree import HashingEmbedder, IncompatibleStoreError, MemTree, MemTreeConfig, PostgresStore, SQLiteStore
-from memtree.store import migrations, sqlite
+from memtree.store import InMemoryStore, as_store, migrations, sqlite
 from memtree.store.codec import CorruptDataError
 from memtree.store.migrations import Migration
 
 CONFIG = MemTreeConfig(theta0=0.2)
+CHILD_ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")]),
+}
 
 
 def open_memory(location: str | Path, **kwargs: object) -> MemTree:
@@ -46,7 +53,7 @@ def test_another_applications_sqlite_database_is_refused_untouched(tmp_path: Pat
         connection.execute("INSERT INTO users (name) VALUES ('ada')")
     connection.close()
     before = fingerprint(tmp_path)
-    with pytest.raises(IncompatibleStoreError, match=r"another application \(tables: users\).*untouched"):
+    with pytest.raises(IncompatibleStoreError, match=r"another application \(table users\).*untouched"):
         SQLiteStore(path)
     with pytest.raises(ValueError, match="not a memtree memory"):
         open_memory(path)
@@ -64,6 +71,236 @@ def test_a_newer_schema_is_refused_untouched(tmp_path: Path) -> None:
     with pytest.raises(IncompatibleStoreError, match=r"schema version 99.*only knows versions up to 1.*upgrade"):
         open_memory(path)
     assert fingerprint(tmp_path) == before
+
+
+def leave_in_wal(path: Path, *statements: str) -> None:
+    """Run ``statements`` in a process that dies before any checkpoint, as a killed
+    writer would: the commits stay in ``-wal`` (with its ``-shm``) beside ``path``."""
+    code = (
+        "import os, sqlite3, sys\n"
+        "connection = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+        "connection.execute('PRAGMA journal_mode = WAL')\n"
+        "connection.execute('PRAGMA wal_autocheckpoint = 0')\n"
+        "for statement in sys.argv[2:]:\n"
+        "    connection.execute(statement)\n"
+        "os._exit(0)\n"
+    )
+    subprocess.run([sys.executable, "-c", code, str(path), *statements], check=True)
+
+
+def memtree_file_with_newer_schema_in_wal(folder: Path) -> Path:
+    path = folder / "memory.db"
+    with open_memory(path) as memory:
+        memory.add("something worth keeping")
+    leave_in_wal(path, "INSERT INTO memtree_schema VALUES (99, 'from the future', 0)")
+    return path
+
+
+def foreign_database_in_wal(folder: Path) -> Path:
+    path = folder / "app.db"
+    leave_in_wal(path, "CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)", "INSERT INTO users VALUES (1, 'ada')")
+    return path
+
+
+WAL_CASES: list[tuple[Callable[[Path], Path], str]] = [
+    (memtree_file_with_newer_schema_in_wal, r"schema version 99.*upgrade"),
+    (foreign_database_in_wal, r"another application \(table users\).*untouched"),
+]
+
+
+@pytest.mark.parametrize(("make", "message"), WAL_CASES)
+def test_commits_still_in_the_wal_are_seen_and_a_refusal_keeps_every_byte(
+    tmp_path: Path, make: Callable[[Path], Path], message: str
+) -> None:
+    path = make(tmp_path)
+    before = fingerprint(tmp_path)
+    assert {f"{path.name}-wal", f"{path.name}-shm"} <= set(before)  # the refusal has a WAL to spoil
+    for _ in range(2):
+        with pytest.raises(IncompatibleStoreError, match=message):
+            SQLiteStore(path)
+        assert fingerprint(tmp_path) == before  # main file, -wal and -shm
+
+
+@pytest.mark.parametrize(("make", "message"), WAL_CASES)
+def test_a_wal_without_its_shm_is_read_from_a_copy(tmp_path: Path, make: Callable[[Path], Path], message: str) -> None:
+    path = make(tmp_path)
+    Path(f"{path}-shm").unlink()  # as when someone copied the file and its -wal by hand
+    before = fingerprint(tmp_path)
+    with pytest.raises(IncompatibleStoreError, match=message):
+        SQLiteStore(path)
+    assert fingerprint(tmp_path) == before  # in particular, no -shm made beside it
+
+
+def test_a_database_another_process_has_open_is_refused_without_disturbing_it(tmp_path: Path) -> None:
+    path = tmp_path / "app.db"
+    code = (
+        "import sqlite3, sys\n"
+        "connection = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+        "connection.execute('PRAGMA journal_mode = WAL')\n"
+        "connection.execute('PRAGMA wal_autocheckpoint = 0')\n"
+        "connection.execute('CREATE TABLE users (name TEXT)')\n"
+        "print('ready', flush=True)\n"
+        "sys.stdin.readline()\n"
+        "connection.execute(\"INSERT INTO users VALUES ('grace')\")\n"
+        "print(connection.execute('SELECT count(*) FROM users').fetchone()[0], flush=True)\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert holder.stdin is not None and holder.stdout is not None
+    try:
+        assert holder.stdout.readline() == "ready\n"
+        before = fingerprint(tmp_path)
+        with pytest.raises(IncompatibleStoreError, match=r"another application \(table users\)"):
+            SQLiteStore(path)
+        assert fingerprint(tmp_path) == before
+        holder.stdin.write("go on\n")
+        holder.stdin.flush()
+        assert holder.stdout.readline() == "1\n"  # the owner carries on writing
+    finally:
+        holder.stdin.close()
+        holder.wait()
+        holder.stdout.close()
+    assert holder.returncode == 0
+
+
+def another_process_can_lock(path: Path) -> bool:
+    """Whether another process could take SQLite's exclusive lock on ``path`` now
+    (its lock bytes start at 1 GiB: pending, reserved, then the shared range)."""
+    code = (
+        "import fcntl, sys\n"
+        "with open(sys.argv[1], 'rb+') as file:\n"
+        "    try:\n"
+        "        fcntl.lockf(file, fcntl.LOCK_EX | fcntl.LOCK_NB, 512, 0x40000000)\n"
+        "    except OSError:\n"
+        "        print('held')\n"
+        "    else:\n"
+        "        print('free')\n"
+    )
+    answer = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True)
+    return answer.stdout.strip() == "free"
+
+
+@pytest.mark.parametrize("refused", [False, True])
+def test_checking_a_file_keeps_the_locks_this_process_holds_on_it(tmp_path: Path, refused: bool) -> None:
+    # Closing any descriptor of a database file drops every POSIX lock the process
+    # holds on it, so the check must read the file through SQLite only.
+    path = tmp_path / "memory.db"
+    open_memory(path).close()
+    if refused:
+        sqlite_file(path, "CREATE TABLE users (name TEXT)")
+    reader = sqlite3.connect(path, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM sqlite_master").fetchone()  # holds a shared lock from here
+    try:
+        assert not another_process_can_lock(path)
+        if refused:
+            with pytest.raises(IncompatibleStoreError, match=r"objects memtree did not make \(table users\)"):
+                SQLiteStore(path)
+        else:
+            SQLiteStore(path).close()
+        assert not another_process_can_lock(path)  # the reader's lock survived the check
+    finally:
+        reader.execute("COMMIT")
+        reader.close()
+
+
+def sqlite_file(path: Path, *statements: str) -> Path:
+    connection = sqlite3.connect(path)
+    for statement in statements:
+        connection.execute(statement)
+    connection.commit()
+    connection.close()
+    return path
+
+
+def memtree_file(path: Path, *statements: str) -> Path:
+    open_memory(path).close()
+    return sqlite_file(path, *statements)
+
+
+ODD_FILES: dict[str, tuple[Callable[[Path], Path], str]] = {
+    "one byte": (
+        lambda folder: _written(folder / "x.txt", b"x"),
+        r"x\.txt is not a memtree memory file \(not a readable SQLite database: its 1 byte\(s\) hold no database "
+        r"page\); memtree left it untouched",
+    ),
+    "a short text": (
+        lambda folder: _written(folder / "hi.txt", b"hello world\n"),
+        r"hi\.txt is not a memtree memory file \(not a readable SQLite database: file is not a database\).*untouched",
+    ),
+    "a damaged database": (
+        lambda folder: _written(folder / "cut.db", b"SQLite format 3\x00" + bytes(84)),
+        r"cut\.db is not a memtree memory file \(not a readable SQLite database: .*untouched",
+    ),
+    "only a view": (
+        lambda folder: sqlite_file(folder / "view.db", "CREATE VIEW answer AS SELECT 42 AS value"),
+        r"another application \(view answer\)",
+    ),
+    "another application_id, no tables": (
+        lambda folder: sqlite_file(folder / "appid.db", "PRAGMA application_id = 1234"),
+        r"another application \(application_id 0x000004d2; memtree's is 0x4d454d54\)",
+    ),
+    "a user_version, no tables": (
+        lambda folder: sqlite_file(folder / "versioned.db", "PRAGMA user_version = 7"),
+        r"another application \(user_version 7, which memtree never sets\)",
+    ),
+    "memtree's tables and a view": (
+        lambda folder: memtree_file(folder / "m.db", "CREATE VIEW leaves AS SELECT text FROM memtree_nodes"),
+        r"m\.db holds memtree's tables but also objects memtree did not make \(view leaves\).*drop them",
+    ),
+    "memtree's tables and an index": (
+        lambda folder: memtree_file(folder / "m.db", "CREATE INDEX by_text ON memtree_nodes (text)"),
+        r"objects memtree did not make \(index by_text\)",
+    ),
+    "memtree's tables and a trigger": (
+        lambda folder: memtree_file(
+            folder / "m.db",
+            "CREATE TRIGGER audit AFTER INSERT ON memtree_nodes BEGIN SELECT 1; END",
+        ),
+        r"objects memtree did not make \(trigger audit\)",
+    ),
+    "memtree's tables and another table": (
+        lambda folder: memtree_file(folder / "m.db", "CREATE TABLE users (name TEXT)"),
+        r"objects memtree did not make \(table users\)",
+    ),
+}
+
+
+def _written(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize("case", list(ODD_FILES))
+def test_files_that_are_not_memtree_memories_are_refused_byte_identical(tmp_path: Path, case: str) -> None:
+    make, message = ODD_FILES[case]
+    path = make(tmp_path)
+    before = fingerprint(tmp_path)
+    with pytest.raises(IncompatibleStoreError, match=message):
+        SQLiteStore(path)
+    with pytest.raises(ValueError, match=message):  # IncompatibleStoreError is a ValueError
+        open_memory(path)
+    assert fingerprint(tmp_path) == before
+
+
+def test_a_memtree_file_whose_last_insert_is_only_in_the_wal_opens_with_it(tmp_path: Path) -> None:
+    path = tmp_path / "memory.db"
+    with open_memory(path) as memory:
+        memory.add("checkpointed")
+    code = (
+        "import os, sys\n"
+        "from memtree import HashingEmbedder, MemTree, MemTreeConfig\n"
+        "memory = MemTree.open(sys.argv[1], embedder=HashingEmbedder(32), config=MemTreeConfig(theta0=0.2))\n"
+        "memory.add('acknowledged, then killed')\n"
+        "os._exit(0)\n"
+    )
+    subprocess.run([sys.executable, "-c", code, str(path)], check=True, env=CHILD_ENV)
+    assert Path(f"{path}-wal").stat().st_size > 0
+    Path(f"{path}-shm").unlink()  # the check reads a copy; the store then recovers the WAL
+    with open_memory(path) as memory:
+        assert sorted(leaf.text for leaf in memory.leaves()) == ["acknowledged, then killed", "checkpointed"]
+        assert memory.check_integrity() == []
 
 
 def test_an_empty_file_or_empty_database_becomes_a_memory(tmp_path: Path) -> None:
@@ -177,6 +414,35 @@ def test_bad_arguments_to_open_close_the_store_again(tmp_path: Path) -> None:
         MemTree.open(tmp_path / "memory.db", embedder="not an embedder")
     with pytest.raises(TypeError, match="file path or a postgresql:// DSN"):
         MemTree.open(42)  # type: ignore[arg-type]
+
+
+def test_as_store_opens_a_path_and_owns_it(tmp_path: Path) -> None:
+    for location in (str(tmp_path / "a.db"), tmp_path / "b.db"):
+        store, owned = as_store(location)
+        assert isinstance(store, SQLiteStore) and owned
+        assert store.path == Path(location) and store.path.exists()
+        store.close()
+
+
+def test_as_store_takes_a_store_as_given_and_makes_an_in_memory_one_for_none(tmp_path: Path) -> None:
+    given = SQLiteStore(tmp_path / "memory.db")
+    assert as_store(given) == (given, False)  # the caller's to close
+    given.close()
+    store, owned = as_store(None)
+    assert isinstance(store, InMemoryStore) and not owned
+
+
+def test_as_store_refuses_other_kinds_naming_what_it_accepts(tmp_path: Path) -> None:
+    for value in (42, b"memory.db", ["memory.db"], InMemoryStore):
+        with pytest.raises(TypeError, match=r"store must be a Store .*a SQLite file path or a postgresql:// DSN, got"):
+            as_store(value)  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_as_store_opens_a_postgres_dsn_and_owns_it(postgres_dsn: str) -> None:
+    store, owned = as_store(postgres_dsn)
+    assert isinstance(store, PostgresStore) and owned
+    store.close()
 
 
 # -- PostgreSQL ------------------------------------------------------------------------------

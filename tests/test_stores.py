@@ -194,6 +194,24 @@ def test_records_keep_first_written_order_and_go_with_the_namespace(backend: Bac
     assert again.get_records(ns, "profile") == {} and again.list_namespaces() == []
 
 
+def test_a_snapshot_holds_the_changes_and_every_record_as_separate_reads_do(backend: Backend) -> None:
+    store, ns = backend.store(), ("backup",)
+    assert Store.read_snapshot(store, ns).records == {} and store.read_snapshot(ns).changes.nodes == []
+    first = commit(store, ns, [node("root", None), node("a"), node("b")])
+    commit(store, ns, [node("c")], ["b"])
+    store.put_records(ns, "profile", {"name": {"value": "Dana"}})
+    store.put_records(ns, "messages", {"0002": {"text": "b"}, "0001": {"text": "a"}})
+    for read in (store.read_snapshot, lambda ns, since: Store.read_snapshot(store, ns, since)):  # and the default
+        for since in (0, first):
+            taken = read(ns, since)
+            alone = store.read_changes(ns, since)
+            assert (ids(taken.changes), taken.changes.deleted, taken.changes.seq) == (ids(alone), alone.deleted, 2)
+            assert taken.changes.generation == store.head(ns)[1]
+            assert list(taken.records) == ["messages", "profile"]  # kinds sorted
+            assert list(taken.records["messages"].items()) == [("0002", {"text": "b"}), ("0001", {"text": "a"})]
+            assert taken.records["profile"] == store.get_records(ns, "profile")
+
+
 def test_many_records_are_found_by_key_in_written_order(backend: Backend) -> None:
     store, ns = backend.store(), ("log",)
     keys = [f"m{i:05d}" for i in range(1200)]

@@ -6,12 +6,13 @@ from memtree.store.base import (
     Namespace,
     NamespaceInfo,
     NamespaceKey,
+    NamespaceSnapshot,
     Store,
     WriteTransaction,
     namespace_key,
 )
 from memtree.store.codec import CorruptDataError
-from memtree.store.location import open_store
+from memtree.store.location import as_store, open_store
 from memtree.store.memory import InMemoryStore
 from memtree.store.migrations import IncompatibleStoreError
 from memtree.store.postgres import PostgresStore
@@ -26,10 +27,12 @@ __all__ = [
     "Namespace",
     "NamespaceInfo",
     "NamespaceKey",
+    "NamespaceSnapshot",
     "PostgresStore",
     "SQLiteStore",
     "Store",
     "WriteTransaction",
+    "as_store",
     "namespace_key",
     "open_store",
 ]

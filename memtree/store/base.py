@@ -38,6 +38,8 @@ NamespaceKey = tuple[str, ...]
 
 DEFAULT_NAMESPACE: NamespaceKey = ("default",)
 
+_SNAPSHOT_ATTEMPTS = 5
+
 
 def namespace_key(namespace: Namespace) -> NamespaceKey:
     """Normalize a namespace (``"alice"`` or ``("users", "alice")``) to a tuple.
@@ -137,6 +139,19 @@ class ChangeBatch:
     info: NamespaceInfo
 
 
+@dataclass
+class NamespaceSnapshot:
+    """A namespace's nodes and records as they were at one moment (for backups).
+
+    ``changes`` holds what was committed after the ``since`` asked for (0: every
+    node); ``records`` holds every record by kind (kinds sorted, records in the
+    order first written).
+    """
+
+    changes: ChangeBatch
+    records: dict[str, dict[str, JSONDict]]
+
+
 class WriteTransaction(ABC):
     """An exclusive write to one namespace, open until committed or rolled back."""
 
@@ -196,6 +211,22 @@ class Store(ABC):
     @abstractmethod
     def record_kinds(self, namespace: NamespaceKey) -> list[str]:
         """The kinds of record a namespace holds, sorted (for backups)."""
+
+    def read_snapshot(self, namespace: NamespaceKey, since: int = 0) -> NamespaceSnapshot:
+        """:meth:`read_changes` and every record of the namespace, as of one moment.
+
+        The stores in memtree read both in one read transaction (or under one lock),
+        so a backup taken during writes never pairs a tree with records from another
+        moment. This default, for other stores, reads them one after the other and
+        retries (a few times) while a commit lands in between; a record write alone
+        goes unseen by that check (records carry no sequence number).
+        """
+        for _ in range(_SNAPSHOT_ATTEMPTS):
+            changes = self.read_changes(namespace, since)
+            records = {kind: self.get_records(namespace, kind) for kind in self.record_kinds(namespace)}
+            if self.head(namespace) == (changes.seq, changes.generation):
+                break
+        return NamespaceSnapshot(changes, records)
 
     def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release connections and files."""

@@ -26,3 +26,36 @@ def open_store(location: str | os.PathLike[str]) -> Store:
     from memtree.store.sqlite import SQLiteStore
 
     return SQLiteStore(location)
+
+
+def as_store(value: Store | str | os.PathLike[str] | None) -> tuple[Store, bool]:
+    """The store a ``store=`` argument names, and whether the caller owns it.
+
+    * a :class:`Store` is used as given: ``(value, False)``; whoever made it closes it.
+    * a path or a ``postgresql://`` DSN is opened with :func:`open_store`:
+      ``(store, True)``; the caller must close it when done.
+    * ``None`` is a new :class:`InMemoryStore`: ``(store, False)`` (nothing to release).
+
+    Anything else raises ``TypeError`` naming what is accepted, before anything is opened.
+
+    Example::
+
+        store, owned = as_store("memory.db")  # a SQLiteStore, owned
+        try:
+            ...
+        finally:
+            if owned:
+                store.close()
+    """
+    if value is None:
+        from memtree.store.memory import InMemoryStore
+
+        return InMemoryStore(), False
+    if isinstance(value, Store):
+        return value, False
+    if isinstance(value, (str, os.PathLike)) and isinstance(os.fspath(value), str):
+        return open_store(value), True
+    raise TypeError(
+        "store must be a Store (InMemoryStore, SQLiteStore, PostgresStore), a SQLite file path or a "
+        f"postgresql:// DSN, got {type(value).__name__}"
+    )

@@ -14,6 +14,7 @@ from memtree.store.base import (
     ChangeBatch,
     NamespaceInfo,
     NamespaceKey,
+    NamespaceSnapshot,
     Store,
     WriteTransaction,
     check_record_name,
@@ -57,6 +58,12 @@ class InMemoryStore(Store):
         space = self._space(namespace)
         with self._data_lock:
             return _changes(space, since)
+
+    def read_snapshot(self, namespace: NamespaceKey, since: int = 0) -> NamespaceSnapshot:
+        space = self._space(namespace)
+        with self._data_lock:  # commits and record writes take it too: one moment
+            records = {kind: copy.deepcopy(table) for kind, table in sorted(space.records.items()) if table}
+            return NamespaceSnapshot(_changes(space, since), records)
 
     def head(self, namespace: NamespaceKey) -> tuple[int, str]:
         space = self._space(namespace)

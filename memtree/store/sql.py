@@ -36,6 +36,7 @@ from memtree.store.base import (
     ChangeBatch,
     NamespaceInfo,
     NamespaceKey,
+    NamespaceSnapshot,
     Store,
     WriteTransaction,
     check_record_name,
@@ -100,6 +101,10 @@ GET_RECORDS = (
 GET_SOME_RECORDS = (
     "SELECT r.pos, r.key, r.value FROM memtree_records r JOIN memtree_namespaces n ON n.id = r.ns "
     "WHERE n.name = ? AND r.kind = ? AND r.key IN ({keys})"
+)
+ALL_RECORDS = (
+    "SELECT r.kind, r.key, r.value FROM memtree_records r JOIN memtree_namespaces n ON n.id = r.ns "
+    "WHERE n.name = ? ORDER BY r.kind, r.pos"
 )
 _KEYS_PER_QUERY = 500
 DELETE_KIND = "DELETE FROM memtree_records WHERE kind = ? AND ns = (SELECT id FROM memtree_namespaces WHERE name = ?)"
@@ -193,6 +198,16 @@ class SQLStore(Store):
         self._check_usable()
         with self._read_session(snapshot=True) as connection:
             return self._changes(connection, namespace, since)
+
+    def read_snapshot(self, namespace: NamespaceKey, since: int = 0) -> NamespaceSnapshot:
+        self._check_usable()
+        with self._read_session(snapshot=True) as connection:  # one read transaction
+            changes = self._changes(connection, namespace, since)
+            rows = connection.execute(self.sql(ALL_RECORDS), (encode_namespace(namespace),)).fetchall()
+        records: dict[str, dict[str, JSONDict]] = {}
+        for kind, key, value in rows:
+            records.setdefault(kind, {})[key] = json_object(value, key)
+        return NamespaceSnapshot(changes, records)
 
     def head(self, namespace: NamespaceKey) -> tuple[int, str]:
         self._check_usable()

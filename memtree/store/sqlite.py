@@ -6,8 +6,9 @@
   serialized and each insert commits atomically.
 * ``synchronous=FULL`` by default: a commit is on disk before ``add`` returns,
   so an acknowledged insert survives a power cut, not only a crash.
-* The file is checked read-only before anything is written: another
-  application's database or a newer memtree schema is refused untouched.
+* The file is checked before anything can write to it (:mod:`memtree.store.sqlite_check`):
+  a file that is not SQLite, another application's database or a newer memtree
+  schema is refused with the file, its ``-wal`` and ``-shm`` byte for byte as they were.
 
 Connections: one writer connection (guarded by a lock; a transaction may begin in
 one thread and commit in another, as the async engine does) and a small pool of
@@ -23,12 +24,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
-from urllib.parse import quote
 
 from memtree.store import migrations
 from memtree.store.base import NamespaceKey
 from memtree.store.migrations import (
-    SCHEMA_TABLE,
     SCHEMA_V1_DESCRIPTION,
     ColumnTypes,
     IncompatibleStoreError,
@@ -36,9 +35,7 @@ from memtree.store.migrations import (
     schema_v1,
 )
 from memtree.store.sql import SQLStore
-
-APPLICATION_ID = 0x4D454D54
-"""``PRAGMA application_id`` of memtree files ("MEMT"), so tools like ``file`` can tell them apart."""
+from memtree.store.sqlite_check import APPLICATION_ID, inspect, schema_version
 
 _MAX_IDLE_READERS = 4
 _MMAP_BYTES = 1 << 30
@@ -98,9 +95,8 @@ class SQLiteStore(SQLStore):
         self.path = Path(text)
         self.busy_timeout = busy_timeout
         self.synchronous = synchronous
-        existing = _inspect(self.path)
-        if existing is not None:  # refuse a newer schema before opening the file for writing
-            migrations.pending(SQLITE_MIGRATIONS, existing, str(self.path))
+        # Every refusal happens here, before a connection that could write is opened.
+        inspect(self.path, SQLITE_MIGRATIONS)
         self._writer_lock = threading.Lock()
         self._pool_lock = threading.Lock()
         self._idle: list[sqlite3.Connection] = []
@@ -129,8 +125,9 @@ class SQLiteStore(SQLStore):
     def _prepare(self) -> None:
         """Switch to WAL and bring the schema to the latest version.
 
-        The check in :func:`_inspect` read the file without locks; this one reads it
-        properly (inside a transaction) and migrates under the write lock.
+        :func:`~memtree.store.sqlite_check.inspect` read the file without locks; this
+        checks again inside a transaction (another process may have changed the file
+        since) and migrates under the write lock.
         """
         mode = self._writer.execute("PRAGMA journal_mode").fetchone()[0]
         if mode.lower() != "wal":
@@ -140,16 +137,15 @@ class SQLiteStore(SQLStore):
         latest = migrations.latest_version(SQLITE_MIGRATIONS)
         self._writer.execute("BEGIN")
         try:
-            current = _schema_version(self._writer, self.path)
+            current = schema_version(self._writer, self.path, SQLITE_MIGRATIONS)  # refuses a newer one
         finally:
             self._writer.execute("COMMIT")
         if current is not None and current >= latest:
-            migrations.pending(SQLITE_MIGRATIONS, current, str(self.path))  # refuses a newer one
             return
         with self._writer_lock:
             self._writer.execute("BEGIN IMMEDIATE")
             try:
-                current = _schema_version(self._writer, self.path) or 0
+                current = schema_version(self._writer, self.path, SQLITE_MIGRATIONS) or 0
                 steps = migrations.pending(SQLITE_MIGRATIONS, current, str(self.path))
                 migrations.apply(self._writer, steps, "?")
             except BaseException:
@@ -242,65 +238,3 @@ class SQLiteStore(SQLStore):
         finally:
             if acquired:
                 self._writer_lock.release()
-
-
-def _inspect(path: Path) -> int | None:
-    """The schema version of an existing memtree file, ``None`` for a new or empty one.
-
-    Reads the file as immutable (no locks, no ``-wal``/``-shm`` files created), so a
-    file memtree refuses is left exactly as it was, with nothing beside it. Such a
-    read can be torn by a concurrent checkpoint, so a refusal is confirmed by a
-    normal read-only open first.
-    """
-    if not path.exists():
-        if not path.parent.exists():
-            raise FileNotFoundError(f"cannot create {path}: the folder {path.parent} does not exist")
-        return None
-    if path.is_dir():
-        raise IsADirectoryError(f"{path} is a folder; give the path of a memory file, e.g. {path / 'memory.db'}")
-    if path.stat().st_size == 0:
-        return None
-    try:
-        return _read_version(path, "mode=ro&immutable=1")
-    except IncompatibleStoreError:
-        return _read_version(path, "mode=ro")
-
-
-def _read_version(path: Path, options: str) -> int | None:
-    uri = f"file:{quote(str(path.resolve()))}?{options}"
-    try:
-        connection = sqlite3.connect(uri, uri=True)
-    except sqlite3.Error as error:
-        raise IncompatibleStoreError(f"cannot open {path} to read it ({error}); nothing was changed") from None
-    try:
-        return _schema_version(connection, path)
-    finally:
-        connection.close()
-
-
-def _schema_version(connection: sqlite3.Connection, path: Path) -> int | None:
-    """The file's memtree schema version; ``None`` if it has no tables at all."""
-    try:
-        tables = _tables(connection)
-        if not tables:
-            return None
-        if SCHEMA_TABLE not in tables:
-            raise _foreign(path, tables)
-        return migrations.current_version(connection)
-    except sqlite3.DatabaseError as error:
-        raise IncompatibleStoreError(
-            f"{path} is not a memtree memory file (not a SQLite database: {error}); memtree left it untouched. "
-            "Pass the path of a new file or of an existing memtree memory."
-        ) from None
-
-
-def _tables(connection: sqlite3.Connection) -> list[str]:
-    return [row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-
-
-def _foreign(path: Path, tables: list[str]) -> IncompatibleStoreError:
-    shown = ", ".join(sorted(tables)[:5]) + (", …" if len(tables) > 5 else "")
-    return IncompatibleStoreError(
-        f"{path} is a SQLite database of another application (tables: {shown}), not a memtree memory; "
-        "memtree left it untouched. Give memtree its own file, e.g. memory.db."
-    )
