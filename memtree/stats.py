@@ -49,8 +49,9 @@ class TreeStats:
     rate limits, server errors or unusable replies). ``extra`` holds the other
     counters (``llm_requests`` and ``embedding_requests``: HTTP-level requests,
     retries included; ``flushes``; ``write_conflicts``: writes planned again because
-    another writer changed the summaries they were rewriting meanwhile). ``stale`` counts summaries waiting for a rewrite,
-    ``pending`` those of them waiting for this memory's :meth:`~memtree.MemTree.flush`.
+    another writer changed the summaries they were rewriting meanwhile). ``stale``
+    counts summaries waiting for a rewrite, ``pending`` those of them waiting for
+    this memory's :meth:`~memtree.MemTree.flush`.
     The ``*_per_insert`` properties divide by ``inserts``.
     """
 

@@ -64,8 +64,7 @@ from memtree.store.base import (
     WriteTransaction,
     namespace_key,
 )
-from memtree.store.location import open_store
-from memtree.store.memory import InMemoryStore
+from memtree.store.location import as_store, open_store
 from memtree.text import count_words, require_text
 from memtree.usage import recording
 from memtree.viz import format_tree
@@ -149,15 +148,7 @@ class MemTree:
         # Everything is resolved before any work, so a bad model or a missing key fails here.
         self.embedder, self.aggregator = _resolve_models(embedder, aggregator, llm)
         self.namespace: NamespaceKey = namespace_key(namespace)
-        owns_store = isinstance(store, (str, os.PathLike))
-        if store is not None and not owns_store and not isinstance(store, Store):
-            raise TypeError(
-                f"store must be a memtree Store, a SQLite file path or a postgresql:// DSN, got {type(store).__name__}"
-            )
-        if isinstance(store, (str, os.PathLike)):
-            self.store: Store = open_store(store)
-        else:
-            self.store = store or InMemoryStore()
+        self.store, owns_store = as_store(store)
         if refresh_interval < 0:
             raise ValueError(f"refresh_interval must be >= 0 seconds, got {refresh_interval}")
         self.refresh_interval = refresh_interval
@@ -659,15 +650,6 @@ class MemTree:
         records and re-routed leaves after it: if an import is interrupted, delete
         the namespace and import again."""
         return backup.import_jsonl(self, source, skip_bad=skip_bad)
-
-    def _snapshot(self) -> tuple[list[Node], NamespaceInfo]:
-        """Copies of every node (root first, parents before children) and the
-        namespace info, as of one commit."""
-        self.refresh()
-        with self._rw.read():
-            info = self._state.info
-            settings = dict(info.settings)
-            return [node.copy() for node in self._state.walk()], NamespaceInfo(info.dimension, info.embedder, settings)
 
     def _restore(self, nodes: list[Node], info: NamespaceInfo) -> None:
         """Write a whole checked tree into this (empty) namespace in one transaction."""

@@ -180,5 +180,5 @@ def test_a_query_embedding_of_the_wrong_kind_is_a_clear_value_error(memory: MemT
 
     broken = MemTree(embedder=BrokenQueries(), store=memory.store, namespace=memory.namespace)
     for call in (lambda: broken.retrieve("apples"), lambda: asyncio.run(broken.aretrieve("apples"))):
-        with pytest.raises(ValueError, match="BrokenQueries returned|embedding dimension 48"):
+        with pytest.raises(ValueError, match=r"BrokenQueries returned|embedding dimension 48"):
             call()

@@ -78,7 +78,8 @@ def test_a_slow_model_call_does_not_hold_the_files_writer_lock(tmp_path) -> None
     aggregator.release.set()
     thread.join(30)
     assert "error" not in outcome, outcome
-    assert sorted(leaf.text for leaf in alice.leaves()) == ["alpha 1", "alpha 2", "alpha 3", "beta 1", "beta 2", "beta 3"]
+    expected = ["alpha 1", "alpha 2", "alpha 3", "beta 1", "beta 2", "beta 3"]
+    assert sorted(leaf.text for leaf in alice.leaves()) == expected
     assert alice.check_integrity() == [] and len(bob) == 1
     store.close()
 
