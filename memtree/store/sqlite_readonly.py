@@ -12,8 +12,8 @@ This store reads such a file without writing anything:
   holds every commit): opened ``immutable``, which reads the file as it is and
   creates nothing. A writer that starts while it reads is not seen, so use it for
   a short read (a command), not as a long-lived store next to writers;
-* a ``-wal`` file (a writer has the file open, or crashed): opened ``mode=ro``,
-  which reads the log through the existing ``-shm`` file.
+* a ``-wal`` file (a writer has the file open, or crashed): opened
+  ``mode=ro&readonly_shm=1``, which reads the log without writing the ``-shm`` file.
 
 Any write raises :class:`ReadOnlyMemoryError`; a file whose schema needs an
 upgrade is refused (upgrading is a write).
@@ -29,7 +29,8 @@ from urllib.parse import quote
 from memtree.store import migrations
 from memtree.store.base import NamespaceKey
 from memtree.store.migrations import IncompatibleStoreError
-from memtree.store.sqlite import _MMAP_BYTES, SQLITE_MIGRATIONS, SQLiteStore, _schema_version
+from memtree.store.sqlite import _MMAP_BYTES, SQLITE_MIGRATIONS, SQLiteStore
+from memtree.store.sqlite_check import schema_version
 
 
 class ReadOnlyMemoryError(PermissionError):
@@ -56,7 +57,9 @@ class ReadOnlySQLiteStore(SQLiteStore):
         location = Path(os.fspath(path))
         if not location.is_file():
             raise FileNotFoundError(f"no memory file at {location} to read")
-        self._uri_options = "mode=ro" if wal_path(location).exists() else "mode=ro&immutable=1"
+        # readonly_shm: read the log through the -shm file without ever writing it
+        # (plain mode=ro may rewrite it) or checkpointing.
+        self._uri_options = "mode=ro&readonly_shm=1" if wal_path(location).exists() else "mode=ro&immutable=1"
         super().__init__(location, busy_timeout=busy_timeout)
 
     def __repr__(self) -> str:
@@ -77,7 +80,7 @@ class ReadOnlySQLiteStore(SQLiteStore):
             # A first read outside the schema check: SQLite's own error (a read-only
             # folder without the -shm file, a damaged page) reaches the caller as is.
             self._writer.execute("SELECT count(*) FROM sqlite_master").fetchone()
-            current = _schema_version(self._writer, self.path)
+            current = schema_version(self._writer, self.path, SQLITE_MIGRATIONS)
         finally:
             self._writer.execute("COMMIT")
         if current is None:
