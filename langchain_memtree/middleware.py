@@ -21,11 +21,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import BaseMessage, SystemMessage
 from langgraph.runtime import Runtime
 
 from langchain_memtree._calls import Call, Procedure, arun, run
-from langchain_memtree.messages import closes_round, exchange_text, latest_human_text
+from langchain_memtree.messages import closes_round, exchange_text, latest_human_text, role
 from memtree import MemTree, RetrievedNode
 from memtree.config import RetrievalMode
 from memtree.inputs import TimeLike
@@ -146,7 +146,7 @@ class MemTreeMemoryMiddleware(AgentMiddleware):
         if not self.record or not messages or not closes_round(messages[-1]):
             return  # no answer yet (the model is calling tools)
         answer = messages[-1]
-        question = next((m for m in reversed(messages[:-1]) if isinstance(m, HumanMessage)), None)
+        question = next((m for m in reversed(messages[:-1]) if role(m) == "human"), None)
         text = exchange_text([question, answer] if question is not None else [answer])
         if not text:
             logger.debug("exchange ending at %s has no text to remember", answer.id)

@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables.history import RunnableWithMessageHistory
 from lc_fakes import PromptRecorder, conversation, hashing_memory, scripted
 
 from langchain_memtree import MemTreeChatMessageHistory, MemTreeRetriever
 from langchain_memtree.history import MESSAGES
-from langchain_memtree.messages import speaker
+from langchain_memtree.messages import Granularity, speaker
 from memtree import HashingEmbedder, InMemoryStore, MemTree, MemTreeConfig
 from memtree.embed import Matrix
 
@@ -65,6 +65,40 @@ def test_message_granularity_remembers_each_message_with_text() -> None:
         "Maya: Here is my greyhound Pepper.",
         "Assistant: Pepper looks lovely!",
     ]  # the system prompt and the tool result stay in the log only
+
+
+@pytest.mark.parametrize("granularity", ["round", "message"])
+def test_chat_messages_count_as_the_kind_their_role_names(granularity: Granularity) -> None:
+    generic = [
+        ChatMessage("Be brief.", role="system", id="s"),
+        ChatMessage("I like green tea.", role="user", id="u1"),
+        ChatMessage("Noted.", role="assistant", id="a1"),
+        ChatMessage("And coffee in the morning.", role="human", id="u2"),
+        ChatMessage("Tool output", role="tool", id="t"),
+        ChatMessage("Noted too.", role="AI", id="a2"),
+        ChatMessage("Once upon a time.", role="narrator", id="n"),
+    ]
+    typed = [
+        SystemMessage("Be brief."),
+        HumanMessage("I like green tea."),
+        AIMessage("Noted."),
+        HumanMessage("And coffee in the morning."),
+        ToolMessage("Tool output", tool_call_id="c"),
+        AIMessage("Noted too."),
+    ]
+    history = MemTreeChatMessageHistory(hashing_memory(), session_id="chat", granularity=granularity)
+    history.add_messages(generic)
+    as_typed = MemTreeChatMessageHistory(hashing_memory(), session_id="chat", granularity=granularity)
+    as_typed.add_messages(typed)
+    assert history.messages == generic
+    expected = leaf_texts(as_typed.memory)  # the same memories as the typed messages give
+    narrator = ["Narrator: Once upon a time."] if granularity == "message" else []
+    assert leaf_texts(history.memory) == expected + narrator
+    said = ["User: I like green tea.", "Assistant: Noted.", "User: And coffee in the morning.", "Assistant: Noted too."]
+    assert expected == (["\n".join(said[:2]), "\n".join(said[2:])] if granularity == "round" else said)
+    if granularity == "round":  # the unknown role waits with the next round
+        history.add_messages([ChatMessage("Bye", role="user"), ChatMessage("Bye!", role="assistant")])
+        assert leaf_texts(history.memory)[-1] == "Narrator: Once upon a time.\nUser: Bye\nAssistant: Bye!"
 
 
 def test_content_without_text_is_logged_not_remembered_and_never_raises(caplog: pytest.LogCaptureFixture) -> None:
@@ -207,7 +241,7 @@ def test_works_with_runnable_with_message_history() -> None:
     ]
 
 
-speakers = st.sampled_from(["human", "ai", "ai-tools", "tool", "system"])
+speakers = st.sampled_from(["human", "ai", "ai-tools", "tool", "system", "chat-user", "chat-assistant", "chat-system"])
 
 
 def build(kinds: list[str]) -> list[BaseMessage]:
@@ -220,6 +254,8 @@ def build(kinds: list[str]) -> list[BaseMessage]:
             out.append(AIMessage(text, id=f"m{i}"))
         elif kind == "ai-tools":
             out.append(AIMessage(text, id=f"m{i}", tool_calls=[{"name": "f", "args": {}, "id": f"c{i}"}]))
+        elif kind.startswith("chat-"):
+            out.append(ChatMessage(text, role=kind.removeprefix("chat-"), id=f"m{i}"))
         elif kind == "tool":
             out.append(ToolMessage(text, tool_call_id=f"c{i}", id=f"m{i}"))
         else:
