@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import logging
@@ -12,10 +13,18 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+    message_to_dict,
+)
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables.history import RunnableWithMessageHistory
-from lc_fakes import PromptRecorder, conversation, hashing_memory, scripted
+from lc_fakes import PromptRecorder, conversation, hashing_memory, scripted, values_json_lacks
 
 from langchain_memtree import MemTreeChatMessageHistory, MemTreeRetriever
 from langchain_memtree.history import MESSAGES
@@ -118,6 +127,59 @@ def test_content_without_text_is_logged_not_remembered_and_never_raises(caplog: 
     logged = json.dumps(history.memory.store.get_records(history.namespace, MESSAGES), ensure_ascii=False)
     assert "\\u0000" not in logged and logged.encode("utf-8")
     assert "image_url" in caplog.text and "lookup" in caplog.text
+
+
+def test_values_json_lacks_are_logged_as_tagged_plain_json_and_come_back_exactly() -> None:
+    history = MemTreeChatMessageHistory(hashing_memory(), session_id="odd", granularity="message")
+    plain = HumanMessage("Plain words.", id="plain")
+    dirty = HumanMessage("nul\x00 and bytes", id="dirty", additional_kwargs={"raw": b"\x00\xff"})
+    messages = [*values_json_lacks(), plain, dirty]
+    history.add_messages(messages)
+    assert history.messages == messages
+    assert history.messages[0].content[1]["base64"] == b"RIFF-valid-utf8"  # type: ignore[index]  # still bytes
+    records = list(history.memory.store.get_records(history.namespace, MESSAGES).values())
+    json.loads(json.dumps(records, allow_nan=False))  # plain JSON, nothing else
+    assert records[2] == message_to_dict(plain)  # what needs no tag is stored as LangChain writes it
+    assert set(records[0]) == {"tagged_json"} and set(records[3]) == {"escaped_json_base64"}
+    data = records[0]["tagged_json"]["data"]
+    png = base64.b64encode(b"\x89PNG\r\n\x1a\n\x00\xff\xfe").decode()
+    assert data["content"][2]["base64"] == {"$memtree": "bytes", "value": png}
+    extras = data["additional_kwargs"]  # has a "$memtree" key of its own: stored as pairs
+    assert extras["$memtree"] == "dict" and ["$memtree", "mine"] in extras["value"]
+    assert ["sent_at", {"$memtree": "datetime", "value": "2024-05-01T10:30:00+00:00"}] in extras["value"]
+    assert leaf_texts(history.memory)[:2] == ["User: Listen to Pepper barking.", "Assistant: What a loud dog!"]
+
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.text(),
+    st.binary(),
+    st.datetimes(timezones=st.none() | st.timezones()),
+    st.dates(),
+    st.times(timezones=st.none() | st.timezones()),
+)
+nested = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=8) | st.integers() | st.just("$memtree"), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(extras=st.dictionaries(st.text(max_size=8), nested, max_size=4))
+def test_any_mix_of_such_values_survives_the_log(extras: dict[str, object]) -> None:
+    message = AIMessage("ok", id="m", additional_kwargs=extras)
+    history = MemTreeChatMessageHistory(hashing_memory(), session_id="s", granularity="message")
+    history.add_messages([message])
+    back = history.messages[0].additional_kwargs
+    assert back == extras and repr(back) == repr(extras)  # same types too (tuple stays tuple, bytes bytes)
 
 
 def test_clear_forgets_log_pending_and_tree_of_that_session_only() -> None:
