@@ -6,10 +6,12 @@ from dataclasses import dataclass
 
 import pytest
 from langchain.agents import create_agent
+from langchain.agents.structured_output import ProviderStrategy, ToolStrategy
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from lc_fakes import PromptRecorder, hashing_memory, scripted
+from pydantic import BaseModel
 
 from langchain_memtree import MEMORY_HEADER, MemTreeMemoryMiddleware
 from memtree import MemTree
@@ -105,6 +107,67 @@ def test_each_answered_turn_is_recorded_once_and_recalled_in_the_next_run() -> N
     state = agent.get_state(config).values
     middleware.after_model(state, None)  # type: ignore[arg-type]  # a replayed hook changes nothing
     assert len(maya) == 2
+
+
+class Answer(BaseModel):
+    """The pet's name and how sure the assistant is."""
+
+    name: str
+    sure: bool
+
+
+def test_a_structured_answer_through_a_tool_is_recorded_once() -> None:
+    memory = hashing_memory()
+
+    @tool
+    def lookup(topic: str) -> str:
+        """Look a topic up in the user's notes."""
+        return "Maya's greyhound is Pepper."
+
+    model = scripted(
+        AIMessage("", tool_calls=[{"name": "lookup", "args": {"topic": "dog"}, "id": "l1"}]),
+        AIMessage("Found it.", tool_calls=[{"name": "Answer", "args": {"name": "Pepper", "sure": True}, "id": "s1"}]),
+        AIMessage("", tool_calls=[{"name": "Answer", "args": {"name": "Miso", "sure": False}, "id": "s2"}]),
+    )
+    middleware = MemTreeMemoryMiddleware(memory=memory, clock=lambda: "2024-09-01")
+    agent = create_agent(
+        model,
+        tools=[lookup],
+        response_format=ToolStrategy(Answer),
+        middleware=[middleware],
+        checkpointer=InMemorySaver(),
+    )
+    config = {"configurable": {"thread_id": "t1"}}
+    result = agent.invoke({"messages": [HumanMessage("What is my dog called?")]}, config=config)
+    assert result["structured_response"] == Answer(name="Pepper", sure=True)
+    assert [type(m).__name__ for m in result["messages"]][-2:] == ["AIMessage", "ToolMessage"]
+    assert [leaf.text for leaf in memory.leaves()] == [
+        'User: What is my dog called?\nAssistant: Found it.\n{"name": "Pepper", "sure": true}'
+    ]  # the lookup turn is not an answer; the structured one is, once
+    assert memory.leaves()[0].source_id == result["messages"][-2].id
+    middleware.after_model(agent.get_state(config).values, None)  # type: ignore[arg-type]  # a replay
+    assert len(memory) == 1
+
+    result = agent.invoke({"messages": [HumanMessage("And my cat?")]}, config=config)
+    assert result["structured_response"] == Answer(name="Miso", sure=False)
+    latest = memory.leaves()[-1].text
+    assert latest == 'User: And my cat?\nAssistant: {"name": "Miso", "sure": false}'
+    assert len(memory) == 2
+
+
+def test_a_structured_answer_from_the_provider_is_recorded_once() -> None:
+    memory = hashing_memory()
+    agent = create_agent(
+        scripted('{"name": "Pepper", "sure": true}'),
+        tools=[],
+        response_format=ProviderStrategy(Answer),
+        middleware=[MemTreeMemoryMiddleware(memory=memory)],
+    )
+    result = agent.invoke({"messages": [HumanMessage("What is my dog called?")]})
+    assert result["structured_response"] == Answer(name="Pepper", sure=True)
+    assert [leaf.text for leaf in memory.leaves()] == [
+        'User: What is my dog called?\nAssistant: {"name": "Pepper", "sure": true}'
+    ]
 
 
 @dataclass
