@@ -44,15 +44,22 @@ NamespaceChoice = Namespace | Callable[[Runtime[Any]], Namespace] | None
 
 def format_memories(hits: Sequence[RetrievedNode], header: str = MEMORY_HEADER) -> str:
     """The system-message section for retrieved memories: ``header``, then one bullet
-    per memory, best first, with its event date when known. Each bullet holds the
+    per memory, best first, with its event date when known. A summary's date is the
+    latest event below it, so it reads ``(up to 2024-06-02)``: the model should not
+    take a summary of months as something said that day. Each bullet holds the
     result's ``context`` (what the token budget was charged on); continuation lines
     are indented so a multi-line exchange stays one bullet."""
     lines = [header]
     for hit in hits:
         body = (hit.context or hit.text).replace("\n", "\n  ")
-        date = f"({hit.time.date().isoformat()}) " if hit.time is not None else ""
-        lines.append(f"- {date}{body}")
+        lines.append(f"- {_dated(hit)}{body}")
     return "\n".join(lines)
+
+
+def _dated(hit: RetrievedNode) -> str:
+    if hit.time is None:
+        return ""
+    return f"({'' if hit.is_leaf else 'up to '}{hit.time.date().isoformat()}) "
 
 
 class MemTreeMemoryMiddleware(AgentMiddleware):

@@ -13,8 +13,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from lc_fakes import PromptRecorder, hashing_memory, scripted
 from pydantic import BaseModel
 
-from langchain_memtree import MEMORY_HEADER, MemTreeMemoryMiddleware
-from memtree import MemTree
+from langchain_memtree import MEMORY_HEADER, MemTreeMemoryMiddleware, format_memories
+from memtree import MemTree, RetrievedNode
 
 
 def seeded() -> MemTree:
@@ -31,6 +31,26 @@ def system_text(recorder: PromptRecorder, call: int = 0) -> str:
     return first.text
 
 
+def dated(hit: RetrievedNode) -> str:
+    assert hit.time is not None
+    return f"({'' if hit.is_leaf else 'up to '}{hit.time.date().isoformat()}) "
+
+
+def test_a_summary_is_dated_by_its_latest_event_and_says_so() -> None:
+    memory = hashing_memory()
+    memory.add("User: Pepper the greyhound loves the beach.\nAssistant: Fun!", timestamp="2024-04-28")
+    memory.add("User: Pepper the greyhound loves the park.\nAssistant: Nice!", timestamp="2024-06-02")
+    memory.add("User: I work night shifts.\nAssistant: Tiring.", timestamp="2024-05-01")
+    hits = memory.retrieve("Pepper the greyhound loves", k=5)
+    assert [hit.is_leaf for hit in hits] == [False, True]  # the two Pepper rounds' summary, then a leaf
+    assert format_memories(hits) == (
+        f"{MEMORY_HEADER}\n"
+        "- (up to 2024-06-02) User: Pepper the greyhound loves the beach.\n  Assistant: Fun!\n"
+        "  User: Pepper the greyhound loves the park.\n  Assistant: Nice!\n"
+        "- (2024-05-01) User: I work night shifts.\n  Assistant: Tiring."
+    )
+
+
 def test_the_model_receives_the_relevant_memories_in_its_system_message() -> None:
     memory = seeded()
     middleware = MemTreeMemoryMiddleware(memory=memory, k=2, token_budget=200, record=False)
@@ -41,10 +61,7 @@ def test_the_model_receives_the_relevant_memories_in_its_system_message() -> Non
     agent.invoke({"messages": [HumanMessage("What is my greyhound called?")]}, config={"callbacks": [recorder]})
     expected_hits = memory.retrieve("What is my greyhound called?", k=2, token_budget=200)
     assert expected_hits[0].text.startswith("User: My greyhound is called Pepper.")
-    bullets = "\n".join(
-        f"- ({hit.time.date().isoformat()}) " + hit.context.replace("\n", "\n  ")  # type: ignore[union-attr]
-        for hit in expected_hits
-    )
+    bullets = "\n".join(f"- {dated(hit)}" + hit.context.replace("\n", "\n  ") for hit in expected_hits)
     assert system_text(recorder) == f"You are Maya's assistant.\n\n{MEMORY_HEADER}\n{bullets}"
     assert system_text(recorder).startswith(
         "You are Maya's assistant.\n\n## Relevant memories from earlier conversations\n"
@@ -66,10 +83,7 @@ def test_the_memory_section_stays_within_the_token_budget() -> None:
     assert section.startswith(MEMORY_HEADER + "\n- ")
     hits = memory.retrieve("greyhound nurse ramen", k=5, token_budget=12)
     assert sum(memory.config.token_counter(hit.context) for hit in hits) <= 12
-    assert section == MEMORY_HEADER + "\n" + "\n".join(
-        f"- ({h.time.date().isoformat()}) " + h.context.replace("\n", "\n  ")  # type: ignore[union-attr]
-        for h in hits
-    )
+    assert section == MEMORY_HEADER + "\n" + "\n".join(f"- {dated(h)}" + h.context.replace("\n", "\n  ") for h in hits)
 
 
 def test_each_answered_turn_is_recorded_once_and_recalled_in_the_next_run() -> None:
