@@ -27,9 +27,9 @@ from typing import Any
 from langchain_core._api import suppress_langchain_deprecation_warning
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
-from pydantic_core import PydanticSerializationError
 
 from langchain_memtree._calls import Call, Procedure, WriteLock, arun, run
+from langchain_memtree._json import UntaggableError, tag, untag
 from langchain_memtree.messages import Granularity, check_granularity, exchange_text, split_exchanges
 from memtree import MemTree
 from memtree.inputs import TimeLike
@@ -205,30 +205,32 @@ def _checked(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
 
 
 def _serialize(message: BaseMessage) -> dict[str, Any]:
-    """The log record of a message: ``message_to_dict``, or for the rare message whose
-    text no durable store can hold as JSON (NUL characters, lone surrogates), that
-    dict as escaped JSON in base64, so it still comes back exactly as given."""
-    data = message_to_dict(message)
+    """The log record of a message: ``message_to_dict``, stored as it is when it is
+    plain JSON. Values JSON has no type for (bytes in an image block, a datetime in
+    ``additional_kwargs``...) are tagged (see :mod:`langchain_memtree._json`) and the
+    record wrapped as ``{"tagged_json": ...}``; text no durable store can hold (NUL
+    characters, lone surrogates) makes it escaped JSON in base64. Either way the
+    message comes back exactly as given."""
     try:
-        json.dumps(data, ensure_ascii=False, allow_nan=False)  # is it JSON at all?
-    except (TypeError, ValueError):
-        try:
-            data = {"type": message.type, "data": message.model_dump(mode="json")}
-            json.dumps(data, ensure_ascii=False, allow_nan=False)
-        except (TypeError, ValueError, PydanticSerializationError) as error:
-            raise TypeError(
-                f"message {message.id or message.type!r} holds data that cannot be stored as JSON ({error}); "
-                "convert it (e.g. bytes to base64 text) before adding it"
-            ) from None
-    if unstorable(data):
-        return {_ENCODED: base64.b64encode(json.dumps(data).encode("ascii")).decode("ascii")}
-    return data
+        data, tagged = tag(message_to_dict(message))
+    except UntaggableError as error:
+        raise TypeError(
+            f"message {message.id or message.type!r} holds a {error} that cannot be stored as JSON; "
+            "convert it (e.g. to str or a list) before adding it"
+        ) from None
+    record = {_TAGGED: data} if tagged else data
+    if unstorable(record):
+        return {_ENCODED: base64.b64encode(json.dumps(record).encode("ascii")).decode("ascii")}
+    return record  # type: ignore[no-any-return]
 
 
 def _deserialize(record: dict[str, Any]) -> dict[str, Any]:
     if _ENCODED in record:
-        return json.loads(base64.b64decode(record[_ENCODED]))  # type: ignore[no-any-return]
+        record = json.loads(base64.b64decode(record[_ENCODED]))
+    if _TAGGED in record:
+        return untag(record[_TAGGED])  # type: ignore[no-any-return]
     return record
 
 
 _ENCODED = "escaped_json_base64"
+_TAGGED = "tagged_json"

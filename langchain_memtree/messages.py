@@ -1,10 +1,12 @@
 """What of a chat message is remembered, and how messages group into exchanges.
 
 A memory remembers what was *said*: the text parts of human and AI messages,
-labelled with the speaker (``"Maya: ..."``, ``"Assistant: ..."``). Everything else a
-message can carry — images, audio, tool calls, tool results, system prompts — is
-kept in the chat log exactly as given, but not put in the tree; each skipped part
-is logged at DEBUG level, never raised, so an unusual message cannot break a chat.
+labelled with the speaker (``"Maya: ..."``, ``"Assistant: ..."``); a generic
+``ChatMessage`` counts as the kind its role names (``"assistant"`` is AI).
+Everything else a message can carry — images, audio, tool calls, tool results,
+system prompts — is kept in the chat log exactly as given, but not put in the
+tree; each skipped part is logged at DEBUG level, never raised, so an unusual
+message cannot break a chat.
 
 Exchanges follow the paper: by default one human+AI *round* becomes one memory.
 A round starts with the user's message(s) and closes at the AI message that
@@ -18,7 +20,15 @@ import logging
 from collections.abc import Sequence
 from typing import Literal
 
-from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, HumanMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    FunctionMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 
 from langchain_memtree._text import storable
 
@@ -27,16 +37,48 @@ logger = logging.getLogger(__name__)
 Granularity = Literal["round", "message"]
 GRANULARITIES: tuple[str, ...] = ("round", "message")
 
+Role = Literal["human", "ai", "system", "tool", "other"]
+
+_CHAT_ROLES: dict[str, Role] = {
+    "user": "human",
+    "human": "human",
+    "assistant": "ai",
+    "ai": "ai",
+    "system": "system",
+    "developer": "system",
+    "tool": "tool",
+    "function": "tool",
+}
+"""``ChatMessage`` roles as the message classes they stand for (OpenAI's and LangChain's names)."""
+
+
+def role(message: BaseMessage) -> Role:
+    """Who sent the message: a ``ChatMessage`` counts as the class its role names
+    (``role="assistant"`` is an AI message), so generic messages group into rounds and
+    are remembered exactly like typed ones. Unknown roles are ``"other"``."""
+    if isinstance(message, ChatMessage):
+        return _CHAT_ROLES.get(message.role.strip().lower(), "other")
+    if isinstance(message, HumanMessage):
+        return "human"
+    if isinstance(message, AIMessage):
+        return "ai"
+    if isinstance(message, SystemMessage):
+        return "system"
+    if isinstance(message, (ToolMessage, FunctionMessage)):
+        return "tool"
+    return "other"
+
 
 def speaker(message: BaseMessage) -> str | None:
     """The label a remembered message is stored under, or ``None`` if its kind is not
-    remembered (system, tool and function messages)."""
-    if isinstance(message, HumanMessage):
+    remembered (system, tool and function messages, whatever their class)."""
+    sender = role(message)
+    if sender == "human":
         return message.name or "User"
-    if isinstance(message, AIMessage):
+    if sender == "ai":
         return message.name or "Assistant"
-    if isinstance(message, ChatMessage):
-        return message.name or message.role.capitalize()
+    if sender == "other" and isinstance(message, ChatMessage):  # a role we do not know: keep its name
+        return message.name or message.role.strip().capitalize()
     return None
 
 
@@ -88,7 +130,11 @@ def exchange_text(messages: Sequence[BaseMessage]) -> str:
 
 def closes_round(message: BaseMessage) -> bool:
     """Whether this message ends a round: an AI message that calls no tools."""
-    return isinstance(message, AIMessage) and not message.tool_calls
+    if role(message) != "ai":
+        return False
+    if isinstance(message, AIMessage):
+        return not message.tool_calls
+    return not message.additional_kwargs.get("tool_calls")  # a ChatMessage in OpenAI's format
 
 
 def split_exchanges(messages: Sequence[BaseMessage], granularity: Granularity) -> tuple[list[list[int]], list[int]]:
@@ -104,7 +150,7 @@ def split_exchanges(messages: Sequence[BaseMessage], granularity: Granularity) -
     complete: list[list[int]] = []
     current: list[int] = []
     for i, message in enumerate(messages):
-        if isinstance(message, HumanMessage) and any(isinstance(messages[j], AIMessage) for j in current):
+        if role(message) == "human" and any(role(messages[j]) == "ai" for j in current):
             complete.append(current)
             current = []
         current.append(i)
@@ -117,7 +163,7 @@ def split_exchanges(messages: Sequence[BaseMessage], granularity: Granularity) -
 def latest_human_text(messages: Sequence[BaseMessage]) -> str:
     """The text of the most recent human message (``""`` if there is none)."""
     for message in reversed(messages):
-        if isinstance(message, HumanMessage):
+        if role(message) == "human":
             return text_parts(message)
     return ""
 

@@ -6,8 +6,9 @@ Two hooks, both thin calls into the engine:
   relevant to the latest user message and appends them to the system message as
   a section (see :func:`format_memories`), within ``token_budget``;
 * after each model turn (``after_model``) that answers the user — an AI message
-  calling no tools — it records the exchange (the user's latest message and that
-  answer, as ``"User: ...\\nAssistant: ..."``) in the user's memory.
+  calling no tools, or a structured response (``response_format``) — it records
+  the exchange (the user's latest message and that answer, as
+  ``"User: ...\\nAssistant: ..."``) in the user's memory.
 
 The memory's namespace can be fixed or chosen per run from the LangGraph runtime
 (``namespace=lambda runtime: ("users", runtime.context.user_id)``).
@@ -15,17 +16,19 @@ The memory's namespace can be fixed or chosen per run from the LangGraph runtime
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 from langgraph.runtime import Runtime
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from langchain_memtree._calls import Call, Procedure, arun, run
-from langchain_memtree.messages import closes_round, exchange_text, latest_human_text
+from langchain_memtree.messages import closes_round, exchange_text, latest_human_text, role, text_parts
 from memtree import MemTree, RetrievedNode
 from memtree.config import RetrievalMode
 from memtree.inputs import TimeLike
@@ -41,15 +44,22 @@ NamespaceChoice = Namespace | Callable[[Runtime[Any]], Namespace] | None
 
 def format_memories(hits: Sequence[RetrievedNode], header: str = MEMORY_HEADER) -> str:
     """The system-message section for retrieved memories: ``header``, then one bullet
-    per memory, best first, with its event date when known. Each bullet holds the
+    per memory, best first, with its event date when known. A summary's date is the
+    latest event below it, so it reads ``(up to 2024-06-02)``: the model should not
+    take a summary of months as something said that day. Each bullet holds the
     result's ``context`` (what the token budget was charged on); continuation lines
     are indented so a multi-line exchange stays one bullet."""
     lines = [header]
     for hit in hits:
         body = (hit.context or hit.text).replace("\n", "\n  ")
-        date = f"({hit.time.date().isoformat()}) " if hit.time is not None else ""
-        lines.append(f"- {date}{body}")
+        lines.append(f"- {_dated(hit)}{body}")
     return "\n".join(lines)
+
+
+def _dated(hit: RetrievedNode) -> str:
+    if hit.time is None:
+        return ""
+    return f"({'' if hit.is_leaf else 'up to '}{hit.time.date().isoformat()}) "
 
 
 class MemTreeMemoryMiddleware(AgentMiddleware):
@@ -143,10 +153,12 @@ class MemTreeMemoryMiddleware(AgentMiddleware):
 
     def _record_steps(self, state: AgentState[Any], runtime: Runtime[Any]) -> Procedure[None]:
         messages: Sequence[BaseMessage] = state["messages"]
-        if not self.record or not messages or not closes_round(messages[-1]):
+        if not self.record or not messages:
+            return
+        answer = _answer(messages, state.get("structured_response"))
+        if answer is None:
             return  # no answer yet (the model is calling tools)
-        answer = messages[-1]
-        question = next((m for m in reversed(messages[:-1]) if isinstance(m, HumanMessage)), None)
+        question = next((m for m in reversed(messages) if role(m) == "human"), None)
         text = exchange_text([question, answer] if question is not None else [answer])
         if not text:
             logger.debug("exchange ending at %s has no text to remember", answer.id)
@@ -173,6 +185,39 @@ class MemTreeMemoryMiddleware(AgentMiddleware):
                 raise ValueError("namespace is a function of the runtime, but this call has no runtime")
             return self.memory.sibling(self.namespace(runtime))
         return self.memory.sibling(self.namespace)
+
+
+def _answer(messages: Sequence[BaseMessage], structured: Any) -> BaseMessage | None:
+    """The message that answers the user in this model turn, or ``None`` if the turn
+    only calls tools.
+
+    Usually the last message: an AI message calling no tools. With structured output
+    through a tool (``response_format=ToolStrategy(...)``) the answer is instead a
+    call to the schema's tool, which the model step itself answers with a
+    ``ToolMessage`` and a fresh ``structured_response`` (cleared on turns without
+    one); that answer is remembered as the AI message's own text, if any, followed
+    by the structured response as JSON, under the AI message's id.
+    """
+    if closes_round(messages[-1]):
+        return messages[-1]
+    if structured is None:
+        return None
+    end = len(messages)
+    while end > 0 and isinstance(messages[end - 1], ToolMessage):  # the model step's replies to the call
+        end -= 1
+    call = messages[end - 1] if end > 0 else None
+    if end == len(messages) or not isinstance(call, AIMessage) or not call.tool_calls:
+        return None
+    text = "\n".join(part for part in (text_parts(call), _rendered(structured)) if part)
+    return AIMessage(content=text, id=call.id, name=call.name)
+
+
+def _rendered(value: Any) -> str:
+    """A structured response (pydantic model, dataclass, dict...) as compact JSON text."""
+    try:
+        return json.dumps(to_jsonable_python(value), ensure_ascii=False)
+    except (PydanticSerializationError, TypeError, ValueError):
+        return str(value)
 
 
 def _with_section(system: SystemMessage | None, section: str) -> SystemMessage:

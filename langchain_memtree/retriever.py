@@ -14,11 +14,11 @@ from typing import Any
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from pydantic import ConfigDict
+from pydantic import ConfigDict, ValidationInfo, field_validator
 
 from memtree import MemTree, RetrievedNode
 from memtree.config import RetrievalMode
-from memtree.inputs import TimeLike
+from memtree.inputs import TimeLike, to_time_range
 
 OPTIONS = ("k", "token_budget", "mode", "leaves_only", "where", "time_range", "min_score")
 """Retrieval options a call may override."""
@@ -53,6 +53,23 @@ class MemTreeRetriever(BaseRetriever):
     where: dict[str, Any] | None = None
     time_range: tuple[TimeLike | None, TimeLike | None] | None = None
     min_score: float | None = None
+
+    @field_validator("k", "token_budget", mode="before")
+    @classmethod
+    def _positive(cls, value: Any, info: ValidationInfo) -> Any:
+        """Refuse a count the engine would refuse, now rather than at the first query."""
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            default = "config.k" if info.field_name == "k" else "config.token_budget"
+            raise ValueError(
+                f"{info.field_name} must be a positive integer, got {value!r}; pass None to use the memory's {default}"
+            )
+        return value
+
+    @field_validator("time_range")
+    @classmethod
+    def _times(cls, value: Any) -> Any:
+        to_time_range(value)  # raises, naming the bad side, for text that is not a date
+        return value
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **options: Any

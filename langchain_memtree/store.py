@@ -68,7 +68,10 @@ class MemTreeStore(BaseStore):
     whole value as JSON); the memory's embedder does the embedding, so ``dims``
     and ``embed`` are not taken. ``put(..., index=False)`` stores an item without
     indexing it; ``index=[...]`` names its fields for that put. ``mode``
-    (``"collapsed"`` or ``"traversal"``) is how searches walk each tree.
+    (``"collapsed"`` or ``"traversal"``; default: the memory's) is how searches
+    walk each tree. A traversal search lists first the items its beam reaches,
+    best first, then the other matching items by collapsed score, so ``limit``
+    and ``filter`` behave as in collapsed mode.
 
     Example::
 
@@ -197,40 +200,44 @@ class MemTreeStore(BaseStore):
 
         The filter applies to item values the tree does not hold, so this asks each
         tree for more leaves (4x per round) until enough items pass or every tree
-        has given all it has.
+        has given all it has. In traversal mode the beam reaches only a few leaves
+        whatever ``k`` is, so the items it reaches come first (best first) and the
+        other items follow by their collapsed score: ``limit`` and ``filter`` work
+        as in collapsed mode, and the beam decides what leads.
         """
         assert op.query is not None
         vector = yield Call(self._memories, "embed_query", (op.query,))
         memories = []
         for ns in namespaces:
             memories.append((ns, (yield Call(self._memories, "sibling", (ns,)))))
+        traversal = (self.mode or self._memories.config.mode) == "traversal"
+        options = {"leaves_only": True, "min_score": -1.0, "query_embedding": vector}
         k = wanted * 2 + 8
         while True:
-            leaves: list[tuple[float, NamespaceKey, str]] = []
+            leaves: list[tuple[int, float, NamespaceKey, str]] = []  # (tier, score, ...): tier 0 leads
             exhausted = True
             for ns, memory in memories:
-                results = yield Call(
-                    memory,
-                    "retrieve",
-                    (op.query,),
-                    {"k": k, "leaves_only": True, "mode": self.mode, "min_score": -1.0, "query_embedding": vector},
-                )
+                if traversal:
+                    reached = yield Call(memory, "retrieve", (op.query,), {"k": k, "mode": "traversal", **options})
+                    leaves += [(0, hit.score, ns, hit.source_id) for hit in reached if hit.source_id is not None]
+                results = yield Call(memory, "retrieve", (op.query,), {"k": k, "mode": "collapsed", **options})
                 exhausted = exhausted and len(results) < k
-                leaves += [(hit.score, ns, hit.source_id) for hit in results if hit.source_id is not None]
-            leaves.sort(key=lambda leaf: -leaf[0])
-            best: dict[tuple[NamespaceKey, str], float] = {}
-            for score, ns, item_key in leaves:
-                best.setdefault((ns, item_key), score)
+                leaves += [(1, hit.score, ns, hit.source_id) for hit in results if hit.source_id is not None]
+            leaves.sort(key=lambda leaf: (leaf[0], -leaf[1]))
+            best: dict[tuple[NamespaceKey, str], tuple[int, float]] = {}
+            for tier, score, ns, item_key in leaves:
+                best.setdefault((ns, item_key), (tier, score))
             hits: list[_Hit] = []
             for ns in namespaces:
                 keys = [item_key for (space, item_key) in best if space == ns]
                 records = (yield Call(self._records, "get_records", (ns, ITEMS, keys))) if keys else {}
                 hits += [
-                    (best[(ns, item_key)], ns, item_key, record)
+                    (best[(ns, item_key)][1], ns, item_key, record)
                     for item_key, record in records.items()
                     if matches(record["value"], op.filter)
                 ]
-            hits.sort(key=lambda hit: -(hit[0] or 0.0))
+            # beam-reached first; equal scores stay in namespace, then insertion, order
+            hits.sort(key=lambda hit: (best[(hit[1], hit[2])][0], -(hit[0] or 0.0)))
             if len(hits) >= wanted or exhausted:
                 return hits
             k *= 4

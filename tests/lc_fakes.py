@@ -5,6 +5,7 @@ chat model was sent. Both are real LangChain classes, only the answers are canne
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, date, datetime
 from typing import Any
 
 from langchain_core.callbacks import BaseCallbackHandler
@@ -62,4 +63,21 @@ def conversation() -> list[BaseMessage]:
             name="Maya",
         ),
         AIMessage("Pepper looks lovely!", id="a3"),
+    ]
+
+
+def values_json_lacks() -> list[BaseMessage]:
+    """Messages carrying values plain JSON has no type for, as real chats can."""
+    when = datetime(2024, 5, 1, 10, 30, tzinfo=UTC)
+    return [
+        HumanMessage(
+            content=[
+                {"type": "text", "text": "Listen to Pepper barking."},
+                {"type": "audio", "base64": b"RIFF-valid-utf8", "mime_type": "audio/wav"},
+                {"type": "image", "base64": b"\x89PNG\r\n\x1a\n\x00\xff\xfe", "mime_type": "image/png"},
+            ],
+            id="h-bytes",
+            additional_kwargs={"sent_at": when, "day": date(2024, 5, 1), "pair": (1, "two"), "$memtree": "mine"},
+        ),
+        AIMessage("What a loud dog!", id="a-int-keys", additional_kwargs={"ids": {1: "one", 2: "two"}}),
     ]

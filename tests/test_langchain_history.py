@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import logging
@@ -12,14 +13,22 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+    message_to_dict,
+)
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables.history import RunnableWithMessageHistory
-from lc_fakes import PromptRecorder, conversation, hashing_memory, scripted
+from lc_fakes import PromptRecorder, conversation, hashing_memory, scripted, values_json_lacks
 
 from langchain_memtree import MemTreeChatMessageHistory, MemTreeRetriever
 from langchain_memtree.history import MESSAGES
-from langchain_memtree.messages import speaker
+from langchain_memtree.messages import Granularity, speaker
 from memtree import HashingEmbedder, InMemoryStore, MemTree, MemTreeConfig
 from memtree.embed import Matrix
 
@@ -67,6 +76,40 @@ def test_message_granularity_remembers_each_message_with_text() -> None:
     ]  # the system prompt and the tool result stay in the log only
 
 
+@pytest.mark.parametrize("granularity", ["round", "message"])
+def test_chat_messages_count_as_the_kind_their_role_names(granularity: Granularity) -> None:
+    generic = [
+        ChatMessage("Be brief.", role="system", id="s"),
+        ChatMessage("I like green tea.", role="user", id="u1"),
+        ChatMessage("Noted.", role="assistant", id="a1"),
+        ChatMessage("And coffee in the morning.", role="human", id="u2"),
+        ChatMessage("Tool output", role="tool", id="t"),
+        ChatMessage("Noted too.", role="AI", id="a2"),
+        ChatMessage("Once upon a time.", role="narrator", id="n"),
+    ]
+    typed = [
+        SystemMessage("Be brief."),
+        HumanMessage("I like green tea."),
+        AIMessage("Noted."),
+        HumanMessage("And coffee in the morning."),
+        ToolMessage("Tool output", tool_call_id="c"),
+        AIMessage("Noted too."),
+    ]
+    history = MemTreeChatMessageHistory(hashing_memory(), session_id="chat", granularity=granularity)
+    history.add_messages(generic)
+    as_typed = MemTreeChatMessageHistory(hashing_memory(), session_id="chat", granularity=granularity)
+    as_typed.add_messages(typed)
+    assert history.messages == generic
+    expected = leaf_texts(as_typed.memory)  # the same memories as the typed messages give
+    narrator = ["Narrator: Once upon a time."] if granularity == "message" else []
+    assert leaf_texts(history.memory) == expected + narrator
+    said = ["User: I like green tea.", "Assistant: Noted.", "User: And coffee in the morning.", "Assistant: Noted too."]
+    assert expected == (["\n".join(said[:2]), "\n".join(said[2:])] if granularity == "round" else said)
+    if granularity == "round":  # the unknown role waits with the next round
+        history.add_messages([ChatMessage("Bye", role="user"), ChatMessage("Bye!", role="assistant")])
+        assert leaf_texts(history.memory)[-1] == "Narrator: Once upon a time.\nUser: Bye\nAssistant: Bye!"
+
+
 def test_content_without_text_is_logged_not_remembered_and_never_raises(caplog: pytest.LogCaptureFixture) -> None:
     history = MemTreeChatMessageHistory(hashing_memory(), session_id="odd", granularity="message")
     odd = [
@@ -84,6 +127,59 @@ def test_content_without_text_is_logged_not_remembered_and_never_raises(caplog: 
     logged = json.dumps(history.memory.store.get_records(history.namespace, MESSAGES), ensure_ascii=False)
     assert "\\u0000" not in logged and logged.encode("utf-8")
     assert "image_url" in caplog.text and "lookup" in caplog.text
+
+
+def test_values_json_lacks_are_logged_as_tagged_plain_json_and_come_back_exactly() -> None:
+    history = MemTreeChatMessageHistory(hashing_memory(), session_id="odd", granularity="message")
+    plain = HumanMessage("Plain words.", id="plain")
+    dirty = HumanMessage("nul\x00 and bytes", id="dirty", additional_kwargs={"raw": b"\x00\xff"})
+    messages = [*values_json_lacks(), plain, dirty]
+    history.add_messages(messages)
+    assert history.messages == messages
+    assert history.messages[0].content[1]["base64"] == b"RIFF-valid-utf8"  # type: ignore[index]  # still bytes
+    records = list(history.memory.store.get_records(history.namespace, MESSAGES).values())
+    json.loads(json.dumps(records, allow_nan=False))  # plain JSON, nothing else
+    assert records[2] == message_to_dict(plain)  # what needs no tag is stored as LangChain writes it
+    assert set(records[0]) == {"tagged_json"} and set(records[3]) == {"escaped_json_base64"}
+    data = records[0]["tagged_json"]["data"]
+    png = base64.b64encode(b"\x89PNG\r\n\x1a\n\x00\xff\xfe").decode()
+    assert data["content"][2]["base64"] == {"$memtree": "bytes", "value": png}
+    extras = data["additional_kwargs"]  # has a "$memtree" key of its own: stored as pairs
+    assert extras["$memtree"] == "dict" and ["$memtree", "mine"] in extras["value"]
+    assert ["sent_at", {"$memtree": "datetime", "value": "2024-05-01T10:30:00+00:00"}] in extras["value"]
+    assert leaf_texts(history.memory)[:2] == ["User: Listen to Pepper barking.", "Assistant: What a loud dog!"]
+
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.text(),
+    st.binary(),
+    st.datetimes(timezones=st.none() | st.timezones()),
+    st.dates(),
+    st.times(timezones=st.none() | st.timezones()),
+)
+nested = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=8) | st.integers() | st.just("$memtree"), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(extras=st.dictionaries(st.text(max_size=8), nested, max_size=4))
+def test_any_mix_of_such_values_survives_the_log(extras: dict[str, object]) -> None:
+    message = AIMessage("ok", id="m", additional_kwargs=extras)
+    history = MemTreeChatMessageHistory(hashing_memory(), session_id="s", granularity="message")
+    history.add_messages([message])
+    back = history.messages[0].additional_kwargs
+    assert back == extras and repr(back) == repr(extras)  # same types too (tuple stays tuple, bytes bytes)
 
 
 def test_clear_forgets_log_pending_and_tree_of_that_session_only() -> None:
@@ -207,7 +303,7 @@ def test_works_with_runnable_with_message_history() -> None:
     ]
 
 
-speakers = st.sampled_from(["human", "ai", "ai-tools", "tool", "system"])
+speakers = st.sampled_from(["human", "ai", "ai-tools", "tool", "system", "chat-user", "chat-assistant", "chat-system"])
 
 
 def build(kinds: list[str]) -> list[BaseMessage]:
@@ -220,6 +316,8 @@ def build(kinds: list[str]) -> list[BaseMessage]:
             out.append(AIMessage(text, id=f"m{i}"))
         elif kind == "ai-tools":
             out.append(AIMessage(text, id=f"m{i}", tool_calls=[{"name": "f", "args": {}, "id": f"c{i}"}]))
+        elif kind.startswith("chat-"):
+            out.append(ChatMessage(text, role=kind.removeprefix("chat-"), id=f"m{i}"))
         elif kind == "tool":
             out.append(ToolMessage(text, tool_call_id=f"c{i}", id=f"m{i}"))
         else:

@@ -6,13 +6,15 @@ from dataclasses import dataclass
 
 import pytest
 from langchain.agents import create_agent
+from langchain.agents.structured_output import ProviderStrategy, ToolStrategy
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from lc_fakes import PromptRecorder, hashing_memory, scripted
+from pydantic import BaseModel
 
-from langchain_memtree import MEMORY_HEADER, MemTreeMemoryMiddleware
-from memtree import MemTree
+from langchain_memtree import MEMORY_HEADER, MemTreeMemoryMiddleware, format_memories
+from memtree import MemTree, RetrievedNode
 
 
 def seeded() -> MemTree:
@@ -29,6 +31,26 @@ def system_text(recorder: PromptRecorder, call: int = 0) -> str:
     return first.text
 
 
+def dated(hit: RetrievedNode) -> str:
+    assert hit.time is not None
+    return f"({'' if hit.is_leaf else 'up to '}{hit.time.date().isoformat()}) "
+
+
+def test_a_summary_is_dated_by_its_latest_event_and_says_so() -> None:
+    memory = hashing_memory()
+    memory.add("User: Pepper the greyhound loves the beach.\nAssistant: Fun!", timestamp="2024-04-28")
+    memory.add("User: Pepper the greyhound loves the park.\nAssistant: Nice!", timestamp="2024-06-02")
+    memory.add("User: I work night shifts.\nAssistant: Tiring.", timestamp="2024-05-01")
+    hits = memory.retrieve("Pepper the greyhound loves", k=5)
+    assert [hit.is_leaf for hit in hits] == [False, True]  # the two Pepper rounds' summary, then a leaf
+    assert format_memories(hits) == (
+        f"{MEMORY_HEADER}\n"
+        "- (up to 2024-06-02) User: Pepper the greyhound loves the beach.\n  Assistant: Fun!\n"
+        "  User: Pepper the greyhound loves the park.\n  Assistant: Nice!\n"
+        "- (2024-05-01) User: I work night shifts.\n  Assistant: Tiring."
+    )
+
+
 def test_the_model_receives_the_relevant_memories_in_its_system_message() -> None:
     memory = seeded()
     middleware = MemTreeMemoryMiddleware(memory=memory, k=2, token_budget=200, record=False)
@@ -39,10 +61,7 @@ def test_the_model_receives_the_relevant_memories_in_its_system_message() -> Non
     agent.invoke({"messages": [HumanMessage("What is my greyhound called?")]}, config={"callbacks": [recorder]})
     expected_hits = memory.retrieve("What is my greyhound called?", k=2, token_budget=200)
     assert expected_hits[0].text.startswith("User: My greyhound is called Pepper.")
-    bullets = "\n".join(
-        f"- ({hit.time.date().isoformat()}) " + hit.context.replace("\n", "\n  ")  # type: ignore[union-attr]
-        for hit in expected_hits
-    )
+    bullets = "\n".join(f"- {dated(hit)}" + hit.context.replace("\n", "\n  ") for hit in expected_hits)
     assert system_text(recorder) == f"You are Maya's assistant.\n\n{MEMORY_HEADER}\n{bullets}"
     assert system_text(recorder).startswith(
         "You are Maya's assistant.\n\n## Relevant memories from earlier conversations\n"
@@ -64,10 +83,7 @@ def test_the_memory_section_stays_within_the_token_budget() -> None:
     assert section.startswith(MEMORY_HEADER + "\n- ")
     hits = memory.retrieve("greyhound nurse ramen", k=5, token_budget=12)
     assert sum(memory.config.token_counter(hit.context) for hit in hits) <= 12
-    assert section == MEMORY_HEADER + "\n" + "\n".join(
-        f"- ({h.time.date().isoformat()}) " + h.context.replace("\n", "\n  ")  # type: ignore[union-attr]
-        for h in hits
-    )
+    assert section == MEMORY_HEADER + "\n" + "\n".join(f"- {dated(h)}" + h.context.replace("\n", "\n  ") for h in hits)
 
 
 def test_each_answered_turn_is_recorded_once_and_recalled_in_the_next_run() -> None:
@@ -105,6 +121,67 @@ def test_each_answered_turn_is_recorded_once_and_recalled_in_the_next_run() -> N
     state = agent.get_state(config).values
     middleware.after_model(state, None)  # type: ignore[arg-type]  # a replayed hook changes nothing
     assert len(maya) == 2
+
+
+class Answer(BaseModel):
+    """The pet's name and how sure the assistant is."""
+
+    name: str
+    sure: bool
+
+
+def test_a_structured_answer_through_a_tool_is_recorded_once() -> None:
+    memory = hashing_memory()
+
+    @tool
+    def lookup(topic: str) -> str:
+        """Look a topic up in the user's notes."""
+        return "Maya's greyhound is Pepper."
+
+    model = scripted(
+        AIMessage("", tool_calls=[{"name": "lookup", "args": {"topic": "dog"}, "id": "l1"}]),
+        AIMessage("Found it.", tool_calls=[{"name": "Answer", "args": {"name": "Pepper", "sure": True}, "id": "s1"}]),
+        AIMessage("", tool_calls=[{"name": "Answer", "args": {"name": "Miso", "sure": False}, "id": "s2"}]),
+    )
+    middleware = MemTreeMemoryMiddleware(memory=memory, clock=lambda: "2024-09-01")
+    agent = create_agent(
+        model,
+        tools=[lookup],
+        response_format=ToolStrategy(Answer),
+        middleware=[middleware],
+        checkpointer=InMemorySaver(),
+    )
+    config = {"configurable": {"thread_id": "t1"}}
+    result = agent.invoke({"messages": [HumanMessage("What is my dog called?")]}, config=config)
+    assert result["structured_response"] == Answer(name="Pepper", sure=True)
+    assert [type(m).__name__ for m in result["messages"]][-2:] == ["AIMessage", "ToolMessage"]
+    assert [leaf.text for leaf in memory.leaves()] == [
+        'User: What is my dog called?\nAssistant: Found it.\n{"name": "Pepper", "sure": true}'
+    ]  # the lookup turn is not an answer; the structured one is, once
+    assert memory.leaves()[0].source_id == result["messages"][-2].id
+    middleware.after_model(agent.get_state(config).values, None)  # type: ignore[arg-type]  # a replay
+    assert len(memory) == 1
+
+    result = agent.invoke({"messages": [HumanMessage("And my cat?")]}, config=config)
+    assert result["structured_response"] == Answer(name="Miso", sure=False)
+    latest = memory.leaves()[-1].text
+    assert latest == 'User: And my cat?\nAssistant: {"name": "Miso", "sure": false}'
+    assert len(memory) == 2
+
+
+def test_a_structured_answer_from_the_provider_is_recorded_once() -> None:
+    memory = hashing_memory()
+    agent = create_agent(
+        scripted('{"name": "Pepper", "sure": true}'),
+        tools=[],
+        response_format=ProviderStrategy(Answer),
+        middleware=[MemTreeMemoryMiddleware(memory=memory)],
+    )
+    result = agent.invoke({"messages": [HumanMessage("What is my dog called?")]})
+    assert result["structured_response"] == Answer(name="Pepper", sure=True)
+    assert [leaf.text for leaf in memory.leaves()] == [
+        'User: What is my dog called?\nAssistant: {"name": "Pepper", "sure": true}'
+    ]
 
 
 @dataclass

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage
-from lc_fakes import PromptRecorder, conversation, scripted
+from lc_fakes import PromptRecorder, conversation, scripted, values_json_lacks
 
 from langchain_memtree import MEMORY_HEADER, MemTreeChatMessageHistory, MemTreeMemoryMiddleware, MemTreeStore
 from memtree import HashingEmbedder, MemTree, MemTreeConfig
@@ -91,6 +92,10 @@ def test_middleware_recalls_what_an_earlier_process_recorded(tmp_path: Path) -> 
 def test_history_and_store_on_postgresql(postgres_dsn: str) -> None:
     round_trip_history(postgres_dsn)
     round_trip_store(postgres_dsn)
+    with open_memory(postgres_dsn) as memory:
+        MemTreeChatMessageHistory(memory, session_id="odd").add_messages(values_json_lacks())
+    with open_memory(postgres_dsn) as memory:
+        assert MemTreeChatMessageHistory(memory, session_id="odd").messages == values_json_lacks()
 
 
 def test_messages_that_json_cannot_carry_come_back_exactly_from_sqlite(tmp_path: Path) -> None:
@@ -105,4 +110,20 @@ def test_messages_that_json_cannot_carry_come_back_exactly_from_sqlite(tmp_path:
         assert history.messages == odd
         assert [leaf.text for leaf in history.memory.leaves()] == [
             "User: nul , lone ? and a literal \\u0000\nAssistant: Noted."
+        ]
+
+
+def test_bytes_datetimes_and_tuples_come_back_exactly_from_sqlite(tmp_path: Path) -> None:
+    messages = values_json_lacks()
+    with open_memory(tmp_path / "memory.db") as memory:
+        MemTreeChatMessageHistory(memory, session_id="odd").add_messages(messages)
+    with open_memory(tmp_path / "memory.db") as memory:
+        history = MemTreeChatMessageHistory(memory, session_id="odd")
+        back = history.messages
+        assert back == messages
+        assert back[0].content[2]["base64"] == b"\x89PNG\r\n\x1a\n\x00\xff\xfe"  # type: ignore[index]
+        assert back[0].additional_kwargs["sent_at"] == datetime(2024, 5, 1, 10, 30, tzinfo=UTC)
+        assert type(back[0].additional_kwargs["pair"]) is tuple
+        assert [leaf.text for leaf in history.memory.leaves()] == [
+            "User: Listen to Pepper barking.\nAssistant: What a loud dog!"
         ]

@@ -107,3 +107,12 @@ def test_bad_options_are_refused_clearly() -> None:
         retriever.invoke("cello", mode="beam")
     with pytest.raises(ValueError, match="Input should be an instance of MemTree"):
         MemTreeRetriever(memory="not a memory")  # type: ignore[arg-type]
+    memory = populated()
+    for field, bad in [("k", 0), ("k", -2), ("k", True), ("k", "3"), ("token_budget", 0), ("token_budget", -5)]:
+        with pytest.raises(ValueError, match=f"{field} must be a positive integer, got {bad!r}; pass None"):
+            MemTreeRetriever(memory=memory, **{field: bad})
+    with pytest.raises(ValueError, match="time_range start 'someday' is not an ISO 8601 date"):
+        MemTreeRetriever(memory=memory, time_range=("someday", None))
+    with pytest.raises(ValueError, match="time_range starts after it ends"):
+        MemTreeRetriever(memory=memory, time_range=("2024-02-01", "2024-01-01"))
+    assert len(MemTreeRetriever(memory=memory, k=1, token_budget=None).invoke("cello")) == 1

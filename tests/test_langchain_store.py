@@ -324,3 +324,34 @@ def test_traversal_search_and_unknown_modes() -> None:
     store = filled(mode="traversal")
     results = store.search(("users",), query="Leo plays the cello in a string quartet.", limit=2)
     assert keys(results)[0] == (("users", "leo"), "music") and results[0].score == pytest.approx(1.0, abs=1e-5)
+
+
+def test_traversal_search_fills_the_limit_beam_first_and_filters_work() -> None:
+    words = ["dog", "cat", "ramen", "cello", "nurse", "oslo", "lisbon", "bike", "tram"]
+    words += ["bakery", "tea", "coffee", "rain", "snow", "sun", "moon", "river", "hill"]
+    store = MemTreeStore(hashing_memory(), index={"fields": ["text"]}, mode="traversal")
+    for i in range(40):  # every text a different 4-word pick: a tree several levels deep
+        text = " ".join(words[(i * j + i // 7) % len(words)] for j in (1, 3, 5, 7))
+        store.put(("n",), f"k{i}", {"text": text, "i": i})
+    query = "dog cat tea"
+    tree = store.tree(("n",))
+    options: dict[str, Any] = {"leaves_only": True, "min_score": -1.0, "k": 100}
+    beam = {hit.source_id: hit.score for hit in tree.retrieve(query, mode="traversal", **options)}
+    collapsed = {hit.source_id: hit.score for hit in tree.retrieve(query, mode="collapsed", **options)}
+    assert 0 < len(beam) < 10  # the beam alone would not fill the page
+    others = sorted((score for key, score in collapsed.items() if key not in beam), reverse=True)
+
+    results = store.search(("n",), query=query, limit=10)
+    found = [(item.key, item.score) for item in results]
+    assert len(found) == 10 and len({key for key, _ in found}) == 10
+    lead, rest = found[: len(beam)], found[len(beam) :]
+    assert dict(lead) == beam and [s for _, s in lead] == sorted(beam.values(), reverse=True)  # the beam leads
+    assert all(collapsed[key] == score for key, score in rest)  # then the others by collapsed score
+    assert [score for _, score in rest] == others[: len(rest)]
+    assert keys(store.search(("n",), query=query, limit=4, offset=6)) == keys(results[6:10])
+
+    late = store.search(("n",), query=query, limit=10, filter={"i": {"$gte": 30}})
+    assert sorted(item.value["i"] for item in late) == list(range(30, 40))
+    reached = {key for key in beam if int(key[1:]) >= 30}
+    assert {item.key for item in late[: len(reached)]} == reached
+    assert len(store.search(("n",), query=query, limit=50)) == 40
