@@ -23,6 +23,7 @@ from llama_index.core.schema import BaseNode, Document, IndexNode, TransformComp
 from llama_index.core.storage.docstore.types import RefDocInfo
 from llama_index.core.storage.storage_context import StorageContext
 
+from llamaindex_memtree.engines import engine_options
 from llamaindex_memtree.nodes import holds, leaf_item, without_empty_documents, without_empty_nodes
 from llamaindex_memtree.persist import attach_snapshot, new_snapshot_key, restore_snapshot
 from llamaindex_memtree.retriever import MemTreeRetriever
@@ -38,6 +39,16 @@ INDEX_CONFIG = MemTreeConfig(deduplicate=False)
 """Config of the memory an index makes for itself. Duplicate texts stay separate
 leaves: each belongs to its own node, and deleting one document must not take
 another document's identical chunk with it."""
+
+RETRIEVER_OPTIONS: tuple[str, ...] = (
+    "leaves_only",
+    "filters",
+    "time_range",
+    "min_score",
+    "verbose",
+    "callback_manager",
+)
+"""Keyword arguments ``as_retriever`` hands to :class:`MemTreeRetriever` beside the named ones."""
 
 
 class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
@@ -310,17 +321,24 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
         token_budget: int | None = None,
         **kwargs: Any,
     ) -> MemTreeRetriever:
-        """A :class:`MemTreeRetriever` over this index's tree (options there).
+        """A :class:`MemTreeRetriever` over this index's tree (options there:
+        ``leaves_only``, ``filters``, ``time_range``, ``min_score``, ``verbose``,
+        ``callback_manager``).
 
-        Other keyword arguments are for the query or chat engine that
-        ``as_query_engine`` / ``as_chat_engine`` build around the retriever, and
-        are ignored here.
+        ``as_query_engine`` and ``as_chat_engine`` pass their own keyword arguments
+        here too (``response_mode``, ``system_prompt``…); those are accepted and
+        left to the engine. Anything else raises ``TypeError``: a misspelt option
+        (``top_k`` for ``similarity_top_k``) must not silently fall back to a default.
         """
-        options = {
-            name: kwargs[name]
-            for name in ("leaves_only", "filters", "time_range", "min_score", "verbose")
-            if name in kwargs
-        }
+        unknown = sorted(set(kwargs) - set(RETRIEVER_OPTIONS) - engine_options())
+        if unknown:
+            accepted = ", ".join(["mode", "similarity_top_k", "token_budget", *RETRIEVER_OPTIONS])
+            raise TypeError(
+                f"as_retriever() got unknown keyword argument(s) {', '.join(map(repr, unknown))}; "
+                f"MemTreeIndex retrievers take {accepted} (and the query and chat engines' own options "
+                "when called through as_query_engine / as_chat_engine)"
+            )
+        options = {name: kwargs[name] for name in RETRIEVER_OPTIONS if name in kwargs and name != "callback_manager"}
         return MemTreeRetriever(
             self._memory,
             mode=mode,
