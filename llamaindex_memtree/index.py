@@ -23,11 +23,18 @@ from llama_index.core.schema import BaseNode, Document, IndexNode, TransformComp
 from llama_index.core.storage.docstore.types import RefDocInfo
 from llama_index.core.storage.storage_context import StorageContext
 
+from llamaindex_memtree.engines import engine_options
 from llamaindex_memtree.nodes import holds, leaf_item, without_empty_documents, without_empty_nodes
 from llamaindex_memtree.persist import attach_snapshot, new_snapshot_key, restore_snapshot
 from llamaindex_memtree.retriever import MemTreeRetriever
 from llamaindex_memtree.settings import memory_from_settings
-from llamaindex_memtree.struct import MemTreeIndexStruct, register
+from llamaindex_memtree.struct import (
+    SAMPLED_SOURCE_IDS,
+    MemTreeIndexStruct,
+    config_fields,
+    register,
+    stored_config,
+)
 from memtree import InMemoryStore, MemTree, MemTreeConfig
 from memtree.inputs import Item
 from memtree.tree import AGGREGATION_MODES, Aggregation
@@ -38,6 +45,16 @@ INDEX_CONFIG = MemTreeConfig(deduplicate=False)
 """Config of the memory an index makes for itself. Duplicate texts stay separate
 leaves: each belongs to its own node, and deleting one document must not take
 another document's identical chunk with it."""
+
+RETRIEVER_OPTIONS: tuple[str, ...] = (
+    "leaves_only",
+    "filters",
+    "time_range",
+    "min_score",
+    "verbose",
+    "callback_manager",
+)
+"""Keyword arguments ``as_retriever`` hands to :class:`MemTreeRetriever` beside the named ones."""
 
 
 class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
@@ -58,9 +75,12 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
     ``"eager"`` procedure, the default).
 
     ``index.storage_context.persist(dir)`` saves an in-memory tree beside the
-    docstore; ``load_index_from_storage(StorageContext.from_defaults(persist_dir=dir))``
-    gives it back (pass ``memory=`` to choose its models, or to reopen a durable
-    tree). Import ``llamaindex_memtree`` first so LlamaIndex knows the index type.
+    docstore, with the memory's config; ``load_index_from_storage(
+    StorageContext.from_defaults(persist_dir=dir))`` gives both back, embedding
+    with ``Settings.embed_model`` (or the offline default), which must be the model
+    the tree was built with. Pass ``memory=`` to choose the models and config
+    yourself, or to reopen a durable tree: the memory must hold this index's tree.
+    Import ``llamaindex_memtree`` first so LlamaIndex knows the index type.
 
     Example::
 
@@ -103,6 +123,7 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
             self._timestamp_key = index_struct.timestamp_key
             self._aggregation = aggregation or cast("Aggregation | None", index_struct.aggregation)
             self._memory = _reopen(index_struct, storage_context, memory)
+            index_struct.config = config_fields(self._memory.config)  # an explicit memory's config wins
         if self._memory.config.deduplicate:
             logger.warning(
                 "this memory stores identical texts once (config.deduplicate=True): nodes with the same "
@@ -196,8 +217,9 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
             snapshot=snapshot,
             timestamp_key=self._timestamp_key,
             aggregation=self._aggregation,
+            config=config_fields(memory.config),
         )
-        self._insert(nodes)
+        self._insert(nodes, struct=struct)
         return struct
 
     def build_index_from_nodes(self, nodes: Sequence[BaseNode], **build_kwargs: Any) -> MemTreeIndexStruct:
@@ -226,6 +248,7 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
             items, replaced = self._changes(nodes)
             await self._memory.adelete_many(replaced)
             await self._memory.aadd_many(**_columns(items), aggregation=self._aggregation)
+            self._note_leaves(self._index_struct, [item.source_id for item in items])
             await self._storage_context.index_store.async_add_index_struct(self._index_struct)
 
     def _checked(self, nodes: Sequence[BaseNode]) -> list[BaseNode]:
@@ -236,10 +259,32 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
             leaf_item(node, self._timestamp_key)
         return kept
 
-    def _insert(self, nodes: Sequence[BaseNode], **insert_kwargs: Any) -> None:
+    def _insert(
+        self, nodes: Sequence[BaseNode], struct: MemTreeIndexStruct | None = None, **insert_kwargs: Any
+    ) -> None:
         items, replaced = self._changes(nodes)
         self._memory.delete_many(replaced)
         self._memory.add_many(**_columns(items), aggregation=self._aggregation)
+        self._note_leaves(struct if struct is not None else self._index_struct, [item.source_id for item in items])
+
+    def _note_leaves(self, struct: MemTreeIndexStruct, added: Sequence[str | None] = ()) -> None:
+        """Record in ``struct`` how many leaves the memory holds and a few of this
+        index's node ids, by which a load recognizes the tree (see :func:`_check_holds`).
+
+        Sampled ids that left the tree are dropped and new ones fill the sample up:
+        a handful of ``find`` lookups per change, whatever the tree's size.
+        """
+        kept = [source for source in struct.source_ids if self._memory.find(source_id=source)]
+        for source in added:
+            if len(kept) >= SAMPLED_SOURCE_IDS:
+                break
+            if source is not None and source not in kept:
+                kept.append(source)
+        if not kept:  # every sampled leaf deleted: sample what remains
+            kept = [leaf.source_id for leaf in self._memory.leaves() if leaf.source_id is not None]
+            kept = list(dict.fromkeys(kept))[:SAMPLED_SOURCE_IDS]
+        struct.source_ids = kept
+        struct.leaf_count = len(self._memory)
 
     def _changes(self, nodes: Sequence[BaseNode]) -> tuple[list[Item], list[str]]:
         """The leaves to add for ``nodes`` and the stored leaves they replace.
@@ -264,6 +309,7 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
         node_ids = list(node_ids)  # delete_ref_doc passes a list the docstore edits as it deletes
         with self._callback_manager.as_trace("delete_nodes"):
             self._memory.delete_many(self._leaves_of(node_ids))
+            self._note_leaves(self._index_struct)
             if delete_from_docstore:
                 for node_id in node_ids:
                     self.docstore.delete_document(node_id, raise_error=False)
@@ -276,6 +322,7 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
         node_ids = list(node_ids)
         with self._callback_manager.as_trace("adelete_nodes"):
             await self._memory.adelete_many(self._leaves_of(node_ids))
+            self._note_leaves(self._index_struct)
             if delete_from_docstore:
                 for node_id in node_ids:
                     await self.docstore.adelete_document(node_id, raise_error=False)
@@ -283,6 +330,7 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
 
     def _delete_node(self, node_id: str, **delete_kwargs: Any) -> None:
         self._memory.delete_many(self._leaves_of([node_id]))
+        self._note_leaves(self._index_struct)
 
     def _leaves_of(self, node_ids: Sequence[str]) -> list[str]:
         return [leaf_id for node_id in node_ids for leaf_id in self._memory.find(source_id=node_id)]
@@ -310,17 +358,24 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
         token_budget: int | None = None,
         **kwargs: Any,
     ) -> MemTreeRetriever:
-        """A :class:`MemTreeRetriever` over this index's tree (options there).
+        """A :class:`MemTreeRetriever` over this index's tree (options there:
+        ``leaves_only``, ``filters``, ``time_range``, ``min_score``, ``verbose``,
+        ``callback_manager``).
 
-        Other keyword arguments are for the query or chat engine that
-        ``as_query_engine`` / ``as_chat_engine`` build around the retriever, and
-        are ignored here.
+        ``as_query_engine`` and ``as_chat_engine`` pass their own keyword arguments
+        here too (``response_mode``, ``system_prompt``…); those are accepted and
+        left to the engine. Anything else raises ``TypeError``: a misspelt option
+        (``top_k`` for ``similarity_top_k``) must not silently fall back to a default.
         """
-        options = {
-            name: kwargs[name]
-            for name in ("leaves_only", "filters", "time_range", "min_score", "verbose")
-            if name in kwargs
-        }
+        unknown = sorted(set(kwargs) - set(RETRIEVER_OPTIONS) - engine_options())
+        if unknown:
+            accepted = ", ".join(["mode", "similarity_top_k", "token_budget", *RETRIEVER_OPTIONS])
+            raise TypeError(
+                f"as_retriever() got unknown keyword argument(s) {', '.join(map(repr, unknown))}; "
+                f"MemTreeIndex retrievers take {accepted} (and the query and chat engines' own options "
+                "when called through as_query_engine / as_chat_engine)"
+            )
+        options = {name: kwargs[name] for name in RETRIEVER_OPTIONS if name in kwargs and name != "callback_manager"}
         return MemTreeRetriever(
             self._memory,
             mode=mode,
@@ -342,11 +397,12 @@ def _describe(struct: IndexStruct) -> str:
 
 
 def _reopen(struct: MemTreeIndexStruct, storage_context: StorageContext, memory: MemTree | None) -> MemTree:
-    """The tree of a stored index: restored from its snapshot, or ``memory`` itself
-    when the tree lives in a durable store."""
+    """The tree of a stored index: restored from its snapshot (into a memory with
+    the stored config, unless ``memory`` is given), or ``memory`` itself when the
+    tree lives in a durable store, checked to hold it."""
     namespace = tuple(struct.namespace)
     if struct.snapshot is not None:
-        target = memory if memory is not None else memory_from_settings(INDEX_CONFIG)
+        target = memory if memory is not None else memory_from_settings(stored_config(struct) or INDEX_CONFIG)
         restore_snapshot(storage_context, struct.snapshot, target)
         return target
     if memory is None:
@@ -360,7 +416,42 @@ def _reopen(struct: MemTreeIndexStruct, storage_context: StorageContext, memory:
             f"this MemTreeIndex was built in namespace {namespace!r} but the memory given is in "
             f"{memory.namespace!r}; pass memory.with_namespace({namespace!r})"
         )
+    _check_holds(struct, memory)
     return memory
+
+
+def _check_holds(struct: MemTreeIndexStruct, memory: MemTree) -> None:
+    """Refuse a memory that does not hold the index's tree (another database, a new
+    in-memory tree): loading it would give an index whose docstore has nodes and
+    whose retrieval finds none of them.
+
+    The tree may have changed since the struct was written (other processes share a
+    durable store), so only a memory holding *none* of the sampled nodes, or no
+    leaves at all where the index had some, is refused; some sampled nodes missing
+    is logged.
+    """
+    expected = struct.leaf_count
+    if expected is None:  # persisted before the struct recorded its leaves
+        return
+    missing = [source for source in struct.source_ids if not memory.find(source_id=source)]
+    held = len(memory)
+    if (expected > 0 and held == 0) or (struct.source_ids and len(missing) == len(struct.source_ids)):
+        where = f"{type(memory.store).__name__}, namespace {memory.namespace!r}"
+        example = f" (such as node {struct.source_ids[0]!r})" if struct.source_ids else ""
+        raise ValueError(
+            f"the memory given ({where}) does not hold this MemTreeIndex's tree: the index was built in a "
+            f"{struct.store} and had {expected} leaves, the memory holds {held} and none of the index's "
+            f"nodes{example}; pass the memory the index was built in, e.g. "
+            f"MemTree.open(<the same SQLite path or PostgreSQL DSN>, namespace={tuple(struct.namespace)!r})"
+        )
+    if missing:
+        logger.warning(
+            "the memory given lacks %d of %d sampled nodes of this MemTreeIndex (%s); the tree changed "
+            "since the index was persisted, and those nodes will not be retrieved",
+            len(missing),
+            len(struct.source_ids),
+            ", ".join(missing),
+        )
 
 
 def _columns(items: Sequence[Item]) -> dict[str, Any]:

@@ -32,6 +32,12 @@ class MemTreeMemoryBlock(BaseMemoryBlock[str]):
     ``memory`` defaults to an in-memory tree with ``Settings``' models when set,
     else the offline defaults; pass ``MemTree.open(path)`` to keep it across runs.
 
+    ``Memory`` reads the block for its ``session_id``. As with LlamaIndex's
+    ``VectorMemoryBlock``, a block shared by several sessions then returns only the
+    reading session's memories: its leaves (summaries mix sessions, so they are
+    left out). To remember across sessions (a new ``Memory`` per run over the same
+    durable tree), reuse the ``session_id`` or set ``session_scoped=False``.
+
     Example::
 
         block = MemTreeMemoryBlock(memory=MemTree.open("chat.db"), token_limit=400)
@@ -45,6 +51,9 @@ class MemTreeMemoryBlock(BaseMemoryBlock[str]):
     mode: str | None = Field(default=None, description="'collapsed' or 'traversal'; None: the memory's default.")
     retrieval_context_window: int = Field(default=1, gt=0, description="Latest messages the query is made of.")
     min_score: float | None = Field(default=None, description="Least similarity a memory needs; None: the memory's.")
+    session_scoped: bool = Field(
+        default=True, description="Read only the memories of the session reading (its session_id); False: all."
+    )
 
     @field_validator("memory", mode="before")
     @classmethod
@@ -53,14 +62,23 @@ class MemTreeMemoryBlock(BaseMemoryBlock[str]):
             raise TypeError(f"memory must be a memtree.MemTree, got {type(value).__name__}")
         return value
 
-    async def _aget(self, messages: list[ChatMessage] | None = None, **block_kwargs: Any) -> str:
-        """The memories most relevant to the latest messages, one per line."""
+    async def _aget(
+        self, messages: list[ChatMessage] | None = None, session_id: str | None = None, **block_kwargs: Any
+    ) -> str:
+        """The memories most relevant to the latest messages, one per line (only
+        ``session_id``'s when given and the block is ``session_scoped``)."""
         recent = (messages or [])[-self.retrieval_context_window :]
         query = " ".join(text for text in map(_text_of, recent) if text)
         if not query.strip():
             return ""
+        where = {"session_id": session_id} if session_id is not None and self.session_scoped else None
         hits = await self.memory.aretrieve(
-            query, k=self.similarity_top_k, token_budget=self.token_limit, mode=self.mode, min_score=self.min_score
+            query,
+            k=self.similarity_top_k,
+            token_budget=self.token_limit,
+            mode=self.mode,
+            min_score=self.min_score,
+            where=where,
         )
         return "\n".join(hit.context for hit in hits)
 

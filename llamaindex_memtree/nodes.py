@@ -41,9 +41,15 @@ def node_text(node: BaseNode) -> str:
 
 
 def without_empty_documents(documents: Sequence[Document]) -> list[Document]:
-    """The documents that have text; each one skipped is named in a warning."""
+    """The documents that have text; each one skipped is named in a warning.
+    Anything but a LlamaIndex ``Document`` raises ``TypeError`` naming its position."""
     kept = []
-    for document in documents:
+    for position, document in enumerate(documents):
+        if not isinstance(document, Document):
+            raise TypeError(
+                f"documents must be llama_index Document objects, got {type(document).__name__} at position "
+                f"{position}; wrap texts as llama_index.core.Document(text=...), or pass nodes to MemTreeIndex(nodes)"
+            )
         if (document.text or "").strip():
             kept.append(document)
         else:
@@ -52,9 +58,15 @@ def without_empty_documents(documents: Sequence[Document]) -> list[Document]:
 
 
 def without_empty_nodes(nodes: Sequence[BaseNode]) -> list[BaseNode]:
-    """The nodes that have text; each one skipped is named in a warning."""
+    """The nodes that have text; each one skipped is named in a warning.
+    Anything but a LlamaIndex node raises ``TypeError`` naming its position."""
     kept = []
-    for node in nodes:
+    for position, node in enumerate(nodes):
+        if not isinstance(node, BaseNode):
+            raise TypeError(
+                f"nodes must be llama_index nodes (BaseNode, such as TextNode), got {type(node).__name__} at "
+                f"position {position}; wrap texts as llama_index.core.schema.TextNode(text=...)"
+            )
         if node_text(node).strip():
             kept.append(node)
         else:

@@ -15,6 +15,7 @@ PostgreSQL) need no snapshot: the index reopens the store.
 from __future__ import annotations
 
 import io
+import json
 import uuid
 from typing import Any
 
@@ -77,7 +78,8 @@ def restore_snapshot(storage_context: StorageContext, key: str, memory: MemTree)
 
     Raises ``ValueError`` naming what is missing when the persist directory holds no
     snapshot for this index (a file removed, or a directory persisted before the
-    index was built).
+    index was built), and naming the stored model when ``memory`` embeds with
+    another one (its vectors could not be compared with the stored ones).
     """
     store = storage_context.vector_stores.get(key)
     if isinstance(store, TreeSnapshotStore):
@@ -88,9 +90,37 @@ def restore_snapshot(storage_context: StorageContext, key: str, memory: MemTree)
             f"the storage holds a MemTreeIndex but not its tree (no {key}__vector_store.json with a "
             f"{SNAPSHOT_FORMAT} snapshot); persist the index again with index.storage_context.persist(dir)"
         )
+    lines: list[str] = entry["lines"]
     if len(memory) > 0:
         raise ValueError(
             f"the memory given already holds {len(memory)} leaves; pass an empty memory to load "
             "a persisted MemTreeIndex into, or omit memory= to get a new in-memory one"
         )
-    memory.import_jsonl(io.StringIO("".join(line + "\n" for line in entry["lines"])))
+    check_embedder(_header(lines), memory)
+    memory.import_jsonl(io.StringIO("".join(line + "\n" for line in lines)))
+
+
+def check_embedder(header: dict[str, Any], memory: MemTree) -> None:
+    """Refuse to load a tree into a memory whose embedder is not the one that built it.
+
+    The engine would import it with a warning and then fail at the first query
+    (another dimension) or, worse, rank by comparing vectors of two models.
+    """
+    stored, dimension = header.get("embedder"), header.get("dimension")
+    if stored is None or stored == memory.embedder.name:
+        return
+    raise ValueError(
+        f"this MemTreeIndex's tree was embedded with {stored} ({dimension} dimensions), but the memory to load "
+        f"it into embeds with {memory.embedder.name}; set Settings.embed_model to the model the index was "
+        "built with before loading, or pass memory=MemTree(embedder=<that model>, config=...) "
+        "to load_index_from_storage / MemTreeIndex.from_persist_dir"
+    )
+
+
+def _header(lines: list[str]) -> dict[str, Any]:
+    """The export's header line (``{}`` if unreadable: the import then names the problem)."""
+    try:
+        header = json.loads(lines[0]) if lines else {}
+    except (TypeError, ValueError):
+        return {}
+    return header if isinstance(header, dict) else {}

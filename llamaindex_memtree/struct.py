@@ -3,8 +3,10 @@
 LlamaIndex stores one small JSON "index struct" per index in its index store and
 finds the index class again from the struct's type string. A MemTreeIndex's
 struct says where its tree lives (the engine store and namespace) and, for a tree
-held in memory, under which storage-context key its persisted copy is found. The
-tree itself is never copied into the struct: it is the engine's.
+held in memory, under which storage-context key its persisted copy is found. It
+also keeps what a load needs to rebuild the memory as it was and to recognize it:
+the memory's config (its plain fields) and a few of the index's leaves. The tree
+itself is never copied into the struct: it is the engine's.
 
 :func:`register` adds the type to LlamaIndex's two registries, so that
 ``load_index_from_storage`` gives back a MemTreeIndex.
@@ -12,7 +14,8 @@ tree itself is never copied into the struct: it is the engine's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import logging
+from dataclasses import dataclass, field, fields
 from typing import Any, cast
 
 from llama_index.core.data_structs.data_structs import IndexStruct
@@ -20,8 +23,18 @@ from llama_index.core.data_structs.registry import INDEX_STRUCT_TYPE_TO_INDEX_ST
 from llama_index.core.data_structs.struct_type import IndexStructType
 from llama_index.core.indices.registry import INDEX_STRUCT_TYPE_TO_INDEX_CLASS
 
+from memtree import MemTreeConfig
+
+logger = logging.getLogger(__name__)
+
 MEMTREE_INDEX_TYPE = "memtree"
 """The struct type string written to ``index_store.json``."""
+
+UNSTORED_CONFIG_FIELDS = frozenset({"token_counter"})
+"""Config fields that are code, not data: a loaded memory gets their defaults."""
+
+SAMPLED_SOURCE_IDS = 8
+"""How many of an index's node ids its struct keeps to recognize its tree."""
 
 
 @dataclass
@@ -34,6 +47,14 @@ class MemTreeIndexStruct(IndexStruct):
     in memory (``None`` when the tree lives in a durable store); ``timestamp_key``
     the node metadata key read as each leaf's event time; ``aggregation`` how
     inserts write summaries (``None``: the memory's default).
+
+    ``config`` holds the memory's :class:`~memtree.MemTreeConfig` as plain values
+    (all but ``token_counter``), so a load without ``memory=`` retrieves as the
+    built index did. ``leaf_count`` (the memory's leaves at the last change made
+    through the index) and ``source_ids`` (node ids of up to
+    :data:`SAMPLED_SOURCE_IDS` of its leaves) let a load tell whether a memory
+    passed in really holds this index's tree. All three are ``None`` / empty in
+    structs persisted before they existed.
     """
 
     namespace: list[str] = field(default_factory=lambda: ["default"])
@@ -41,12 +62,46 @@ class MemTreeIndexStruct(IndexStruct):
     snapshot: str | None = None
     timestamp_key: str | None = None
     aggregation: str | None = None
+    config: dict[str, Any] | None = None
+    leaf_count: int | None = None
+    source_ids: list[str] = field(default_factory=list)
 
     @classmethod
     def get_type(cls) -> IndexStructType:
         # Not a member of LlamaIndex's enum, which cannot be extended; the registries
         # are plain dicts and the enum is a str enum, so the string works as a key.
         return cast(IndexStructType, MEMTREE_INDEX_TYPE)
+
+
+def config_fields(config: MemTreeConfig) -> dict[str, Any]:
+    """The plain (JSON) fields of a config, for :attr:`MemTreeIndexStruct.config`."""
+    return {item.name: getattr(config, item.name) for item in fields(config) if item.name not in UNSTORED_CONFIG_FIELDS}
+
+
+def stored_config(struct: MemTreeIndexStruct) -> MemTreeConfig | None:
+    """The config a struct recorded, validated again; ``None`` if it recorded none.
+
+    Fields this version does not know (a struct written by a newer memtree) are
+    left out with a warning; a value the config refuses raises ``ValueError``
+    naming the index.
+    """
+    if struct.config is None:
+        return None
+    known = {item.name for item in fields(MemTreeConfig)} - UNSTORED_CONFIG_FIELDS
+    unknown = sorted(set(struct.config) - known)
+    if unknown:
+        logger.warning(
+            "index %s: ignoring stored config fields this memtree does not know: %s",
+            struct.index_id,
+            ", ".join(unknown),
+        )
+    try:
+        return MemTreeConfig(**{name: value for name, value in struct.config.items() if name in known})
+    except (TypeError, ValueError) as error:
+        raise ValueError(
+            f"index {struct.index_id}: the stored memory config is invalid ({error}); pass memory=MemTree(config=...) "
+            "to load it with a config of your own"
+        ) from None
 
 
 def register(index_cls: type[Any]) -> None:

@@ -7,6 +7,7 @@ Three topics whose documents share words within a topic and hardly across, so th
 from __future__ import annotations
 
 from llama_index.core import Document
+from llama_index.core.embeddings import BaseEmbedding
 from llama_index.core.node_parser import SentenceSplitter
 
 from memtree import HashingEmbedder, MemTree, MemTreeConfig
@@ -45,3 +46,16 @@ def sentence_splitter() -> SentenceSplitter:
 def make_memory() -> MemTree:
     """Lexical embeddings, a low fixed θ0 (topics group) and no deduplication."""
     return MemTree(embedder=HashingEmbedder(256), config=MemTreeConfig(theta0=0.2, deduplicate=False))
+
+
+class WordsEmbedding(BaseEmbedding):
+    """A LlamaIndex embedding model that tells texts apart (feature hashing, offline)."""
+
+    def _get_text_embedding(self, text: str) -> list[float]:
+        return HashingEmbedder(64).embed([text])[0].tolist()
+
+    def _get_query_embedding(self, query: str) -> list[float]:
+        return self._get_text_embedding(query)
+
+    async def _aget_query_embedding(self, query: str) -> list[float]:
+        return self._get_text_embedding(query)

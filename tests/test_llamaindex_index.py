@@ -7,12 +7,13 @@ import logging
 import pytest
 from llama_index.core import Document, Settings
 from llama_index.core.chat_engine.types import ChatMode
-from llama_index.core.embeddings import BaseEmbedding, MockEmbedding
+from llama_index.core.embeddings import MockEmbedding
 from llama_index.core.llms import MockLLM
 from llama_index.core.schema import TextNode
-from llamaindex_corpus import DOCUMENTS, documents, make_memory, sentence_splitter
+from llamaindex_corpus import DOCUMENTS, WordsEmbedding, documents, make_memory, sentence_splitter
 
 from llamaindex_memtree import MemTreeIndex
+from llamaindex_memtree import settings as settings_module
 from llamaindex_memtree.settings import models_from_settings
 from memtree import HashingEmbedder, MemTree, MemTreeConfig
 from memtree.text import fold, split_sentences
@@ -20,7 +21,10 @@ from memtree.text import fold, split_sentences
 
 def build(memory: MemTree | None = None, **kwargs: object) -> MemTreeIndex:
     return MemTreeIndex.from_documents(
-        documents(), memory=memory or make_memory(), transformations=[sentence_splitter()], **kwargs
+        documents(),
+        memory=memory if memory is not None else make_memory(),
+        transformations=[sentence_splitter()],
+        **kwargs,
     )
 
 
@@ -222,6 +226,33 @@ def test_as_retriever_passes_mode_top_k_and_budget_to_the_engine() -> None:
         index.as_retriever(mode="sideways").retrieve("ramen")
 
 
+def test_as_retriever_refuses_unknown_keywords_and_names_the_accepted_ones() -> None:
+    index = build()
+    with pytest.raises(TypeError, match=r"unknown keyword argument\(s\) 'top_k'; .*take mode, similarity_top_k, "):
+        index.as_retriever(top_k=1)
+    with pytest.raises(TypeError, match=r"'similarity_topk', 'vector_store_query_mode'"):
+        index.as_query_engine(llm=MockLLM(), similarity_topk=1, vector_store_query_mode="hybrid")
+    with pytest.raises(TypeError, match=r"'top_k'"):
+        index.as_chat_engine(chat_mode=ChatMode.CONTEXT, llm=MockLLM(), top_k=1)
+    # what the engines take passes through to them
+    engine = index.as_query_engine(llm=MockLLM(), similarity_top_k=1, response_mode="compact", streaming=False)
+    assert len(engine.query("Where did Leo eat ramen?").source_nodes) == 1
+    for mode in (ChatMode.SIMPLE, ChatMode.CONTEXT):
+        chat = index.as_chat_engine(chat_mode=mode, llm=MockLLM(), system_prompt="Be brief.", similarity_top_k=1)
+        assert "Kyoto" in str(chat.chat("Where did Leo eat ramen?")) or mode == ChatMode.SIMPLE
+
+
+def test_documents_and_nodes_of_another_type_are_a_clear_type_error() -> None:
+    with pytest.raises(TypeError, match=r"documents must be llama_index Document objects, got str at position 0"):
+        MemTreeIndex.from_documents(["Pepper fears bicycles."], memory=make_memory())
+    index = build()
+    with pytest.raises(TypeError, match=r"got dict at position 0; wrap texts as llama_index.core.Document"):
+        index.insert({"text": "Pepper fears bicycles."})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"nodes must be llama_index nodes .* got str at position 1"):
+        index.insert_nodes([TextNode(text="Pepper naps."), "Pepper fears bicycles."])  # type: ignore[list-item]
+    assert "Pepper naps." not in leaf_texts(index.memory)
+
+
 def test_settings_models_are_used_only_when_the_user_set_them(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Settings, "_embed_model", None)
     monkeypatch.setattr(Settings, "_llm", None)
@@ -233,17 +264,48 @@ def test_settings_models_are_used_only_when_the_user_set_them(monkeypatch: pytes
     assert models_from_settings() == {"embedder": embed, "llm": llm}
 
 
-class WordsEmbedding(BaseEmbedding):
-    """A LlamaIndex embedding model that tells texts apart (feature hashing, offline)."""
+def switch_off_settings_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Settings.llm = None`` and ``Settings.embed_model = None``, through LlamaIndex's
+    own setters (restored after the test), with the once-only log reset."""
+    monkeypatch.setattr(Settings, "_embed_model", None)
+    monkeypatch.setattr(Settings, "_llm", None)
+    monkeypatch.setattr(settings_module, "_logged", set())
+    Settings.llm = None
+    Settings.embed_model = None
+    assert type(Settings._llm) is MockLLM and type(Settings._embed_model) is MockEmbedding
 
-    def _get_text_embedding(self, text: str) -> list[float]:
-        return HashingEmbedder(64).embed([text])[0].tolist()
 
-    def _get_query_embedding(self, query: str) -> list[float]:
-        return self._get_text_embedding(query)
+def test_models_switched_off_on_settings_give_the_offline_defaults(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    switch_off_settings_models(monkeypatch)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-not-used")  # switched off means offline, not the OpenAI default
+    with caplog.at_level(logging.INFO, logger="llamaindex_memtree.settings"):
+        index = MemTreeIndex.from_documents(documents()[:3], transformations=[sentence_splitter()])
+        MemTreeIndex([])  # a second memory: the choice is logged once
+    memory = index.memory
+    assert type(memory.embedder).__name__ == "LocalEmbedder" and memory.dimension == 384
+    assert type(memory.aggregator).__name__ == "ExtractiveAggregator" and memory.stats().llm_calls == 0
+    stats = memory.stats()
+    assert stats.leaves == 6 and stats.summaries > 0 and stats.max_depth >= 2  # not the flat tree of 1-dim vectors
+    leaf_sentences = {fold(s) for leaf in memory.leaves() for s in split_sentences(leaf.text)}
+    assert all_sentences(memory) == leaf_sentences  # summaries are extractive, not an echoed prompt
+    messages = [record.getMessage() for record in caplog.records]
+    assert sum("Settings.llm is switched off" in m and "ExtractiveAggregator" in m for m in messages) == 1
+    assert sum("Settings.embed_model is switched off" in m and "LocalEmbedder" in m for m in messages) == 1
 
-    async def _aget_query_embedding(self, query: str) -> list[float]:
-        return self._get_text_embedding(query)
+
+def test_a_mock_llm_passed_on_purpose_still_writes_the_summaries(monkeypatch: pytest.MonkeyPatch) -> None:
+    switch_off_settings_models(monkeypatch)
+    memory = MemTree(embedder=HashingEmbedder(256), llm=MockLLM(), config=MemTreeConfig(theta0=0.2, deduplicate=False))
+    index = build(memory)
+    assert index.memory is memory and memory.aggregator.calls_model
+    assert memory.stats().llm_calls > 0
+    leaf_sentences = {fold(s) for leaf in memory.leaves() for s in split_sentences(leaf.text)}
+    assert all_sentences(memory) - leaf_sentences  # MockLLM's echoes: text no leaf has
+    # a MockLLM set on Settings with options of its own is the user's choice too
+    monkeypatch.setattr(Settings, "_llm", MockLLM(max_tokens=12))
+    assert isinstance(models_from_settings()["llm"], MockLLM)
 
 
 def test_index_builds_with_the_models_set_on_settings(monkeypatch: pytest.MonkeyPatch) -> None:

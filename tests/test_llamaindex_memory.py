@@ -103,3 +103,44 @@ def test_min_score_keeps_unrelated_memories_out(chat: Memory) -> None:
     relevant = asyncio.run(block.aget(question)).split("\n")
     assert relevant == ["user: I ate tonkotsu ramen in Kyoto last spring."]
     assert len(everything) > len(relevant)
+
+
+def second_session(block: MemTreeMemoryBlock, messages: list[tuple[str, str]]) -> Memory:
+    """Another ``Memory`` (session 2) over the same block, pushed past its short-term limit."""
+    memory = Memory.from_defaults(
+        session_id="session-2",
+        token_limit=120,
+        chat_history_token_ratio=0.5,
+        token_flush_size=20,
+        memory_blocks=[block],
+    )
+    for user, assistant in messages:
+        memory.put(ChatMessage(role="user", content=user))
+        memory.put(ChatMessage(role="assistant", content=assistant))
+    return memory
+
+
+SESSION_2 = [
+    ("My cat Miso sleeps on the bicycle seat.", "Miso has good taste."),
+    ("I baked sourdough bread on Sunday.", "Fresh sourdough is the best."),
+    ("The sourdough starter needs feeding.", "Feed it flour and water."),
+    ("Miso the cat hates the vacuum.", "Many cats do."),
+    ("What is the weather today?", "Sunny, I think."),
+]
+
+
+def test_a_session_reads_only_its_own_memories_from_a_shared_block(chat: Memory) -> None:
+    block = block_of(chat)
+    other = second_session(block, SESSION_2)
+    sessions = {leaf.metadata["session_id"] for leaf in block.memory.leaves()}
+    assert sessions == {"session-1", "session-2"}  # both sessions flushed into the one tree
+    question = "Is my pet scared of bicycles?"
+    seen_by_2 = other.get(input=question)[0].content
+    assert "Miso sleeps on the bicycle seat" in seen_by_2 and "Pepper" not in seen_by_2
+    assert "Pepper is scared of bicycles" in chat.get(input=question)[0].content
+    text = asyncio.run(block.aget([ChatMessage(role="user", content=question)], session_id="session-3"))
+    assert text == ""  # a session that stored nothing reads nothing
+    # a block shared on purpose: every session reads every memory
+    block.session_scoped, block.token_limit, block.similarity_top_k = False, 400, 20
+    shared = asyncio.run(block.aget([ChatMessage(role="user", content=question)], session_id="session-2"))
+    assert "Pepper is scared of bicycles" in shared and "Miso" in shared

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from openai_server import FakeOpenAIServer
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
@@ -35,19 +36,23 @@ def output_of(notebook: object, tag: str) -> str:
     raise AssertionError(f"no cell tagged {tag!r}")
 
 
-@pytest.fixture(scope="module")
-def executed() -> object:
-    """The notebook run top to bottom by a kernel on this interpreter, offline."""
+def run_notebook(environment: dict[str, str | None]) -> object:
+    """The notebook run top to bottom by a kernel on this interpreter, with this
+    checkout on the path and ``environment`` (``None`` removes a variable) applied
+    to the kernel's environment."""
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     probe = nbformat.v4.new_code_cell(
         "import sys, llamaindex_memtree\nprint(sys.executable)\nprint(llamaindex_memtree.__file__)"
     )
     probe.metadata["tags"] = ["probe"]
     notebook.cells.append(probe)
-    saved = {name: os.environ.get(name) for name in ("PYTHONPATH", "OPENAI_API_KEY", "HF_HUB_OFFLINE")}
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), saved["PYTHONPATH"]]))
-    os.environ.pop("OPENAI_API_KEY", None)
-    os.environ["HF_HUB_OFFLINE"] = "1"
+    changes = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), **environment}
+    saved = {name: os.environ.get(name) for name in changes}
+    for name, value in changes.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     try:
         # The "python3" kernel of the interpreter running the tests (ipykernel's own spec).
         client = nbclient.NotebookClient(
@@ -63,10 +68,23 @@ def executed() -> object:
     return notebook
 
 
+def errors_of(notebook: object) -> list[object]:
+    """The error outputs of every code cell."""
+    cells = notebook.cells  # type: ignore[attr-defined]
+    return [
+        out for cell in cells if cell.cell_type == "code" for out in cell.outputs if out.get("output_type") == "error"
+    ]
+
+
+@pytest.fixture(scope="module")
+def executed() -> object:
+    """The notebook run offline (no OpenAI key)."""
+    return run_notebook({"OPENAI_API_KEY": None, "OPENAI_BASE_URL": None, "HF_HUB_OFFLINE": "1"})
+
+
 @pytest.mark.slow
 def test_notebook_runs_on_this_interpreter_without_errors(executed: object) -> None:
-    errors = [out for cell in executed.cells if cell.cell_type == "code" for out in cell.outputs]  # type: ignore[attr-defined]
-    assert not [out for out in errors if out.get("output_type") == "error"]
+    assert not errors_of(executed)
     assert output_of(executed, "setup").strip() == "answering model: MockLLM"
     interpreter, package = output_of(executed, "probe").split()
     assert Path(interpreter).resolve() == Path(sys.executable).resolve()
@@ -103,3 +121,41 @@ def test_notebook_saves_and_loads_the_same_index(executed: object) -> None:
     lines = output_of(executed, "persist").strip().splitlines()
     assert lines[0].startswith("MemTreeIndex with ") and lines[0].endswith(" leaves")
     assert lines[1:] == ["same tree: True", "same results: True"]
+
+
+@pytest.mark.slow
+def test_notebook_uses_openai_models_when_a_key_is_set() -> None:
+    """The real-model path, against the local OpenAI-compatible server."""
+    with FakeOpenAIServer() as server:
+        notebook = run_notebook(
+            {"OPENAI_API_KEY": server.api_key, "OPENAI_BASE_URL": server.url, "HF_HUB_OFFLINE": "1"}
+        )
+        requests = list(server.requests)
+    assert not errors_of(notebook)
+    assert output_of(notebook, "setup").strip() == "answering model: OpenAI"
+    chats = [r for r in requests if r.endpoint == "chat"]
+    embeddings = [r for r in requests if r.endpoint == "embeddings"]
+    assert {r.body["model"] for r in embeddings} == {"text-embedding-3-small"}
+    assert {r.body["model"] for r in chats} == {"gpt-4o-mini"}
+    assert {r.headers["authorization"] for r in requests} == {f"Bearer {server.api_key}"}
+    # the tree: every chunk embedded by the server, its summaries written by the server's model
+    stats_line = next(line for line in output_of(notebook, "tree").splitlines() if line.startswith("root"))
+    leaves = int(re.match(r"root · (\d+) leaves", stats_line).group(1))  # type: ignore[union-attr]
+    embedded = [
+        text
+        for r in embeddings
+        for text in ([r.body["input"]] if isinstance(r.body["input"], str) else r.body["input"])
+    ]
+    assert leaves >= 24 and len(embedded) >= leaves
+    assert re.search(r"\[d1 · \d+ leaves\]", output_of(notebook, "tree"))
+    assert any("New entries to fold in:" in str(r.body["messages"]) for r in chats)  # memtree's aggregation prompt
+    # the answer step: the server's model got the retrieved context and answered
+    answer = output_of(notebook, "query-engine")
+    assert answer.startswith("Reply: ")  # the server's reply, not MockLLM's echo of the prompt
+    qa_prompts = [
+        r.body["messages"][-1]["content"]
+        for r in chats
+        if "What should I feed my sourdough starter?" in str(r.body["messages"])
+    ]
+    assert qa_prompts and "Feed it by discarding most of it" in qa_prompts[-1]
+    assert output_of(notebook, "persist").strip().splitlines()[1:] == ["same tree: True", "same results: True"]

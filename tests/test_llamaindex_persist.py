@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
 from llama_index.core import Document, Settings, StorageContext, SummaryIndex, load_index_from_storage
 from llama_index.core.schema import TextNode
-from llamaindex_corpus import documents, sentence_splitter
+from llamaindex_corpus import WordsEmbedding, documents, sentence_splitter
 
 from llamaindex_memtree import MemTreeIndex
-from memtree import MemTree, MemTreeConfig
+from memtree import HashingEmbedder, MemTree, MemTreeConfig
 
 QUESTIONS = ["Is Pepper scared of bicycles?", "Where did Leo eat ramen?", "What does the cliffs trail end in?"]
 CONFIG = MemTreeConfig(deduplicate=False)
@@ -161,3 +162,117 @@ def test_index_over_a_postgres_tree(local_embedder, postgres_dsn: str, tmp_path:
         loaded = MemTreeIndex.from_persist_dir(tmp_path, memory=reopened)
         assert (tree(loaded.memory), results(loaded)) == before
         assert loaded.memory.check_integrity() == []
+
+
+CUSTOM = MemTreeConfig(theta0=0.2, deduplicate=False, k=3, mode="traversal", beam=2, lexical_weight=0.0)
+
+
+def default_results(index: MemTreeIndex) -> list[list[tuple[str, float]]]:
+    """Retrieval with no options: the memory's config decides k, mode and the rest."""
+    return [[(r.node.node_id, round(r.score or 0.0, 6)) for r in index.as_retriever().retrieve(q)] for q in QUESTIONS]
+
+
+def test_a_load_without_memory_gets_the_memory_config_back(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(Settings, "_embed_model", WordsEmbedding())
+    monkeypatch.setattr(Settings, "_llm", None)
+    memory = MemTree(embedder=Settings._embed_model, config=CUSTOM)
+    built = MemTreeIndex.from_documents(documents(), memory=memory, transformations=[sentence_splitter()])
+    built.storage_context.persist(tmp_path / "first")
+    loaded = load_index_from_storage(StorageContext.from_defaults(persist_dir=str(tmp_path / "first")))
+    assert loaded.memory.config == CUSTOM
+    assert default_results(loaded) == default_results(built)
+    assert all(0 < len(ranking) <= 3 for ranking in default_results(loaded))  # k=3, not the default 10
+    # a memory passed in keeps its own config, and the next persist records that one
+    own = MemTreeConfig(deduplicate=False, k=5)
+    reloaded = MemTreeIndex.from_persist_dir(tmp_path / "first", memory=MemTree(embedder=WordsEmbedding(), config=own))
+    assert reloaded.memory.config == own
+    reloaded.storage_context.persist(tmp_path / "second")
+    assert MemTreeIndex.from_persist_dir(tmp_path / "second").memory.config == own
+
+
+def test_a_tree_embedded_by_another_model_is_refused_at_load(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(Settings, "_embed_model", None)
+    monkeypatch.setattr(Settings, "_llm", None)
+    memory = MemTree(embedder=HashingEmbedder(64), config=CONFIG)
+    built = MemTreeIndex.from_documents(documents()[:3], memory=memory, transformations=[sentence_splitter()])
+    built.storage_context.persist(tmp_path)
+    storage = StorageContext.from_defaults(persist_dir=str(tmp_path))
+    # no memory= and no Settings.embed_model: the offline default (384 dimensions) cannot read it
+    with pytest.raises(
+        ValueError,
+        match=r"embedded with HashingEmbedder\(64\) \(64 dimensions\), but the memory to load it into embeds with "
+        r"LocalEmbedder\(.*\); set Settings.embed_model to the model the index was built with before loading, "
+        r"or pass memory=MemTree\(embedder=<that model>, config=...\)",
+    ):
+        load_index_from_storage(storage)
+    with pytest.raises(ValueError, match=r"embeds with HashingEmbedder\(32\)"):
+        MemTreeIndex.from_persist_dir(tmp_path, memory=MemTree(embedder=HashingEmbedder(32), config=CONFIG))
+    loaded = MemTreeIndex.from_persist_dir(tmp_path, memory=MemTree(embedder=HashingEmbedder(64), config=CONFIG))
+    assert results(loaded) == results(built)
+
+
+def test_a_struct_written_before_configs_were_stored_loads_with_the_index_default(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(Settings, "_embed_model", WordsEmbedding())
+    monkeypatch.setattr(Settings, "_llm", None)
+    memory = MemTree(embedder=Settings._embed_model, config=CUSTOM)
+    built = MemTreeIndex.from_documents(documents()[:2], memory=memory, transformations=[sentence_splitter()])
+    built.storage_context.persist(tmp_path)
+    path = tmp_path / "index_store.json"
+    stored = json.loads(path.read_text())
+    entry = stored["index_store/data"][built.index_id]
+    struct = json.loads(entry["__data__"])
+    for name in ("config", "leaf_count", "source_ids"):  # what an older version wrote lacks them
+        del struct[name]
+    entry["__data__"] = json.dumps(struct)
+    path.write_text(json.dumps(stored))
+    loaded = MemTreeIndex.from_persist_dir(tmp_path)
+    assert loaded.memory.config == MemTreeConfig(deduplicate=False) and len(loaded.memory) == 4
+
+
+def test_the_struct_samples_nodes_the_tree_still_holds() -> None:
+    index = MemTreeIndex.from_documents(
+        documents(), memory=MemTree(embedder=HashingEmbedder(64), config=CONFIG), transformations=[sentence_splitter()]
+    )
+    struct = index.index_struct
+    assert struct.leaf_count == 14 and len(struct.source_ids) == 8
+    for doc_id in ("dog-1", "dog-2", "dog-3", "ramen-1"):  # every sampled node's document
+        index.delete_ref_doc(doc_id)
+    assert struct.leaf_count == len(index.memory) == 6
+    assert len(struct.source_ids) == 6 and all(index.memory.find(source_id=s) for s in struct.source_ids)
+
+
+def test_reopening_a_durable_index_with_a_memory_that_lacks_its_tree_is_refused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def open_memory(name: str) -> MemTree:
+        return MemTree.open(tmp_path / name, namespace="docs", embedder=HashingEmbedder(64), config=CONFIG)
+
+    with open_memory("memory.db") as memory:
+        index = MemTreeIndex.from_documents(documents(), memory=memory, transformations=[sentence_splitter()])
+        index.storage_context.persist(tmp_path / "storage")
+        before = results(index)
+    with open_memory("copy.db") as copy:  # the same texts, indexed again: other node ids
+        MemTreeIndex.from_documents(documents(), memory=copy, transformations=[sentence_splitter()])
+    storage = StorageContext.from_defaults(persist_dir=str(tmp_path / "storage"))
+    fresh = MemTree(namespace="docs", embedder=HashingEmbedder(64), config=CONFIG)
+    with pytest.raises(
+        ValueError,
+        match=r"the memory given \(InMemoryStore, namespace \('docs',\)\) does not hold this MemTreeIndex's tree: "
+        r"the index was built in a SQLiteStore and had 14 leaves, the memory holds 0 .*"
+        r"pass the memory the index was built in, e.g. MemTree.open\(<the same SQLite path or PostgreSQL DSN>, "
+        r"namespace=\('docs',\)\)",
+    ):
+        load_index_from_storage(storage, memory=fresh)
+    for name, held in (("empty.db", 0), ("copy.db", 14)):
+        with open_memory(name) as wrong, pytest.raises(ValueError, match=f"the memory holds {held} and none of"):
+            load_index_from_storage(storage, memory=wrong)
+    with open_memory("memory.db") as memory:
+        assert results(load_index_from_storage(storage, memory=memory)) == before
+        # the tree changed after the persist (another writer removed a node): loaded, with a warning
+        memory.delete_many(memory.find(source_id=index.index_struct.source_ids[0]))
+        with caplog.at_level(logging.WARNING, logger="llamaindex_memtree"):
+            loaded = load_index_from_storage(storage, memory=memory)
+        assert any("lacks 1 of 8 sampled nodes" in record.getMessage() for record in caplog.records)
+        assert len(loaded.memory) == 13
