@@ -388,15 +388,15 @@ class LexicalIndex:
         self._count += int(slots.size)
         if not terms.size:
             return
-        vocabulary = max(self._terms, 1)
+        shift = max(self._terms, 1).bit_length()
         # Sorted by document, then term. The stable sort (timsort) is the fast one here:
         # tokens arrive document by document, so it only sorts within documents.
-        keys = np.sort(owners * vocabulary + terms, kind="stable")
+        keys = np.sort((owners << shift) | terms, kind="stable")
         first = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
         pairs = keys[first]
         tf = np.diff(np.append(first, keys.size))
-        owner = pairs // vocabulary
-        term = pairs - owner * vocabulary
+        owner = pairs >> shift
+        term = pairs & ((1 << shift) - 1)
         # Forward index: per document a view into one array of term << 32 | tf.
         packed = (term << _TERM_SHIFT) | tf
         bounds = np.searchsorted(owner, np.arange(slots.size + 1)).tolist()
@@ -405,14 +405,14 @@ class LexicalIndex:
             forward[slot] = packed[bounds[number] : bounds[number + 1]]
         # Postings: entries grouped by term (documents keep their order within a term).
         order = _stable_order(term)
-        term = term[order]
         entries = np.empty((term.size, 3), dtype=np.int32)
         entries[:, 0] = slots[owner[order]]
         entries[:, 1] = tf[order]
         entries[:, 2] = self._epoch[entries[:, 0]]
-        starts = np.flatnonzero(np.diff(term, prepend=-1))
-        distinct = term[starts]
-        ends = np.append(starts[1:], term.size)
+        per_term = np.bincount(term, minlength=self._terms)
+        distinct = np.flatnonzero(per_term)
+        ends = np.cumsum(per_term[distinct])
+        starts = ends - per_term[distinct]
         # Bounds for pruning: a term that had no entries starts afresh, others only widen.
         empty = self._size[distinct] == 0
         new_max = np.maximum.reduceat(entries[:, 1], starts)
@@ -765,15 +765,18 @@ class _Allowed:
 
 
 def _stable_order(values: IntArray) -> IntArray:
-    """``np.argsort(values, kind="stable")`` for non-negative integers, by 16-bit radix
-    passes (NumPy radix-sorts 16-bit keys in linear time; wider ones it merge-sorts)."""
-    order = np.argsort((values & 0xFFFF).astype(np.uint16), kind="stable")
-    high = values >> 16
-    if high.size and int(high.max()) > 0:
-        order = order[np.argsort(high[order].astype(np.uint16), kind="stable")]
-        if int(high.max()) > 0xFFFF:
-            return np.argsort(values, kind="stable")  # over four billion terms: never, in practice
-    return order
+    """``np.argsort(values, kind="stable")`` for non-negative integers, mostly by one
+    16-bit radix pass (NumPy radix-sorts 16-bit keys in linear time; it merge-sorts
+    wider ones): values below 65536 (the words met first, so the common ones) are
+    ordered that way, the few others by a merge sort of their own, after them."""
+    small = values < 0x10000
+    if small.all():
+        return np.argsort(values.astype(np.uint16), kind="stable")
+    low = np.flatnonzero(small)
+    high = np.flatnonzero(~small)
+    return np.concatenate(
+        (low[np.argsort(values[low].astype(np.uint16), kind="stable")], high[np.argsort(values[high], kind="stable")])
+    )
 
 
 def _key(word: str) -> bytes | str:
