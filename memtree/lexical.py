@@ -409,10 +409,16 @@ class LexicalIndex:
         entries[:, 0] = slots[owner[order]]
         entries[:, 1] = tf[order]
         entries[:, 2] = self._epoch[entries[:, 0]]
-        per_term = np.bincount(term, minlength=self._terms)
-        distinct = np.flatnonzero(per_term)
-        ends = np.cumsum(per_term[distinct])
-        starts = ends - per_term[distinct]
+        if term.size * _DENSE_SCORES >= self._terms:  # a bulk build: count per word of the vocabulary
+            per_term = np.bincount(term, minlength=self._terms)
+            distinct = np.flatnonzero(per_term)
+            ends = np.cumsum(per_term[distinct])
+            starts = ends - per_term[distinct]
+        else:  # an insert's few texts: nothing here may cost in proportion to the vocabulary
+            grouped = term[order]
+            starts = np.flatnonzero(np.diff(grouped, prepend=-1))
+            distinct = grouped[starts]
+            ends = np.append(starts[1:], grouped.size)
         # Bounds for pruning: a term that had no entries starts afresh, others only widen.
         empty = self._size[distinct] == 0
         new_max = np.maximum.reduceat(entries[:, 1], starts)
