@@ -3,14 +3,18 @@ PostgreSQL stores at 10k and 100k nodes.
 
 Models are taken out of the measurement: ``HashingEmbedder(384)`` (the dimension of
 the default all-MiniLM-L6-v2) and the offline extractive aggregator. Texts are
-synthetic notes of ten words from a 30-word topic vocabulary.
+synthetic notes of ten words from a 30-word topic vocabulary; each carries metadata
+as an application's would (a conversation, a speaker, a session number). The
+config is the default one, so a reopen also builds the BM25 index of hybrid
+retrieval; the reopen is timed again with ``lexical_weight=0`` (no BM25 index) to
+show what that index costs.
 
 1. Base trees: notes are added to an in-memory memory until it holds 10k, then 100k
    nodes; each tree is exported as JSONL (cached in ``--cache``) and imported into a
    fresh store of each kind (import time reported too).
 2. Reopen: a new ``MemTree`` on the store, which reads every node and builds its FAISS
-   index (median of ``--repeats``), split into reading the rows and building the
-   in-process tree and index.
+   and BM25 indexes (median of ``--repeats``), split into reading the rows and
+   building the in-process tree and indexes; and the same without the BM25 index.
 3. Inserts: ``--inserts`` more notes added one by one (each its own transaction, as
    an application adds them), on a tree of that size.
 4. Index: rebuilding the FAISS index from the stored float32 embeddings versus
@@ -54,20 +58,29 @@ from memtree.index import VectorIndex  # noqa: E402
 from memtree.store import Store  # noqa: E402
 
 DIMENSION = 384
-CONFIG = MemTreeConfig()  # theta0="auto": the default a user gets
+CONFIG = MemTreeConfig()  # theta0="auto", lexical_weight=0.3: the default a user gets
+DENSE_ONLY = MemTreeConfig(lexical_weight=0.0)  # the same without the BM25 index
 NAMESPACE = ("bench",)
+SPEAKERS = ("Caroline", "Melanie", "Jon", "Gina")
 
 
-def notes(seed: int) -> Iterator[str]:
+def notes(seed: int) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Notes with the metadata an application attaches (who, which conversation and session)."""
     rng = random.Random(seed)
     number = 0
     while True:
-        yield f"note {seed}-{number}: " + " ".join(rng.choice(VOCABULARY) for _ in range(10)) + "."
+        text = f"note {seed}-{number}: " + " ".join(rng.choice(VOCABULARY) for _ in range(10)) + "."
+        metadata = {
+            "conversation": f"c{seed}-{number // 500}",
+            "speaker": rng.choice(SPEAKERS),
+            "session": number // 20,
+        }
+        yield text, metadata
         number += 1
 
 
-def memory_on(store: Store) -> MemTree:
-    return MemTree(store=store, namespace=NAMESPACE, embedder=HashingEmbedder(DIMENSION), config=CONFIG)
+def memory_on(store: Store, config: MemTreeConfig = CONFIG) -> MemTree:
+    return MemTree(store=store, namespace=NAMESPACE, embedder=HashingEmbedder(DIMENSION), config=config)
 
 
 # -- base trees ---------------------------------------------------------------------------
@@ -75,7 +88,7 @@ def memory_on(store: Store) -> MemTree:
 
 def build_base_trees(sizes: list[int], cache: Path) -> dict[int, Path]:
     """JSONL backups of trees with (at least) each size in nodes, grown from one stream."""
-    paths = {size: cache / f"tree-{DIMENSION}d-{size}.jsonl" for size in sizes}
+    paths = {size: cache / f"tree-{DIMENSION}d-{size}-metadata.jsonl" for size in sizes}
     if all(path.exists() for path in paths.values()):
         return paths
     memory = memory_on(InMemoryStore())
@@ -83,7 +96,8 @@ def build_base_trees(sizes: list[int], cache: Path) -> dict[int, Path]:
     started = time.perf_counter()
     for size in sorted(sizes):
         while memory.stats().nodes < size:
-            memory.add_many([next(stream) for _ in range(min(500, max(1, (size - memory.stats().nodes) // 2)))])
+            batch = [next(stream) for _ in range(min(500, max(1, (size - memory.stats().nodes) // 2)))]
+            memory.add_many([text for text, _ in batch], metadata=[metadata for _, metadata in batch])
         memory.export_jsonl(paths[size])
         print(f"built {memory.stats().nodes} nodes in {time.perf_counter() - started:.0f}s", flush=True)
     return paths
@@ -109,21 +123,26 @@ def measure_store(
     if not isinstance(store, InMemoryStore):
         store.close()
 
-    reopen, read, cpu = [], [], []
+    reopen, read, cpu, dense_only = [], [], [], []
     for _ in range(repeats):
-        fresh = store if isinstance(store, InMemoryStore) else make_store()
-        reading: list[float] = []
-        fresh.read_changes = _timing(fresh.read_changes, reading)  # type: ignore[method-assign]
-        cpu_start = time.process_time()
-        seconds, memory = timed(lambda fresh=fresh: memory_on(fresh))
-        cpu.append(time.process_time() - cpu_start)
-        del fresh.read_changes
-        assert memory.stats().nodes == nodes
-        reopen.append(seconds)
-        read.append(sum(reading))
-        memory.close()
-        if fresh is not store:
-            fresh.close()
+        for config in (CONFIG, DENSE_ONLY):  # alternating, so a change in load hits both alike
+            fresh = store if isinstance(store, InMemoryStore) else make_store()
+            reading: list[float] = []
+            fresh.read_changes = _timing(fresh.read_changes, reading)  # type: ignore[method-assign]
+            cpu_start = time.process_time()
+            seconds, memory = timed(lambda fresh=fresh, config=config: memory_on(fresh, config))
+            cpu_seconds = time.process_time() - cpu_start
+            del fresh.read_changes
+            assert memory.stats().nodes == nodes
+            if config is CONFIG:
+                reopen.append(seconds)
+                read.append(sum(reading))
+                cpu.append(cpu_seconds)
+            else:
+                dense_only.append(seconds)
+            memory.close()
+            if fresh is not store:
+                fresh.close()
     build = [total - rows for total, rows in zip(reopen, read, strict=True)]
 
     working = store if isinstance(store, InMemoryStore) else make_store()
@@ -131,8 +150,8 @@ def measure_store(
     stream = notes(seed=7)
     latencies = []
     for _ in range(inserts):
-        text = next(stream)
-        seconds, _ = timed(lambda text=text: memory.add(text))
+        text, metadata = next(stream)
+        seconds, _ = timed(lambda text=text, metadata=metadata: memory.add(text, metadata=metadata))
         latencies.append(seconds)
     assert memory.check_integrity() == []
     memory.close()
@@ -143,6 +162,7 @@ def measure_store(
         "nodes": nodes,
         "import_s": import_seconds,
         "reopen_s": statistics.median(reopen),
+        "reopen_dense_only_s": statistics.median(dense_only),
         "reopen_cpu_s": statistics.median(cpu),
         "reopen_read_rows_s": statistics.median(read),
         "reopen_build_tree_and_index_s": statistics.median(build),
@@ -249,25 +269,29 @@ def write_report(out: Path, results: list[dict[str, Any]], index: dict[str, Any]
         f"- before: `{info['load_before']}`",
         f"- after: `{info['load_after']}`",
         "",
-        f"Models out of the way: HashingEmbedder({DIMENSION}), extractive aggregator, θ0 auto. "
-        "Reopen = constructing a `MemTree` on the store: read every node, build the tree and the FAISS index "
-        "(median of the repeats; CPU = this process's CPU time, which the other jobs on the machine inflate "
-        "less than wall time; reading rows = the store's `read_changes(namespace, 0)` inside that reopen, "
-        "building = the rest). Rows are measured one after another while the load changed, so compare "
-        "them with the load in mind. "
+        f"Models out of the way: HashingEmbedder({DIMENSION}), extractive aggregator; otherwise the default "
+        "config (θ0 auto, hybrid retrieval with `lexical_weight` 0.3). Every note carries metadata "
+        "(conversation, speaker, session), as an application's would. "
+        "Reopen = constructing a `MemTree` on the store: read every node, build the tree, the FAISS index and "
+        "the BM25 index (median of the repeats; CPU = this process's CPU time, which the other jobs on the "
+        "machine inflate less than wall time; reading rows = the store's `read_changes(namespace, 0)` inside "
+        "that reopen, building = the rest). Without BM25 = the same reopen with `lexical_weight=0`, which keeps "
+        "no BM25 index (timed alternately with the default one). Rows are measured one after another while "
+        "the load changed, so compare them with the load in mind. "
         "Inserts = notes added one by one on a tree of that size, "
         "each its own transaction; SQLite FULL syncs every commit to disk, NORMAL only at checkpoints "
         "(both survive a process crash; NORMAL may lose the last commits on power loss).",
         "",
-        "| store | nodes | reopen (s) | reopen CPU (s) | of which reading rows (s) | building tree + index (s) "
-        "| inserts/s | insert median (ms) | insert p95 (ms) | JSONL import (s) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| store | nodes | reopen (s) | reopen CPU (s) | of which reading rows (s) | building tree + indexes (s) "
+        "| reopen without BM25 (s) | inserts/s | insert median (ms) | insert p95 (ms) | JSONL import (s) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in results:
         lines.append(
             f"| {row['store']} | {row['nodes']:,} | {row['reopen_s']:.2f} | {row['reopen_cpu_s']:.2f} "
             f"| {row['reopen_read_rows_s']:.2f} "
-            f"| {row['reopen_build_tree_and_index_s']:.2f} | {row['inserts_per_s']:.0f} "
+            f"| {row['reopen_build_tree_and_index_s']:.2f} | {row['reopen_dense_only_s']:.2f} "
+            f"| {row['inserts_per_s']:.0f} "
             f"| {row['insert_median_ms']:.1f} | {row['insert_p95_ms']:.1f} | {row['import_s']:.1f} |"
         )
     lines += [

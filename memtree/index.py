@@ -173,7 +173,7 @@ class VectorIndex:
         if not ids:
             return np.zeros(0, dtype=np.float32)
         rows = self._rows()
-        slots = np.fromiter((self._slot[node_id] for node_id in ids), dtype=np.int64, count=len(ids))
+        slots = np.fromiter(map(self._slot.__getitem__, ids), dtype=np.int64, count=len(ids))
         return rows[slots] @ np.asarray(query, dtype=np.float32)
 
     def mask(
@@ -268,7 +268,8 @@ class VectorIndex:
         return self._pairs(scores[top], top)
 
     def _pairs(self, scores: np.ndarray, slots: np.ndarray) -> list[tuple[str, float]]:
-        return [(self._ids[int(s)], float(v)) for v, s in zip(scores, slots, strict=True) if s >= 0]
+        ids = self._ids
+        return [(ids[s], v) for v, s in zip(scores.tolist(), slots.tolist(), strict=True) if s >= 0]
 
     def all_vectors(self) -> Matrix:
         """A copy of the whole matrix in row order (for checks and exports)."""

@@ -23,9 +23,8 @@ from typing import Any
 import numpy as np
 
 from memtree.index import VectorIndex
-from memtree.lexical import top
 from memtree.node import ROOT_ID, RetrievedNode, Vector
-from memtree.state import TreeState
+from memtree.state import TreeState, metadata_key
 from memtree.text import fold, split_sentences
 
 Ranked = list[tuple[str, float]]
@@ -53,16 +52,11 @@ class LexicalQuery:
     weight: float
 
 
-def _lexical_scores(state: TreeState, lexical: LexicalQuery | None, filters: Filters) -> dict[str, float]:
-    """Each matching node's BM25 score divided by the best one (so in [0, 1])."""
-    if lexical is None or lexical.weight <= 0 or state.lexical is None:
-        return {}
-    allowed = (lambda node_id: _allowed(state, node_id, filters)) if filters.active else None
-    scores = state.lexical.scores(lexical.text, allowed)
-    peak = max(scores.values(), default=0.0)
-    if peak <= 0:
-        return {}
-    return {node_id: score / peak for node_id, score in scores.items()}
+def first_limit(k: int) -> int:
+    """How many ranked nodes a collapsed retrieval of ``k`` results asks for first:
+    de-duplication skips some, so a few more than ``k`` (``MemTree.retrieve`` asks
+    again for four times as many when these run out)."""
+    return k * 4 + 16
 
 
 def rank_collapsed(
@@ -79,20 +73,30 @@ def rank_collapsed(
     text and words scores 1), so thresholds keep their meaning.
 
     Hybrid ranking scores the union of the ``limit`` best nodes of each kind, so it
-    costs one vector search, one BM25 lookup and ``2 * limit`` dot products."""
+    costs one vector search, one BM25 top-``limit`` search (which does not score
+    every node sharing a word with the query, see :mod:`memtree.lexical`) and
+    ``2 * limit`` dot products."""
     allowed_ids = state.leaves_matching(filters.where) if filters.where else None
     mask = index.mask(leaves_only=filters.leaves_only, time_range=filters.time_range, ids=allowed_ids)
     dense = index.search(query, limit, mask)
-    lexical_scores = _lexical_scores(state, lexical, filters)
-    if not lexical_scores:
+    if lexical is None or lexical.weight <= 0 or state.lexical is None:
         return dense
-    assert lexical is not None
-    candidates = list(dict.fromkeys([node_id for node_id, _ in dense] + [i for i, _ in top(lexical_scores, limit)]))
-    similarities = index.score(query, candidates)
-    scale = 1.0 / (1.0 + lexical.weight)
+    allowed = (lambda node_id: _allowed(state, node_id, filters)) if filters.active else None
+    dense_ids = [node_id for node_id, _ in dense]
+    # The vector search's hits are allowed nodes: their BM25 scores come in the same pass.
+    hits, dense_lexical = state.lexical.search_and_score(lexical.text, limit, allowed, also=dense_ids)
+    if not hits or hits[0][1] <= 0:
+        return dense
+    peak = hits[0][1]
+    lexical_scores = dict(zip(dense_ids, dense_lexical.tolist(), strict=True))
+    lexical_scores.update(hits)
+    similarities = dict(dense)  # the vector search's own cosines; the BM25-only hits get theirs here
+    others = [node_id for node_id, _ in hits if node_id not in similarities]
+    similarities.update(zip(others, index.score(query, others).tolist(), strict=True))
+    weight, scale = lexical.weight, 1.0 / (1.0 + lexical.weight)
     combined = [
-        (node_id, (float(similarity) + lexical.weight * lexical_scores.get(node_id, 0.0)) * scale)
-        for node_id, similarity in zip(candidates, similarities, strict=True)
+        (node_id, (similarity + weight * (lexical_scores[node_id] / peak)) * scale)
+        for node_id, similarity in similarities.items()
     ]
     combined.sort(key=lambda pair: (-pair[1], pair[0]))
     return combined
@@ -108,7 +112,10 @@ def rank_traversal(
 ) -> Ranked:
     """Beam descent: at each level keep the ``beam`` best children of the kept nodes
     (scored as in :func:`rank_collapsed`)."""
-    lexical_scores = _lexical_scores(state, lexical, Filters())
+    index_of_words = state.lexical if lexical is not None and lexical.weight > 0 else None
+    words = index_of_words.prepare(lexical.text) if index_of_words is not None and lexical is not None else None
+    hits = index_of_words.search(words, 1) if index_of_words is not None and words is not None else []
+    peak = hits[0][1] if hits else 0.0
     weight = lexical.weight if lexical is not None else 0.0
     kept: Ranked = []
     frontier = [ROOT_ID]
@@ -117,8 +124,8 @@ def rank_traversal(
         if not children:
             break
         scores = index.score(query, children)
-        if lexical_scores:
-            lexical_part = np.array([lexical_scores.get(c, 0.0) for c in children], dtype=np.float32)
+        if peak > 0 and index_of_words is not None and words is not None:
+            lexical_part = (index_of_words.score_of(words, children) / peak).astype(np.float32)
             scores = ((scores + weight * lexical_part) / (1.0 + weight)).astype(np.float32)
         order = np.argsort(-scores, kind="stable")[:beam]
         level = [(children[i], float(scores[i])) for i in order]
@@ -132,8 +139,9 @@ def _allowed(state: TreeState, node_id: str, filters: Filters) -> bool:
     node = state.nodes[node_id]
     if filters.leaves_only and not node.is_leaf:
         return False
-    if filters.where and any(
-        key not in node.metadata or node.metadata[key] != value for key, value in filters.where.items()
+    if filters.where and any(  # JSON equality, as the metadata index has it: 1 == 1.0, but 1 != True
+        key not in node.metadata or metadata_key(node.metadata[key]) != metadata_key(value)
+        for key, value in filters.where.items()
     ):
         return False
     if filters.time_range is not None:

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 from collections import Counter, deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping
+from operator import attrgetter
 from typing import Any
 
 from memtree.lexical import LexicalIndex
@@ -25,11 +27,24 @@ JOURNAL_LENGTH = 4096
 """Change batches remembered for :meth:`TreeState.changes_since` (optimistic writes)."""
 
 
-def metadata_key(value: Any) -> str:
-    """Canonical text of a metadata value, so equal JSON values compare equal."""
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+def metadata_key(value: Any) -> Hashable:
+    """A dict key for a metadata value: equal JSON values get equal keys, others not.
+
+    Strings are their own key; numbers, booleans and null a tagged tuple (so ``1`` and
+    ``1.0`` meet, ``1``, ``True`` and ``"1"`` do not); anything else its canonical JSON
+    text. Reopening a memory computes one key per leaf and metadata field, so the
+    common scalar cases skip ``json.dumps``.
+    """
+    kind = type(value)
+    if kind is str:
+        return value
+    if kind is bool or value is None:
+        return ("literal", value)
+    if kind is int:
+        return ("number", value)
+    if kind is float and math.isfinite(value):
+        return ("number", int(value) if value.is_integer() else value)
+    return ("json", json.dumps(value, sort_keys=True, ensure_ascii=False))
 
 
 class TreeState:
@@ -43,7 +58,9 @@ class TreeState:
         self.info = NamespaceInfo()
         self.leaf_by_text: dict[str, str] = {}
         self.leaves_by_source: dict[str, list[str]] = {}
-        self._by_metadata: dict[str, dict[str, set[str]]] = {}
+        self._by_metadata: dict[str, dict[Hashable, set[str]]] | None = None
+        """Leaf ids by metadata key and value; made by the first ``where`` filter, then
+        kept current (a reopen need not index metadata nobody filters on)."""
         self._depths: Counter[int] = Counter()
         self.leaf_total = 0
         self._journal: deque[tuple[int, frozenset[str], frozenset[str]]] = deque(maxlen=JOURNAL_LENGTH)
@@ -76,28 +93,65 @@ class TreeState:
             if parent is not None and node_id in parent.children:
                 parent.children.remove(node_id)
             removed.append(node_id)
+        if self.lexical is not None and removed:
+            self.lexical.remove_many(removed)
         moved: list[tuple[Node, str | None]] = []
-        for node in batch.nodes:
-            old = self.nodes.get(node.id)
-            if old is not None:
-                node.children = old.children
-                self._unindex(old)
-            self.nodes[node.id] = node
-            self._index(node)
-            if old is None or old.parent != node.parent:
-                moved.append((node, old.parent if old is not None else None))
+        loaded = {node.id: node for node in batch.nodes} if not self.nodes else {}
+        if loaded and len(loaded) == len(batch.nodes):  # the first batch (a reopen): all new
+            self.nodes = loaded
+            self._index_all(batch.nodes)
+            moved = [(node, None) for node in batch.nodes]
+        else:
+            for node in batch.nodes:
+                old = self.nodes.get(node.id)
+                if old is not None:
+                    node.children = old.children
+                    self._unindex(old)
+                self.nodes[node.id] = node
+                self._index(node)
+                if old is None or old.parent != node.parent:
+                    moved.append((node, old.parent if old is not None else None))
+        written = [node for node in batch.nodes if not node.is_root]
+        if self.lexical is not None and written:
+            # One call for the whole batch: a reopen indexes every text in bulk.
+            self.lexical.upsert_many([node.id for node in written], [node.text for node in written])
+        self._place(moved)
+        self.seq = batch.seq
+        self.info = batch.info
+        return written, removed, reset
+
+    def _place(self, moved: list[tuple[Node, str | None]]) -> None:
+        """Move nodes into their (new) parents' children lists.
+
+        Children stay in creation order (ties by id), however the batches arrived: a
+        reopened or imported tree lists them exactly as before. A parent whose list
+        was empty (every parent, on a reopen) gets its children appended in one
+        pass over the nodes sorted once; others take them one by one.
+        """
+        arrivals: dict[str, list[str]] = {}
         for node, old_parent in moved:
             previous = self.nodes.get(old_parent) if old_parent else None
             if previous is not None and node.id in previous.children:
                 previous.children.remove(node.id)
-            parent = self.nodes.get(node.parent) if node.parent else None
-            if parent is not None and node.id not in parent.children:
-                # Children stay in creation order (ties by id), however the batches
-                # arrived: a reopened or imported tree lists them exactly as before.
-                bisect.insort(parent.children, node.id, key=self._creation_key)
-        self.seq = batch.seq
-        self.info = batch.info
-        return [node for node in batch.nodes if not node.is_root], removed, reset
+            if node.parent is not None:
+                arrivals.setdefault(node.parent, []).append(node.id)
+        if len(moved) > 1:
+            ordered = sorted((node for node, _ in moved), key=attrgetter("created_at", "id"))
+            arrivals = {parent: [] for parent in arrivals}
+            for node in ordered:
+                if node.parent is not None:
+                    arrivals[node.parent].append(node.id)
+        for parent_id, children in arrivals.items():
+            parent = self.nodes.get(parent_id)
+            if parent is None:
+                continue
+            if not parent.children:
+                parent.children.extend(children)
+                continue
+            present = set(parent.children)
+            for child in children:
+                if child not in present:
+                    bisect.insort(parent.children, child, key=self._creation_key)
 
     def _remember(self, batch: ChangeBatch) -> None:
         """Journal which nodes a batch touched and which parents gained children."""
@@ -129,16 +183,31 @@ class TreeState:
         if node.is_root:
             return
         self._depths[node.depth] += 1
-        if self.lexical is not None:
-            self.lexical.upsert(node.id, node.text)
         if not node.is_leaf:
             return
         self.leaf_total += 1
         self.leaf_by_text.setdefault(node.text, node.id)
         if node.source_id is not None:
             self.leaves_by_source.setdefault(node.source_id, []).append(node.id)
-        for key, value in node.metadata.items():
-            self._by_metadata.setdefault(key, {}).setdefault(metadata_key(value), set()).add(node.id)
+        if self._by_metadata is not None:
+            _add_metadata(self._by_metadata, node)
+
+    def _index_all(self, nodes: list[Node]) -> None:
+        """:meth:`_index` for every node of a batch loaded into an empty state, with
+        the per-node work cut to what each lookup needs (a reopen runs this on every
+        node of the tree)."""
+        members = [node for node in nodes if not node.is_root]
+        self._depths.update(node.depth for node in members)
+        leaves = [node for node in members if node.is_leaf]
+        self.leaf_total += len(leaves)
+        self.leaf_by_text = {node.text: node.id for node in reversed(leaves)}  # the first of equal texts
+        by_source = self.leaves_by_source
+        for node in leaves:
+            if node.source_id is not None:
+                by_source.setdefault(node.source_id, []).append(node.id)
+        if self._by_metadata is not None:
+            for node in leaves:
+                _add_metadata(self._by_metadata, node)
 
     def _unindex(self, node: Node) -> None:
         if node.is_root:
@@ -146,8 +215,6 @@ class TreeState:
         self._depths[node.depth] -= 1
         if self._depths[node.depth] <= 0:
             del self._depths[node.depth]
-        if self.lexical is not None:
-            self.lexical.remove(node.id)
         if not node.is_leaf:
             return
         self.leaf_total -= 1
@@ -159,13 +226,16 @@ class TreeState:
                 ids.remove(node.id)
             if not ids:
                 self.leaves_by_source.pop(node.source_id, None)
+        by_metadata = self._by_metadata
+        if by_metadata is None:
+            return
         for key, value in node.metadata.items():
-            values = self._by_metadata.get(key, {})
-            members = values.get(metadata_key(value))
+            values = by_metadata.get(key, {})
+            members = values.get(value_key := metadata_key(value))
             if members is not None:
                 members.discard(node.id)
                 if not members:
-                    del values[metadata_key(value)]
+                    del values[value_key]
 
     # -- reading ---------------------------------------------------------------------
 
@@ -183,9 +253,16 @@ class TreeState:
 
     def leaves_matching(self, where: Mapping[str, Any]) -> set[str]:
         """Ids of leaves whose metadata equals every item of ``where``."""
+        by_metadata = self._by_metadata
+        if by_metadata is None:  # the first filter: index every leaf's metadata now
+            by_metadata = {}
+            for node in self.nodes.values():
+                if node.is_leaf and not node.is_root:
+                    _add_metadata(by_metadata, node)
+            self._by_metadata = by_metadata  # one assignment: concurrent readers see all or nothing
         result: set[str] | None = None
         for key, value in where.items():
-            members = self._by_metadata.get(key, {}).get(metadata_key(value), set())
+            members = by_metadata.get(key, {}).get(metadata_key(value), set())
             result = set(members) if result is None else result & members
             if not result:
                 return set()
@@ -225,3 +302,16 @@ class TreeState:
             node = self.nodes[node.parent]
             out.append(node)
         return out
+
+
+def _add_metadata(index: dict[str, dict[Hashable, set[str]]], node: Node) -> None:
+    """File a leaf under each of its metadata (key, value) pairs."""
+    for key, value in node.metadata.items():
+        values = index.get(key)
+        if values is None:
+            values = index[key] = {}
+        members = values.get(value_key := metadata_key(value))
+        if members is None:
+            values[value_key] = {node.id}
+        else:
+            members.add(node.id)

@@ -1,5 +1,6 @@
-"""``memtree bench scale``: the report it writes, its input checks, and the exactness
-of the engine's search path it times against brute force."""
+"""``memtree bench scale``: the report it writes, its verdict, its input checks, its
+synthetic texts, and the exactness of the engine's search paths it times against
+brute force."""
 
 from __future__ import annotations
 
@@ -12,10 +13,25 @@ import numpy as np
 import pytest
 from cli_runner import memtree, ok, refused
 
-from memtree.eval.scale import ScaleSettings, parse_sizes, random_unit_vectors, rows_updated_per_insert
+from memtree.eval.scale import (
+    ScaleReport,
+    ScaleSettings,
+    SizeResult,
+    exhaustive_hybrid,
+    parse_sizes,
+    random_unit_vectors,
+    rows_updated_per_insert,
+)
+from memtree.eval.scale_report import verdict
+from memtree.eval.zipf import ZipfWords
 from memtree.index import VectorIndex
-from memtree.retrieval import Filters, rank_collapsed
+from memtree.retrieval import Filters, LexicalQuery, first_limit, rank_collapsed
 from memtree.state import TreeState
+
+TIMINGS = (
+    "upkeep", "upkeep_vector", "upkeep_lexical", "rebuild", "query_hybrid", "query_dense", "query_dense_leaves",
+    "query_lexical", "query_faiss", "query_faiss_copy",
+)  # fmt: skip
 
 
 @pytest.mark.slow
@@ -33,6 +49,7 @@ def test_the_command_writes_markdown_json_and_png_for_each_size(tmp_path: Path) 
 
     data = json.loads((out / "scale.json").read_text())
     assert data["settings"]["sizes"] == [1000, 200] and data["settings"]["dimension"] == 32
+    assert data["settings"]["lexical_weight"] == 0.3  # the engine's default: the hybrid path is what is timed
     assert data["machine"]["command"].startswith("memtree bench scale --sizes 1000,200")
     assert data["machine"]["faiss threads"] == "1"
     results = data["results"]
@@ -41,19 +58,24 @@ def test_the_command_writes_markdown_json_and_png_for_each_size(tmp_path: Path) 
         assert r["rows_updated_per_insert"] == rows_updated_per_insert(r["n"])
         assert r["rows_written_per_insert"] == r["rows_updated_per_insert"] + 2
         assert r["matrix_bytes"] == r["n"] * 32 * 4 < r["index_bytes"]
-        assert r["upkeep"]["count"] == 40 and r["query_engine"]["count"] == 40 and r["rebuild"]["count"] == 5
-        for timing in ("upkeep", "rebuild", "query_engine", "query_engine_leaves", "query_faiss", "query_faiss_copy"):
+        assert r["lexical_bytes"] > 0 and r["build_lexical_seconds"] > 0 and r["build_vector_seconds"] > 0
+        assert r["upkeep"]["count"] == 40 and r["query_hybrid"]["count"] == 40 and r["rebuild"]["count"] == 5
+        for timing in TIMINGS:
             assert 0 < r[timing]["min"] <= r[timing]["p50"] <= r[timing]["p95"] <= r[timing]["max"] < 1.0
-        assert r["same_results"] == 1.0
-        assert r["query_ratio"] == pytest.approx(r["query_engine"]["p50"] / r["query_faiss"]["p50"])
-        assert r["paired_ratio"] > 0 and r["leaves_paired_ratio"] > 0
+        assert r["upkeep"]["p50"] >= r["upkeep_lexical"]["p50"]  # the total includes both parts
+        assert r["dense_same_results"] == 1.0
+        assert r["hybrid_exact"] == 1.0 and r["hybrid_checked"] == 20
+        assert r["query_ratio"] == pytest.approx(r["query_hybrid"]["p50"] / r["query_faiss"]["p50"])
+        assert r["hybrid_paired_ratio"] > 0 and r["dense_paired_ratio"] > 0 and r["leaves_paired_ratio"] > 0
+        assert r["postings_per_query"] > 0
 
     markdown = (out / "scale.md").read_text()
     assert "![upkeep and query time versus N](scale.png)" in markdown
     for n in ("200", "1,000"):
-        assert re.search(rf"^\| {n} \| [\d.,]+ \| \d+ \+ 2 \|", markdown, re.MULTILINE), n  # upkeep row
-        assert re.search(rf"^\| {n} \| [\d.,]+ \| [\d.,]+ \| [\d.,]+ \| [\d.,]+ \| [\d.]+ \|", markdown, re.MULTILINE)
-    for key in ("cpu", "cores", "ram", "python", "numpy", "faiss", "memtree", "date", "command"):
+        assert re.search(rf"^\| {n} \| \d+ \+ 2 \| [\d,]+ \|", markdown, re.MULTILINE), n  # upkeep row
+        cells = r"\| [\d.,]+ " * 5
+        assert re.search(rf"^\| {n} {cells}\| \**[\d.]+", markdown, re.MULTILINE), n  # query row
+    for key in ("cpu", "cores", "ram", "python", "numpy", "faiss", "memtree", "date", "command", "load"):
         assert f"| {key} |" in markdown
 
 
@@ -84,6 +106,10 @@ def test_sizes_accept_thousands_and_millions() -> None:
         parse_sizes("10,,20")
     with pytest.raises(ValueError, match="sizes is empty"):
         ScaleSettings(sizes=())
+    with pytest.raises(ValueError, match="leaf_words must be"):
+        ScaleSettings(leaf_words=(5, 2))
+    with pytest.raises(ValueError, match="lexical_weight must be positive"):
+        ScaleSettings(lexical_weight=0.0)
 
 
 def test_random_vectors_are_seeded_unit_vectors() -> None:
@@ -94,8 +120,24 @@ def test_random_vectors_are_seeded_unit_vectors() -> None:
     np.testing.assert_allclose(np.linalg.norm(first, axis=1), 1.0, atol=1e-5)
 
 
+def test_zipf_texts_are_seeded_sized_and_skewed() -> None:
+    words = ZipfWords(size=1000, exponent=1.1)
+    texts = words.texts(np.random.default_rng(3), 2000, 10, 26)
+    assert texts == words.texts(np.random.default_rng(3), 2000, 10, 26)
+    assert all(10 <= len(text.split()) <= 26 for text in texts)
+    counts: dict[str, int] = {}
+    for text in texts:
+        for word in set(text.split()):
+            counts[word] = counts.get(word, 0) + 1
+    ranked = sorted(counts, key=counts.__getitem__, reverse=True)
+    assert ranked[0] == "w1" and counts["w1"] > 0.5 * len(texts)  # the head is in most texts…
+    assert np.median(list(counts.values())) < 0.01 * len(texts)  # …and most words are in few
+    with pytest.raises(ValueError, match="Zipf exponent must be positive"):
+        ZipfWords(exponent=0)
+
+
 def test_engine_search_equals_faiss_brute_force_top10() -> None:
-    """What the benchmark times as memtree is the exact search: the same ids as the floor."""
+    """What the benchmark times as the dense path is the exact search: the same ids as the floor."""
     rng = np.random.default_rng(11)
     n, d = 3_000, 48
     matrix = random_unit_vectors(rng, n, d)
@@ -116,11 +158,79 @@ def test_engine_search_equals_faiss_brute_force_top10() -> None:
         assert [node_id for node_id, _ in got_leaves] == [f"n{leaves[slot]}" for slot in leaf_slots[0]]
 
 
+def test_hybrid_ranking_equals_the_exhaustive_computation() -> None:
+    """The hybrid path the benchmark times (BM25 top-k by MaxScore, scores of the vector
+    hits in the same pass) ranks exactly as scoring every matching node would, also
+    after updates, on texts with the benchmark's skew."""
+    rng = np.random.default_rng(5)
+    n, d = 4_000, 32
+    words = ZipfWords(size=2_000)
+    engine = VectorIndex(d)
+    ids = [f"n{i}" for i in range(n)]
+    engine.upsert(ids, random_unit_vectors(rng, n, d), [True] * n, [None] * n)
+    state = TreeState()
+    assert state.lexical is not None
+    state.lexical.upsert_many(ids, words.texts(rng, n, 10, 40))
+    limit = first_limit(10)
+    for round_ in range(3):
+        for query, text in zip(random_unit_vectors(rng, 15, d), words.texts(rng, 15, 1, 6), strict=True):
+            got = rank_collapsed(engine, state, query, limit, Filters(), LexicalQuery(text, 0.3))
+            assert got == exhaustive_hybrid(engine, state.lexical, query, text, limit, 0.3), (round_, text)
+        rewritten = [ids[int(i)] for i in rng.choice(n, 300, replace=False)]
+        state.lexical.upsert_many(rewritten, words.texts(rng, 300, 30, 60))
+
+
+def _result(n: int, *, upkeep: float, hybrid: float, dense: float = 1.0) -> SizeResult:
+    def timing(p50: float) -> dict[str, float]:
+        return {"p50": p50, "p95": p50 * 1.5, "mean": p50, "min": p50 / 2, "max": p50 * 3, "count": 30}
+
+    floor = 1e-3 * n / 10_000
+    return SizeResult(
+        n=n, rows_updated_per_insert=rows_updated_per_insert(n), rows_added_per_insert=2, index_bytes=n * 1600,
+        matrix_bytes=n * 1536, lexical_bytes=n * 300, upkeep=timing(upkeep), upkeep_vector=timing(upkeep / 4),
+        upkeep_lexical=timing(upkeep * 3 / 4), rebuild=timing(floor * 2), build_vector_seconds=0.01,
+        build_lexical_seconds=0.1, query_hybrid=timing(floor * hybrid), query_dense=timing(floor * dense),
+        query_dense_leaves=timing(floor), query_lexical=timing(floor / 10), query_faiss=timing(floor),
+        query_faiss_copy=timing(floor), query_faiss_leaves=timing(floor), query_numpy=timing(floor * 2),
+        hybrid_paired_ratio=hybrid, dense_paired_ratio=dense, leaves_paired_ratio=1.0, dense_same_results=1.0,
+        hybrid_exact=1.0, hybrid_checked=20, postings_per_query=1.1,
+    )  # fmt: skip
+
+
+def test_the_verdict_of_one_size_claims_no_trend() -> None:
+    """One size cannot show growth with N: no "X at N = 2,000 and X at N = 2,000"."""
+    lines = verdict(ScaleReport(ScaleSettings(sizes=(2_000,)), [_result(2_000, upkeep=72e-6, hybrid=1.1)]))
+    text = "\n".join(lines)
+    assert "72 µs at N = 2,000 (p50" in text and "says nothing about growth with N" in text
+    assert "N = 2,000 and" not in text
+    assert "1.10× at N = 2,000: within the 1.2× target at every N measured" in text
+
+
+def test_the_verdict_names_each_size_above_the_target_and_growing_upkeep() -> None:
+    results = [
+        _result(10_000, upkeep=100e-6, hybrid=1.45),
+        _result(100_000, upkeep=110e-6, hybrid=1.15),
+        _result(1_000_000, upkeep=130e-6, hybrid=1.05, dense=1.3),
+    ]
+    text = "\n".join(verdict(ScaleReport(ScaleSettings(), results)))
+    assert "1.45× at N = 10,000, 1.15× at N = 100,000, 1.05× at N = 1,000,000" in text
+    assert "**above the 1.2× target at N = 10,000**; within it elsewhere" in text
+    assert "**above the 1.2× target at N = 1,000,000**" in text  # the dense path's miss, named too
+    assert "it does not grow with N (largest ÷ smallest p50 across the sizes 1.3×" in text
+    assert "(its highest ratio)" in text and "N = 10,000 (its highest ratio)" in text
+
+    growing = [_result(10_000, upkeep=100e-6, hybrid=1.0), _result(1_000_000, upkeep=500e-6, hybrid=1.0)]
+    assert "**it grows with N** (largest ÷ smallest p50 across the sizes 5.0×" in "\n".join(
+        verdict(ScaleReport(ScaleSettings(), growing))
+    )
+
+
 def test_a_report_renders_again_from_its_json(tmp_path: Path) -> None:
     from memtree.eval.report import machine_info
-    from memtree.eval.scale import load_scale_report, run_scale, write_scale_report
+    from memtree.eval.scale import load_scale_report, run_scale
+    from memtree.eval.scale_report import write_scale_report
 
-    settings = ScaleSettings(sizes=(50, 120), dimension=8, queries=5, inserts=5, rebuilds=3, threads=1)
+    settings = ScaleSettings(sizes=(50, 120), dimension=8, queries=5, inserts=5, rebuilds=3, threads=1, vocabulary=500)
     report = run_scale(settings, progress=False)
     first, again = tmp_path / "first", tmp_path / "again"
     write_scale_report(report, first, machine_info(["test"]))

@@ -1,4 +1,4 @@
-"""The ingestion benchmark script still runs (tiny sizes, no delay) and writes its report."""
+"""The ingestion and storage benchmark scripts still run (tiny sizes) and write their reports."""
 
 from __future__ import annotations
 
@@ -36,3 +36,26 @@ def test_ingestion_benchmark_writes_its_tables_and_plot(tmp_path: Path) -> None:
     eager, *deferred = results["calls"]
     assert all(run["llm_calls"] < eager["llm_calls"] for run in deferred)
     assert (tmp_path / "ingestion.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_storage_benchmark_times_reopen_with_and_without_the_bm25_index(tmp_path: Path) -> None:
+    command = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "storage.py"),
+        "--sizes=600",
+        "--inserts=10",
+        "--repeats=1",
+        "--no-postgres",
+        f"--cache={tmp_path / 'cache'}",
+        f"--out={tmp_path / 'out'}",
+    ]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    subprocess.run(command, check=True, cwd=ROOT, env=env, capture_output=True, timeout=600)
+    report = (tmp_path / "out" / "storage.md").read_text(encoding="utf-8")
+    assert "| reopen without BM25 (s) |" in report and "| sqlite FULL |" in report
+    results = json.loads((tmp_path / "out" / "storage.json").read_text(encoding="utf-8"))["results"]
+    assert {row["store"] for row in results} == {"memory", "sqlite FULL", "sqlite NORMAL"}
+    assert all(row["reopen_s"] > 0 and row["reopen_dense_only_s"] > 0 for row in results)
+    backup = next((tmp_path / "cache").glob("*.jsonl")).read_text(encoding="utf-8")
+    assert '"speaker"' in backup  # the notes carry metadata, as an application's do

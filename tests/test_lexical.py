@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from unittest import mock
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from lexical_reference import ReferenceLexicalIndex
 
 from memtree import MemTree, MemTreeConfig
+from memtree import lexical as lexical_module
 from memtree.embed import Embedder, Matrix
-from memtree.lexical import LexicalIndex, lexical_tokens
+from memtree.lexical import LexicalIndex, lexical_tokens, top
 
 
 class BlurryEmbedder(Embedder):
@@ -56,7 +61,42 @@ def test_index_replaces_and_forgets_documents() -> None:
     index.remove("a")  # idempotent
     assert len(index) == 1 and "a" not in index
     assert index.scores("painting class") == {}
-    assert index._postings.keys() == {"dance", "studio"}  # no empty posting lists left behind
+    assert index.search("dance class", 5) == list(index.scores("dance class").items())
+
+
+def test_rewriting_a_document_leaves_no_garbage_behind() -> None:
+    """An update appends entries and kills the old ones; compaction keeps what a term
+    stores within twice what is alive, however often a document is rewritten."""
+    index = LexicalIndex()
+    index.upsert_many([f"d{i}" for i in range(50)], [f"common word{i}" for i in range(50)])
+    for round_ in range(500):
+        index.upsert("summary", f"common summary round{round_}")
+    common = index._term_of[b"common"]
+    assert index._size[common] - index._dead[common] == 51
+    assert index._size[common] <= 2 * 51
+    # Rare words keep fewer than 8 dead entries each before they are compacted too.
+    assert int(index._size.sum()) <= 2 * (51 + 50 + 2) + 7 * index._terms
+    assert index.search("round499", 3) == [("summary", pytest.approx(index.scores("round499")["summary"]))]
+    assert index.scores("round10") == {}
+
+
+def test_bulk_tokenizing_matches_one_text_at_a_time() -> None:
+    texts = [
+        "Caroline's LGBTQ support-group, on 8 May 2023!",
+        "Straße ÜBER naïve ΑΣ café",  # not ASCII: folded by str.casefold, one by one
+        "tabs\tand\nnew lines __init__ x_1",
+        "",
+        "the of and",  # only function words: a document of length 0
+        "nul\x00inside the text",
+    ]
+    for chunk in (texts, texts[:3], [texts[-1]], texts[2:]):
+        index, reference = LexicalIndex(), ReferenceLexicalIndex()
+        index.upsert_many([str(i) for i in range(len(chunk))], chunk)
+        for i, text in enumerate(chunk):
+            reference.upsert(str(i), text)
+        assert len(index) == len(reference)
+        for text in chunk:
+            assert index.scores(text) == reference.scores(text)
 
 
 def test_rarer_terms_weigh_more_and_allowed_filters() -> None:
@@ -127,3 +167,89 @@ def test_per_call_weight_overrides_the_config() -> None:
     plain.add_many(FACTS)
     with pytest.raises(ValueError, match="keeps no lexical index"):
         plain.retrieve("dance", lexical_weight=0.3)
+
+
+WORDS = ["the", "of", "Über", "ΑΣ", "x_1", "9"] + [f"w{i}" for i in range(40)]
+# Skewed: early words are common (long posting lists, low idf), late ones rare.
+word = st.integers(min_value=0, max_value=len(WORDS) - 1).map(lambda i: WORDS[i * i // len(WORDS)])
+
+text = st.lists(word, max_size=14).map(" ".join)
+node_id = st.sampled_from([f"n{i}" for i in range(24)])
+operation = st.one_of(
+    st.tuples(st.just("upsert"), st.lists(st.tuples(node_id, text), min_size=1, max_size=8)),
+    st.tuples(st.just("remove"), st.lists(node_id, min_size=1, max_size=4)),
+    st.tuples(
+        st.just("query"),
+        st.tuples(text, st.integers(min_value=1, max_value=12), st.none() | st.frozensets(node_id)),
+    ),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    start=st.lists(text, min_size=0, max_size=60),
+    operations=st.lists(operation, max_size=40),
+    forward_cost=st.sampled_from([None, 0, lexical_module._FORWARD_COST, 10**9]),
+    bulk=st.booleans(),
+)
+def test_numpy_index_scores_exactly_like_the_reference(
+    start: list[str], operations: list[tuple[str, object]], forward_cost: float | None, bulk: bool
+) -> None:
+    """Random bulk loads, upserts (ids repeated within a batch too), removes and
+    filtered or unfiltered queries: the NumPy index returns the reference's scores,
+    and its top-k equals the reference's top-k (ties by id). ``forward_cost`` None
+    scores every matching document in one pass (what small indexes do); otherwise
+    MaxScore runs, stopping as early as its bounds allow (0), as it would
+    (the default) or never (10**9). ``bulk`` takes the paths of large batches (texts
+    tokenized in chunks, new words found among the distinct tokens) for every batch."""
+    index, reference = LexicalIndex(), ReferenceLexicalIndex()
+    ids = [f"s{i}" for i in range(len(start))]
+    with (
+        mock.patch.object(lexical_module, "_BULK_TOKENS", 0 if bulk else lexical_module._BULK_TOKENS),
+        mock.patch.object(lexical_module, "_KNOWN_WORDS", 10**9 if bulk else lexical_module._KNOWN_WORDS),
+        mock.patch.object(lexical_module, "_TEXTS_PER_CHUNK", 3 if bulk else lexical_module._TEXTS_PER_CHUNK),
+    ):
+        _check_against_reference(index, reference, ids, start, operations, forward_cost)
+
+
+def _check_against_reference(
+    index: LexicalIndex,
+    reference: ReferenceLexicalIndex,
+    ids: list[str],
+    start: list[str],
+    operations: list[tuple[str, object]],
+    forward_cost: float | None,
+) -> None:
+    index.upsert_many(ids, start)
+    for key, value in zip(ids, start, strict=True):
+        reference.upsert(key, value)
+    one_pass = 10**9 if forward_cost is None else 0
+    with (
+        mock.patch.object(lexical_module, "_FORWARD_COST", forward_cost or 0),
+        mock.patch.object(lexical_module, "_SCORE_ALL_ENTRIES", one_pass),
+    ):
+        for kind, payload in operations:
+            if kind == "upsert":
+                pairs = payload
+                assert isinstance(pairs, list)
+                index.upsert_many([key for key, _ in pairs], [value for _, value in pairs])
+                for key, value in pairs:
+                    reference.upsert(key, value)
+            elif kind == "remove":
+                assert isinstance(payload, list)
+                index.remove_many(payload)
+                for key in payload:
+                    reference.remove(key)
+            else:
+                query, limit, subset = payload  # type: ignore[misc]
+                allowed = None if subset is None else subset.__contains__
+                expected = reference.scores(query, allowed)
+                assert index.scores(query, allowed) == expected  # the same floats, not just close
+                probe = [*ids[:3], "n1", "n2", "missing"]
+                unfiltered = reference.scores(query)
+                probe_scores = [unfiltered.get(key, 0.0) for key in probe]
+                hits, also = index.search_and_score(query, limit, allowed, also=probe)
+                assert hits == top(expected, limit)
+                assert also.tolist() == probe_scores
+                assert index.score_of(query, probe).tolist() == probe_scores
+            assert len(index) == len(reference)

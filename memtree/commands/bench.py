@@ -40,10 +40,11 @@ def scale(
     seed: int = typer.Option(0, "--seed", help="Seed of the random vectors."),
     out: str = typer.Option(DEFAULT_OUT, "--out", help="Folder for scale.md, scale.json and scale.png."),
 ) -> None:
-    """Index upkeep per insert and collapsed top-10 query time versus N, on random unit vectors (no model),
-    against FAISS brute force and a full rebuild per insert."""
+    """Index upkeep per insert (vector + BM25) and collapsed top-10 query time (default hybrid and dense) versus N,
+    on random unit vectors and Zipf-distributed texts (no model), against FAISS brute force and a full rebuild."""
     from memtree.eval.report import machine_info
-    from memtree.eval.scale import ScaleSettings, parse_sizes, run_scale, write_scale_report
+    from memtree.eval.scale import ScaleSettings, parse_sizes, run_scale
+    from memtree.eval.scale_report import write_scale_report
 
     try:
         parsed_sizes = parse_sizes(sizes)
@@ -69,8 +70,9 @@ def scale(
         print(
             f"N={result.n:>9,}  upkeep p50 {result.upkeep['p50'] * 1e6:8.0f} µs  "
             f"rebuild p50 {result.rebuild['p50'] * 1e3:9.2f} ms  "
-            f"query p50 {result.query_engine['p50'] * 1e3:8.2f} ms  "
-            f"floor p50 {result.query_faiss['p50'] * 1e3:8.2f} ms  ({result.query_ratio:.2f}×)"
+            f"hybrid p50 {result.query_hybrid['p50'] * 1e3:8.2f} ms ({result.hybrid_paired_ratio:.2f}×)  "
+            f"dense p50 {result.query_dense['p50'] * 1e3:8.2f} ms ({result.dense_paired_ratio:.2f}×)  "
+            f"floor p50 {result.query_faiss['p50'] * 1e3:8.2f} ms"
         )
     print("Wrote " + ", ".join(str(path) for path in paths))
 

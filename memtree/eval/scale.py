@@ -3,27 +3,39 @@
 No model is involved: the index holds ``N`` seeded random unit vectors (as many as a
 tree of ``N`` nodes), 60% of them flagged as leaves (a MemTree has at least two
 children per summary, so leaves are the majority; 3,000 inserts with the test
-embedder give 3,000 leaves in 4,979 nodes).
+embedder give 3,000 leaves in 4,979 nodes). Each node also gets a synthetic text,
+words drawn from a Zipf law (:mod:`memtree.eval.zipf`): 10-26 words for a leaf,
+30-60 for a summary, indexed by the BM25 index that hybrid retrieval (the default,
+``lexical_weight`` 0.3) reads beside the vectors.
 
-* **Upkeep per insert** reproduces what the engine's insert path does to the index:
-  ``MemTree._apply`` calls ``VectorIndex.upsert`` once per insert with every node the
-  insert wrote, a list of 1-D embeddings, leaf flags and timestamps. An insert
-  re-writes the summaries on the new leaf's path and adds the leaf (plus a summary
-  when it splits a leaf), so each timed call overwrites ``ceil(log2 N)`` existing rows
-  and appends 2 (more than a real tree writes: its paths are shorter than ``log2 N``).
-  It runs with the garbage collector paused, as ``_apply`` does.
+* **Upkeep per insert** reproduces what the engine's insert path does to both
+  indexes: ``MemTree._apply`` calls ``VectorIndex.upsert`` once per insert with every
+  node the insert wrote, and ``TreeState.apply`` calls ``LexicalIndex.upsert_many``
+  once with their texts. An insert re-writes the summaries on the new leaf's path
+  and adds the leaf (plus a summary when it splits a leaf), so each timed insert
+  overwrites ``ceil(log2 N)`` existing rows and texts and appends 2 (more than a real
+  tree writes: its paths are shorter than ``log2 N``). It runs with the garbage
+  collector paused, as ``_apply`` does.
 * **Full rebuild per insert**, the alternative: a new ``faiss.IndexFlatIP`` filled
-  with the ``N × d`` matrix.
-* **Collapsed top-10 query** through the engine (``rank_collapsed``: the mask for
-  the filters, then ``VectorIndex.search``), without filters and with
-  ``leaves_only``, against brute force: ``faiss.knn`` over the engine's own storage
-  (the floor: FAISS's exhaustive search reading the very same memory), a separate
-  ``faiss.IndexFlatIP`` holding a copy of the matrix, a NumPy matrix-vector product with
-  ``argpartition``, and FAISS over a separate matrix of the leaves only (the floor for
-  ``leaves_only``). The methods take turns in a random order on each query, so a change
-  in the machine's load hits them alike. (Two copies of one matrix need not scan equally
-  fast: on the machine of the committed results the first of two large allocations
-  scanned 5-8% slower, whichever index it held; reading the same memory removes that.)
+  with the ``N × d`` matrix (and, for the words, a new BM25 index built from every
+  text: the bulk build, also what a reopen pays).
+* **Collapsed top-10 query** as ``MemTree.retrieve`` ranks it (``rank_collapsed``
+  asked for :func:`~memtree.retrieval.first_limit` ``(10)`` nodes): the default hybrid
+  path (vector search, BM25 top-k, cosine of the union), the dense path
+  (``lexical_weight=0``), dense with ``leaves_only``, and the BM25 step alone, against
+  brute force: ``faiss.knn`` top-10 over the engine's own storage (the floor: FAISS's
+  exhaustive search reading the very same memory), a separate ``faiss.IndexFlatIP``
+  holding a copy of the matrix, a NumPy matrix-vector product with ``argpartition``,
+  and FAISS over a separate matrix of the leaves only. Each query pairs a random
+  vector with five words drawn from the same Zipf law. The methods take turns in a
+  random order on each query, so a change in the machine's load hits them alike.
+  (Two copies of one matrix need not scan equally fast: on the machine of the
+  committed results the first of two large allocations scanned 5-8% slower, whichever
+  index it held; reading the same memory removes that.)
+
+Exactness is checked beside the timing: the dense path against the floor's top-10 on
+every query, the hybrid ranking against the same ranking computed the exhaustive way
+(every BM25 score of every matching node) on the first queries.
 
 Repetitions stop early once a measurement has used its time budget (never below a
 minimum count), so the 1M run stays short; the report gives the counts.
@@ -35,7 +47,8 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -43,20 +56,14 @@ import faiss
 import numpy as np
 from tqdm import tqdm
 
+from memtree.config import MemTreeConfig
 from memtree.embed import Matrix
-from memtree.eval.report import (
-    load_average,
-    machine_lines,
-    markdown_table,
-    new_figure,
-    percentiles,
-    save_figure,
-    write_json,
-    write_markdown,
-)
+from memtree.eval.report import percentiles
+from memtree.eval.zipf import ZipfWords
 from memtree.gcpause import paused_gc
 from memtree.index import VectorIndex
-from memtree.retrieval import Filters, rank_collapsed
+from memtree.lexical import LexicalIndex, top
+from memtree.retrieval import Filters, LexicalQuery, Ranked, first_limit, rank_collapsed
 from memtree.state import TreeState
 
 QUERY_RATIO_TARGET = 1.2
@@ -64,6 +71,12 @@ QUERY_RATIO_TARGET = 1.2
 
 ROWS_ADDED_PER_INSERT = 2
 """The new leaf, and the summary made when it lands on a leaf (the costlier case)."""
+
+EXACTNESS_CHECKS = 20
+"""Queries per size whose hybrid ranking is compared with the exhaustive computation."""
+
+QUERY_METHODS = ("hybrid", "dense", "dense_leaves", "lexical", "faiss", "faiss_copy", "faiss_leaves", "numpy")
+"""What each query times, in a new random order per query (see the module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +95,13 @@ class ScaleSettings:
     leaf_fraction: float = 0.6
     threads: int = 0
     """FAISS and BLAS threads; 0 keeps their defaults (one per core)."""
+    vocabulary: int = 100_000
+    zipf_exponent: float = 1.1
+    leaf_words: tuple[int, int] = (10, 26)
+    summary_words: tuple[int, int] = (30, 60)
+    query_words: int = 5
+    lexical_weight: float = MemTreeConfig().lexical_weight
+    """The weight of BM25 in the hybrid query (the engine's default)."""
 
     def __post_init__(self) -> None:
         if not self.sizes:
@@ -89,7 +109,7 @@ class ScaleSettings:
         for n in self.sizes:
             if n < 1:
                 raise ValueError(f"every size must be at least 1, got {n}")
-        for name in ("dimension", "queries", "inserts", "rebuilds", "k"):
+        for name in ("dimension", "queries", "inserts", "rebuilds", "k", "query_words"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.threads < 0:
@@ -98,6 +118,17 @@ class ScaleSettings:
             raise ValueError(f"seconds_per_measurement must be positive, got {self.seconds_per_measurement}")
         if not 0.0 < self.leaf_fraction <= 1.0:
             raise ValueError(f"leaf_fraction must be in (0, 1], got {self.leaf_fraction}")
+        if not self.lexical_weight > 0:
+            raise ValueError(f"lexical_weight must be positive (the hybrid path), got {self.lexical_weight}")
+        ZipfWords(self.vocabulary, self.zipf_exponent)  # checks both
+        for name in ("leaf_words", "summary_words"):
+            shortest, longest = getattr(self, name)
+            if not 1 <= shortest <= longest:
+                raise ValueError(f"{name} must be (shortest, longest) with 1 <= shortest <= longest")
+
+    @property
+    def words(self) -> ZipfWords:
+        return ZipfWords(self.vocabulary, self.zipf_exponent)
 
 
 @dataclass
@@ -109,20 +140,38 @@ class SizeResult:
     rows_added_per_insert: int
     index_bytes: int
     matrix_bytes: int
+    lexical_bytes: int
+    """Posting, forward-index and per-document arrays of the BM25 index."""
     upkeep: dict[str, float]
+    """Both indexes, one insert."""
+    upkeep_vector: dict[str, float]
+    upkeep_lexical: dict[str, float]
     rebuild: dict[str, float]
-    query_engine: dict[str, float]
-    query_engine_leaves: dict[str, float]
+    """A new FAISS index over the whole matrix."""
+    build_vector_seconds: float
+    """Bulk-loading the vector index from the matrix (what a reopen does)."""
+    build_lexical_seconds: float
+    """Bulk-building the BM25 index from every text (what a reopen does)."""
+    query_hybrid: dict[str, float]
+    query_dense: dict[str, float]
+    query_dense_leaves: dict[str, float]
+    query_lexical: dict[str, float]
     query_faiss: dict[str, float]
     query_faiss_copy: dict[str, float]
     query_faiss_leaves: dict[str, float]
     query_numpy: dict[str, float]
-    paired_ratio: float
-    """Median over queries of memtree's time ÷ the floor's on that same query."""
+    hybrid_paired_ratio: float
+    """Median over queries of the hybrid path's time ÷ the floor's on that same query."""
+    dense_paired_ratio: float
     leaves_paired_ratio: float
-    """The same for ``leaves_only`` queries (÷ the unfiltered floor)."""
-    same_results: float
-    """Share of queries where the engine returned exactly FAISS brute force's ids."""
+    """The same for dense ``leaves_only`` queries (÷ the unfiltered floor)."""
+    dense_same_results: float
+    """Share of queries where the dense path's top-k were exactly FAISS brute force's."""
+    hybrid_exact: float
+    """Share of checked queries where the hybrid ranking equalled the exhaustive one."""
+    hybrid_checked: int
+    postings_per_query: float
+    """Median over queries of the posting entries of their words, divided by N."""
 
     @property
     def rows_written_per_insert(self) -> int:
@@ -130,11 +179,12 @@ class SizeResult:
 
     @property
     def query_ratio(self) -> float:
-        return self.query_engine["p50"] / self.query_faiss["p50"]
+        """Hybrid p50 ÷ floor p50 (ratio of medians)."""
+        return self.query_hybrid["p50"] / self.query_faiss["p50"]
 
     @property
-    def leaves_query_ratio(self) -> float:
-        return self.query_engine_leaves["p50"] / self.query_faiss["p50"]
+    def dense_ratio(self) -> float:
+        return self.query_dense["p50"] / self.query_faiss["p50"]
 
 
 @dataclass
@@ -150,7 +200,10 @@ def load_scale_report(path: Path) -> tuple[ScaleReport, dict[str, str]]:
     import json
 
     data = json.loads(path.read_text(encoding="utf-8"))
-    settings = ScaleSettings(**{**data["settings"], "sizes": tuple(data["settings"]["sizes"])})
+    raw = dict(data["settings"])
+    for name in ("sizes", "leaf_words", "summary_words"):
+        raw[name] = tuple(raw[name])
+    settings = ScaleSettings(**raw)
     names = {f.name for f in fields(SizeResult)}
     results = [SizeResult(**{key: value for key, value in row.items() if key in names}) for row in data["results"]]
     threads = int(data["machine"].get("faiss threads", 0))
@@ -218,38 +271,89 @@ def _thread_limit(threads: int) -> Iterator[None]:
         faiss.omp_set_num_threads(before)
 
 
-def measure_size(n: int, settings: ScaleSettings, *, progress: bool = True) -> SizeResult:
-    """Build an index of ``n`` vectors and measure queries, upkeep and rebuilds on it."""
-    rng = np.random.default_rng([settings.seed, n])
+@dataclass
+class _Setup:
+    """One size's indexes and what the measurements share."""
+
+    engine: VectorIndex
+    state: TreeState
+    matrix: Matrix
+    is_leaf: np.ndarray
+    build_vector_seconds: float
+    build_lexical_seconds: float
+
+    @property
+    def lexical(self) -> LexicalIndex:
+        assert self.state.lexical is not None
+        return self.state.lexical
+
+
+def _texts(settings: ScaleSettings, rng: np.random.Generator, is_leaf: np.ndarray) -> list[str]:
+    """A synthetic text per node: leaf-sized where ``is_leaf``, summary-sized elsewhere."""
+    words = settings.words
+    leaves = iter(words.texts(rng, int(is_leaf.sum()), *settings.leaf_words))
+    summaries = iter(words.texts(rng, int(is_leaf.size - is_leaf.sum()), *settings.summary_words))
+    return [next(leaves) if flag else next(summaries) for flag in is_leaf.tolist()]
+
+
+def _setup(n: int, settings: ScaleSettings, rng: np.random.Generator) -> _Setup:
     d = settings.dimension
     matrix = random_unit_vectors(rng, n, d)
     is_leaf = rng.random(n) < settings.leaf_fraction
-    timestamps = np.arange(n, dtype=np.float64)
+    ids = [f"n{i}" for i in range(n)]
+    texts = _texts(settings, rng, is_leaf)
     engine = VectorIndex(d)
-    engine.upsert([f"n{i}" for i in range(n)], matrix, is_leaf.tolist(), timestamps.tolist())
-    matrix_bytes = len(engine) * d * 4
-    index_bytes = _index_bytes(engine)
+    with paused_gc():
+        started = time.perf_counter()
+        engine.upsert(ids, matrix, is_leaf.tolist(), np.arange(n, dtype=np.float64).tolist())
+        build_vector = time.perf_counter() - started
+        state = TreeState()  # rank_collapsed reads the tree only for filters and its BM25 index
+        assert state.lexical is not None
+        started = time.perf_counter()
+        state.lexical.upsert_many(ids, texts)
+        build_lexical = time.perf_counter() - started
+    return _Setup(engine, state, matrix, is_leaf, build_vector, build_lexical)
 
-    queries = _queries(engine, matrix, is_leaf, rng, settings, progress=f"N={n:,}: queries" if progress else None)
-    upkeep = _upkeep(engine, rng, settings, progress=f"N={n:,}: inserts" if progress else None)
-    rebuild = _rebuilds(matrix, settings, progress=f"N={n:,}: rebuilds" if progress else None)
+
+def measure_size(n: int, settings: ScaleSettings, *, progress: bool = True) -> SizeResult:
+    """Build both indexes for ``n`` nodes and measure queries, upkeep and rebuilds on them."""
+    rng = np.random.default_rng([settings.seed, n])
+    setup = _setup(n, settings, rng)
+    matrix_bytes = len(setup.engine) * settings.dimension * 4
+    index_bytes = _index_bytes(setup.engine)
+    lexical_bytes = setup.lexical.footprint()["bytes"]
+
+    queries = _queries(setup, rng, settings, progress=f"N={n:,}: queries" if progress else None)
+    upkeep = _upkeep(setup, rng, settings, progress=f"N={n:,}: inserts" if progress else None)
+    rebuild = _rebuilds(setup.matrix, settings, progress=f"N={n:,}: rebuilds" if progress else None)
     return SizeResult(
         n=n,
         rows_updated_per_insert=rows_updated_per_insert(n),
         rows_added_per_insert=ROWS_ADDED_PER_INSERT,
         index_bytes=index_bytes,
         matrix_bytes=matrix_bytes,
-        upkeep=percentiles(upkeep),
+        lexical_bytes=lexical_bytes,
+        upkeep=percentiles(upkeep["total"]),
+        upkeep_vector=percentiles(upkeep["vector"]),
+        upkeep_lexical=percentiles(upkeep["lexical"]),
         rebuild=percentiles(rebuild),
-        query_engine=percentiles(queries["engine"]),
-        query_engine_leaves=percentiles(queries["engine_leaves"]),
+        build_vector_seconds=setup.build_vector_seconds,
+        build_lexical_seconds=setup.build_lexical_seconds,
+        query_hybrid=percentiles(queries["hybrid"]),
+        query_dense=percentiles(queries["dense"]),
+        query_dense_leaves=percentiles(queries["dense_leaves"]),
+        query_lexical=percentiles(queries["lexical"]),
         query_faiss=percentiles(queries["faiss"]),
         query_faiss_copy=percentiles(queries["faiss_copy"]),
         query_faiss_leaves=percentiles(queries["faiss_leaves"]),
         query_numpy=percentiles(queries["numpy"]),
-        paired_ratio=_paired_ratio(queries["engine"], queries["faiss"]),
-        leaves_paired_ratio=_paired_ratio(queries["engine_leaves"], queries["faiss"]),
-        same_results=float(np.mean(queries["same"])),
+        hybrid_paired_ratio=_paired_ratio(queries["hybrid"], queries["faiss"]),
+        dense_paired_ratio=_paired_ratio(queries["dense"], queries["faiss"]),
+        leaves_paired_ratio=_paired_ratio(queries["dense_leaves"], queries["faiss"]),
+        dense_same_results=float(np.mean(queries["dense_same"])),
+        hybrid_exact=float(np.mean(queries["hybrid_exact"])),
+        hybrid_checked=len(queries["hybrid_exact"]),
+        postings_per_query=float(np.median(queries["postings"])) / n,
     )
 
 
@@ -257,59 +361,87 @@ def _paired_ratio(times: list[float], floor: list[float]) -> float:
     return float(np.median(np.asarray(times) / np.asarray(floor)))
 
 
+def exhaustive_hybrid(
+    engine: VectorIndex, lexical: LexicalIndex, query: np.ndarray, text: str, limit: int, weight: float
+) -> Ranked:
+    """The hybrid ranking computed the plain way: every BM25 score of every node that
+    shares a word with the query, the ``limit`` best of those and of the vector search,
+    ranked by ``(cosine + weight * BM25 / best) / (1 + weight)`` (ties by id)."""
+    dense = engine.search(query, limit)
+    scores = lexical.scores(text)
+    peak = max(scores.values(), default=0.0)
+    if peak <= 0:
+        return dense
+    similarities = dict(dense)
+    others = [node_id for node_id, _ in top(scores, limit) if node_id not in similarities]
+    similarities.update(zip(others, engine.score(query, others).tolist(), strict=True))
+    scale = 1.0 / (1.0 + weight)
+    ranked = [
+        (node_id, (similarity + weight * (scores.get(node_id, 0.0) / peak)) * scale)
+        for node_id, similarity in similarities.items()
+    ]
+    ranked.sort(key=lambda pair: (-pair[1], pair[0]))
+    return ranked
+
+
 def _queries(
-    engine: VectorIndex,
-    matrix: Matrix,
-    is_leaf: np.ndarray,
-    rng: np.random.Generator,
-    settings: ScaleSettings,
-    *,
-    progress: str | None,
+    setup: _Setup, rng: np.random.Generator, settings: ScaleSettings, *, progress: str | None
 ) -> dict[str, list[float]]:
-    k = settings.k
+    k, engine, state, matrix, is_leaf = settings.k, setup.engine, setup.state, setup.matrix, setup.is_leaf
+    limit = first_limit(k)
     storage = engine._rows()  # a view of the engine's matrix (the queries run before any insert)
     copy = faiss.IndexFlatIP(settings.dimension)
     copy.add(matrix)
     leaves_floor = faiss.IndexFlatIP(settings.dimension)
     leaves_floor.add(np.ascontiguousarray(matrix[is_leaf]))
-    state = TreeState()  # rank_collapsed reads the tree only for `where` filters
     no_filter, leaves_only = Filters(), Filters(leaves_only=True)
+    weight = settings.lexical_weight
 
     def numpy_top(query: np.ndarray) -> np.ndarray:
         scores = storage @ query
-        top = np.argpartition(-scores, min(k, len(scores)) - 1)[:k]
-        return top[np.argsort(-scores[top], kind="stable")]
+        best = np.argpartition(-scores, min(k, len(scores)) - 1)[:k]
+        return best[np.argsort(-scores[best], kind="stable")]
 
-    methods: dict[str, Callable[[np.ndarray], Any]] = {
-        "engine": lambda q: rank_collapsed(engine, state, q, k, no_filter),
-        "engine_leaves": lambda q: rank_collapsed(engine, state, q, k, leaves_only),
-        "faiss": lambda q: faiss.knn(q.reshape(1, -1), storage, k, faiss.METRIC_INNER_PRODUCT),
-        "faiss_copy": lambda q: copy.search(q.reshape(1, -1), k),
-        "faiss_leaves": lambda q: leaves_floor.search(q.reshape(1, -1), k),
-        "numpy": numpy_top,
-    }
-    times: dict[str, list[float]] = {name: [] for name in methods}
-    times["same"] = []
-    names = list(methods)
-    for _ in _repeat(settings.queries, 30, settings.seconds_per_measurement, progress):
+    times: dict[str, list[float]] = {name: [] for name in QUERY_METHODS}
+    checks: dict[str, list[float]] = {"dense_same": [], "hybrid_exact": [], "postings": []}
+    names = list(QUERY_METHODS)
+    for number in _repeat(settings.queries, 30, settings.seconds_per_measurement, progress):
         query = random_unit_vectors(rng, 1, settings.dimension)[0]
+        text = settings.words.texts(rng, 1, settings.query_words, settings.query_words)[0]
+        lexical = LexicalQuery(text, weight)
+        row = query.reshape(1, -1)
+        methods: dict[str, Callable[[], Any]] = {
+            "hybrid": partial(rank_collapsed, engine, state, query, limit, no_filter, lexical),
+            "dense": partial(rank_collapsed, engine, state, query, limit, no_filter),
+            "dense_leaves": partial(rank_collapsed, engine, state, query, limit, leaves_only),
+            "lexical": partial(setup.lexical.search, text, limit),
+            "faiss": partial(faiss.knn, row, storage, k, faiss.METRIC_INNER_PRODUCT),
+            "faiss_copy": partial(copy.search, row, k),
+            "faiss_leaves": partial(leaves_floor.search, row, k),
+            "numpy": partial(numpy_top, query),
+        }
         outputs: dict[str, Any] = {}
         for position in rng.permutation(len(names)):  # a new order per query: none always follows another
             name = names[int(position)]
             start = time.perf_counter()
-            outputs[name] = methods[name](query)
+            outputs[name] = methods[name]()
             times[name].append(time.perf_counter() - start)
-        engine_ids = [node_id for node_id, _ in outputs["engine"]]
-        floor_ids = [f"n{slot}" for slot in outputs["faiss"][1][0]]
-        times["same"].append(float(engine_ids == floor_ids))
-    return times
+        dense_ids = [node_id for node_id, _ in outputs["dense"][:k]]
+        checks["dense_same"].append(float(dense_ids == [f"n{slot}" for slot in outputs["faiss"][1][0]]))
+        checks["postings"].append(float(setup.lexical.postings(text)))
+        if number < EXACTNESS_CHECKS:
+            reference = exhaustive_hybrid(engine, setup.lexical, query, text, limit, weight)
+            got = outputs["hybrid"]
+            checks["hybrid_exact"].append(float([i for i, _ in got[:k]] == [i for i, _ in reference[:k]]))
+    return {**times, **checks}
 
 
 def _upkeep(
-    engine: VectorIndex, rng: np.random.Generator, settings: ScaleSettings, *, progress: str | None
-) -> list[float]:
-    """Time ``upsert`` calls shaped like the engine's insert path (see the module docstring)."""
-    seconds: list[float] = []
+    setup: _Setup, rng: np.random.Generator, settings: ScaleSettings, *, progress: str | None
+) -> dict[str, list[float]]:
+    """Time both indexes' updates shaped like the engine's insert path (see the module docstring)."""
+    engine, lexical, words = setup.engine, setup.lexical, settings.words
+    seconds: dict[str, list[float]] = {"total": [], "vector": [], "lexical": []}
     updated = min(rows_updated_per_insert(len(engine)), len(engine))
     for number in _repeat(settings.inserts, 30, settings.seconds_per_measurement, progress):
         slots = rng.choice(len(engine), size=updated, replace=False)
@@ -317,10 +449,18 @@ def _upkeep(
         vectors = list(random_unit_vectors(rng, len(ids), settings.dimension))
         leaf_flags = [False] * updated + [True] + [False] * (ROWS_ADDED_PER_INSERT - 1)
         timestamps: list[float | None] = [float(number)] * len(ids)
+        leaf_text = words.texts(rng, 1, *settings.leaf_words)
+        summary_texts = words.texts(rng, len(ids) - 1, *settings.summary_words)
+        texts = summary_texts[:updated] + leaf_text + summary_texts[updated:]
         with paused_gc():
             start = time.perf_counter()
             engine.upsert(ids, vectors, leaf_flags, timestamps)
-            seconds.append(time.perf_counter() - start)
+            middle = time.perf_counter()
+            lexical.upsert_many(ids, texts)
+            end = time.perf_counter()
+        seconds["vector"].append(middle - start)
+        seconds["lexical"].append(end - middle)
+        seconds["total"].append(end - start)
     return seconds
 
 
@@ -355,204 +495,3 @@ def _index_bytes(index: VectorIndex) -> int:
     matrix = len(index) * index.dimension * 4
     columns = len(index) * (1 + 8)
     return matrix + columns + sys.getsizeof(index.ids) + sys.getsizeof(index._slot)
-
-
-# -- the report -------------------------------------------------------------------------------
-
-
-def write_scale_report(report: ScaleReport, out: Path, info: dict[str, str]) -> list[Path]:
-    """Write ``scale.md``, ``scale.json`` and ``scale.png`` to ``out``; return their paths."""
-    out.mkdir(parents=True, exist_ok=True)
-    info = dict(info)
-    info.setdefault("faiss threads", str(report.threads))
-    info.setdefault("load after", load_average())
-    paths = [out / "scale.md", out / "scale.json", out / "scale.png"]
-    write_markdown(paths[0], _markdown(report, info))
-    write_json(
-        paths[1],
-        {
-            "machine": info,
-            "settings": asdict(report.settings),
-            "results": [
-                {
-                    **asdict(result),
-                    "rows_written_per_insert": result.rows_written_per_insert,
-                    "query_ratio": result.query_ratio,
-                    "leaves_query_ratio": result.leaves_query_ratio,
-                }
-                for result in report.results
-            ],
-        },
-    )
-    _plot(report, paths[2])
-    return paths
-
-
-def _us(seconds: float) -> str:
-    return f"{seconds * 1e6:,.0f}"
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:,.2f}" if seconds < 0.1 else f"{seconds * 1e3:,.0f}"
-
-
-def _markdown(report: ScaleReport, info: dict[str, str]) -> list[str]:
-    s = report.settings
-    results = report.results
-    first, last = results[0], results[-1]
-    worst_ratio = max(r.query_ratio for r in results)
-    worst_leaves = max(r.leaves_query_ratio for r in results)
-    worst_paired = max(r.paired_ratio for r in results)
-    worst_leaves_paired = max(r.leaves_paired_ratio for r in results)
-    upkeep_lines = markdown_table(
-        [
-            "N",
-            "index (MB)",
-            "rows written / insert",
-            "upkeep p50 (µs)",
-            "upkeep p95 (µs)",
-            "µs / row (p50)",
-            "inserts timed",
-            "rebuild p50 (ms)",
-            "rebuild p95 (ms)",
-            "rebuilds timed",
-            "rebuild ÷ upkeep",
-        ],
-        [
-            [
-                f"{r.n:,}",
-                f"{r.index_bytes / 1e6:,.1f}",
-                f"{r.rows_updated_per_insert} + {r.rows_added_per_insert}",
-                _us(r.upkeep["p50"]),
-                _us(r.upkeep["p95"]),
-                f"{r.upkeep['p50'] * 1e6 / r.rows_written_per_insert:.1f}",
-                r.upkeep["count"],
-                _ms(r.rebuild["p50"]),
-                _ms(r.rebuild["p95"]),
-                r.rebuild["count"],
-                f"{r.rebuild['p50'] / r.upkeep['p50']:,.0f}×",
-            ]
-            for r in results
-        ],
-    )
-    query_lines = markdown_table(
-        [
-            "N",
-            "memtree p50 (ms)",
-            "memtree p95 (ms)",
-            "FAISS floor p50 (ms)",
-            "FAISS floor p95 (ms)",
-            "FAISS own copy p50 (ms)",
-            "memtree ÷ floor (p50)",
-            "memtree ÷ floor (paired)",
-            "NumPy p50 (ms)",
-            "memtree leaves_only p50 (ms)",
-            "leaves-only FAISS p50 (ms)",
-            "leaves_only ÷ floor (paired)",
-            "same top-10 as floor",
-            "queries",
-        ],
-        [
-            [
-                f"{r.n:,}",
-                _ms(r.query_engine["p50"]),
-                _ms(r.query_engine["p95"]),
-                _ms(r.query_faiss["p50"]),
-                _ms(r.query_faiss["p95"]),
-                _ms(r.query_faiss_copy["p50"]),
-                f"{r.query_ratio:.2f}",
-                f"{r.paired_ratio:.2f}",
-                _ms(r.query_numpy["p50"]),
-                _ms(r.query_engine_leaves["p50"]),
-                _ms(r.query_faiss_leaves["p50"]),
-                f"{r.leaves_paired_ratio:.2f}",
-                f"{r.same_results:.0%}",
-                r.query_engine["count"],
-            ]
-            for r in results
-        ],
-    )
-    return [
-        "# Scale: index upkeep and collapsed queries versus N",
-        "",
-        f"Synthetic seeded random unit vectors (d = {s.dimension}, seed {s.seed}, {s.leaf_fraction:.0%} flagged "
-        f"as leaves), no model. Each N gets its own `memtree.index.VectorIndex` holding N vectors. "
-        "Times are wall-clock (`time.perf_counter`) on a machine shared with other jobs.",
-        "",
-        "## Verdict",
-        "",
-        f"- **Index upkeep per insert**: {_us(first.upkeep['p50'])} µs at N = {first.n:,} and "
-        f"{_us(last.upkeep['p50'])} µs at N = {last.n:,} (p50, {first.rows_written_per_insert} and "
-        f"{last.rows_written_per_insert} rows written): "
-        f"{last.upkeep['p50'] / first.upkeep['p50']:.1f}× for {last.n / first.n:,.0f}× the vectors. "
-        f"A full rebuild per insert would cost {_ms(first.rebuild['p50'])} ms and {_ms(last.rebuild['p50'])} ms "
-        f"({last.rebuild['p50'] / first.rebuild['p50']:,.0f}×). Slowest insert timed: "
-        f"{_ms(max(r.upkeep['max'] for r in results))} ms.",
-        f"- **Collapsed top-{s.k} query vs FAISS brute force on the same matrix** (target ≤ {QUERY_RATIO_TARGET}×): "
-        f"at most {worst_paired:.2f}× the floor across N as the median of per-query ratios, {worst_ratio:.2f}× as "
-        f"a ratio of medians; with `leaves_only`, {worst_leaves_paired:.2f}× and {worst_leaves:.2f}× the "
-        "unfiltered floor. memtree returned exactly the floor's top-10 on "
-        f"{min(r.same_results for r in results):.0%} of the queries (the lowest share across N).",
-        "",
-        "## Index upkeep per insert",
-        "",
-        "One `VectorIndex.upsert` call per insert, shaped like `MemTree._apply`'s (a list of 1-D embeddings, "
-        "leaf flags, timestamps; garbage collector paused): it overwrites `ceil(log2 N)` existing rows "
-        f"(the summaries on the new leaf's path; a real tree's paths are shorter) and appends "
-        f"{ROWS_ADDED_PER_INSERT} (the new leaf and the summary made when it splits a leaf). "
-        "Rebuild = a new `faiss.IndexFlatIP` filled with the N × d matrix, what an index without in-place "
-        "updates would pay per insert. Index size = the float32 matrix plus flags, timestamps and the slot table.",
-        "",
-        *upkeep_lines,
-        "",
-        f"## Collapsed top-{s.k} query",
-        "",
-        "memtree = `memtree.retrieval.rank_collapsed` (filters to a mask, then `VectorIndex.search`), the path "
-        "`MemTree.retrieve` takes for collapsed retrieval. FAISS floor = `faiss.knn` (FAISS's exhaustive "
-        "inner-product search, what `IndexFlatIP.search` runs) over the engine's own matrix, so both read the "
-        "same memory. FAISS own copy = `faiss.IndexFlatIP.search` on a separate index holding a copy of the "
-        "matrix (on this machine the first of two large allocations scanned 5-8% slower, whichever index it "
-        "held, so two copies are not a fair floor for each other). NumPy = `matrix @ q` with `argpartition`. "
-        "leaves-only FAISS = brute force over a separate matrix of just the leaves. One query at a time, "
-        "the methods in a new random order on each query. Paired = the median over queries of memtree's time "
-        "divided by the floor's on the same query, which cancels most of the load of the shared machine.",
-        "",
-        *query_lines,
-        "",
-        "![upkeep and query time versus N](scale.png)",
-        "",
-        "## Machine",
-        "",
-        *machine_lines(info),
-    ]
-
-
-def _plot(report: ScaleReport, path: Path) -> None:
-    results = report.results
-    sizes = [r.n for r in results]
-    figure, (left, right) = new_figure(2)
-    left.plot(sizes, [r.upkeep["p50"] * 1e3 for r in results], "o-", label="memtree upkeep per insert (p50)")
-    left.plot(sizes, [r.upkeep["p95"] * 1e3 for r in results], "o:", color="C0", alpha=0.6, label="… p95")
-    left.plot(sizes, [r.rebuild["p50"] * 1e3 for r in results], "s--", color="C3", label="full rebuild per insert")
-    left.set_title("index upkeep per insert")
-    right.plot(sizes, [r.query_engine["p50"] * 1e3 for r in results], "o-", label="memtree collapsed (p50)")
-    right.plot(sizes, [r.query_engine_leaves["p50"] * 1e3 for r in results], "^-", label="memtree leaves_only (p50)")
-    right.plot(sizes, [r.query_faiss["p50"] * 1e3 for r in results], "s--", color="k", label="FAISS brute force")
-    right.plot(sizes, [r.query_faiss_copy["p50"] * 1e3 for r in results], "d:", color="C4", label="FAISS, own copy")
-    right.plot(
-        sizes,
-        [r.query_faiss["p50"] * 1e3 * QUERY_RATIO_TARGET for r in results],
-        ":",
-        color="grey",
-        label=f"{QUERY_RATIO_TARGET}× brute force",
-    )
-    right.plot(sizes, [r.query_numpy["p50"] * 1e3 for r in results], "x--", color="C2", label="NumPy matmul")
-    right.set_title(f"top-{report.settings.k} query")
-    for axis in (left, right):
-        axis.set_xscale("log")
-        axis.set_yscale("log")
-        axis.set_xlabel("N (vectors in the index)")
-        axis.set_ylabel("milliseconds")
-        axis.grid(True, which="both", alpha=0.3)
-        axis.legend(fontsize=8)
-    save_figure(figure, path)
