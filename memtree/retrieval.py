@@ -156,23 +156,53 @@ class Packing:
     count_tokens: Callable[[str], int]
 
 
+class DeliveredSentences:
+    """The sentences already given to the reader, so each later text gives only what
+    is new. Sentences compare case- and whitespace-folded.
+
+    Retrieval packs with it, and the benchmark packs other trees' results with it,
+    so every tree method pays for a repeated sentence the same way (not at all).
+
+    Example::
+
+        delivered = DeliveredSentences()
+        delivered.new_part("Ana has a cat. It is grey.")  # the whole text
+        delivered.new_part("It is grey. Ben runs.")  # "Ben runs."
+        delivered.new_part("Ana has a cat.")  # None: nothing new
+    """
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+
+    def new_part(self, text: str) -> str | None:
+        """``text`` without the sentences given before (joined as ``text`` joins
+        them: by line breaks if it has any), or ``None`` when none is new. Its
+        sentences count as given from now on."""
+        sentences = split_sentences(text)
+        fresh = [sentence for sentence in sentences if fold(sentence) not in self._seen]
+        self._seen.update(fold(sentence) for sentence in sentences)
+        if not fresh:
+            return None
+        if len(fresh) == len(sentences):
+            return text
+        return ("\n" if "\n" in text else " ").join(fresh)
+
+
 def pack(state: TreeState, ranked: Ranked, packing: Packing) -> tuple[list[RetrievedNode], bool]:
     """Results in rank order; also whether the ranking ran out before ``k`` or the budget."""
     results: list[RetrievedNode] = []
-    seen: set[str] = set()
+    delivered = DeliveredSentences()
     used = 0
     for node_id, score in ranked:
         if score < packing.min_score:
             return results, False
         node = state.nodes[node_id]
-        sentences = split_sentences(node.text)
         context = node.text
         if packing.drop_repeated_sentences:
-            fresh = [s for s in sentences if fold(s) not in seen]
-            if not fresh:
+            new_part = delivered.new_part(node.text)
+            if new_part is None:
                 continue
-            if len(fresh) < len(sentences):
-                context = ("\n" if "\n" in node.text else " ").join(fresh)
+            context = new_part
         full = True
         if packing.token_budget is not None:
             cost = packing.count_tokens(context)
@@ -182,7 +212,6 @@ def pack(state: TreeState, ranked: Ranked, packing: Packing) -> tuple[list[Retri
                 if not context:
                     return results, False
             used += packing.count_tokens(context)
-        seen.update(fold(s) for s in sentences)
         results.append(
             RetrievedNode(
                 id=node.id,

@@ -9,6 +9,7 @@ import pytest
 
 from memtree import ROOT_ID, HashingEmbedder, MemTree, MemTreeConfig
 from memtree.lexical import lexical_tokens
+from memtree.retrieval import DeliveredSentences
 from memtree.text import count_tokens
 
 TEXTS = [
@@ -146,6 +147,14 @@ def test_repeated_sentences_are_dropped_from_context() -> None:
         for line in lines:
             assert line not in seen
             seen.add(line)
+
+
+def test_delivered_sentences_give_only_what_is_new() -> None:
+    delivered = DeliveredSentences()
+    assert delivered.new_part("Ana has a cat. It is grey.") == "Ana has a cat. It is grey."
+    assert delivered.new_part("it is  GREY. Ben runs.") == "Ben runs."  # folded case and spaces
+    assert delivered.new_part("Ana has a cat.") is None
+    assert delivered.new_part("Ben runs.\nMiso sleeps.\nAna swims.") == "Miso sleeps.\nAna swims."
 
 
 def test_traversal_descends_by_beam() -> None:
