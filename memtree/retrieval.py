@@ -5,8 +5,9 @@ Ranking is either *collapsed* (score every node but the root at once, design.md
 RAPTOR and HAT). Either is *hybrid* by default: a node's score mixes its cosine
 similarity with ``lexical_weight`` times its BM25 score normalized by the best one,
 because names, places and dates are what small embedding models blur
-(benchmarks/results/locomo.md measures it). Packing walks the ranking best first and applies the similarity
-threshold, ``k``, sentence de-duplication and the token budget.
+(benchmarks/results/locomo.md measures it). Collapsed hybrid ranking discounts
+summaries (:data:`SUMMARY_WEIGHT`). Packing walks the ranking best first and applies
+the similarity threshold, ``k``, sentence de-duplication and the token budget.
 
 De-duplication matters because a summary repeats sentences of its leaves (an
 extractive one only repeats them): a result's ``context`` keeps just the sentences
@@ -16,6 +17,7 @@ and the budget is charged on ``context``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -65,6 +67,19 @@ def _lexical_scores(state: TreeState, lexical: LexicalQuery | None, filters: Fil
     return {node_id: score / peak for node_id, score in scores.items()}
 
 
+SUMMARY_WEIGHT = 0.85
+"""What hybrid collapsed ranking multiplies a summary's score by (leaves keep theirs).
+
+Offline summaries are made of their leaves' sentences, so a summary that outranks
+the leaf it quotes only spends budget on what the leaf would give; discounted, a
+summary comes first only when it is clearly more relevant than each of its leaves
+alone (it matches words spread over several of them). On LoCoMo this is what makes
+the summaries add evidence recall over the same ranking of leaves alone, at every
+budget; 1.0 (no discount) loses to it, and 0.7-0.9 all measure alike
+(benchmarks/results/locomo_variants.md). Dense-only ranking (``lexical_weight=0``)
+stays the paper's: no discount."""
+
+
 def rank_collapsed(
     index: VectorIndex,
     state: TreeState,
@@ -76,18 +91,51 @@ def rank_collapsed(
     """The best nodes among those the filters allow, by cosine similarity or, when
     ``lexical`` is given, by ``(cosine + weight * BM25 / best BM25) / (1 + weight)``:
     the same ranking as the plain sum, on the scale of cosine (an exact match of
-    text and words scores 1), so thresholds keep their meaning.
+    text and words scores 1), so thresholds keep their meaning. Hybrid ranking then
+    multiplies each summary's score by :data:`SUMMARY_WEIGHT`.
 
-    Hybrid ranking scores the union of the ``limit`` best nodes of each kind, so it
-    costs one vector search, one BM25 lookup and ``2 * limit`` dot products."""
+    Hybrid ranking scores the union of the ``limit`` best nodes of each kind (one
+    vector search, one BM25 lookup, ``2 * limit`` dot products) and keeps those no
+    node left out could beat; when fewer than ``limit`` remain (a discounted
+    summary may fall below a node left out), it widens the search and scores again."""
+    lexical_scores = _lexical_scores(state, lexical, filters)
+    if lexical is None or lexical.weight <= 0:
+        return _rank_scored(index, state, query, limit, filters, lexical, lexical_scores)[0]
+    fetch = limit
+    while True:
+        ranked, ceiling = _rank_scored(index, state, query, fetch, filters, lexical, lexical_scores)
+        weighed = [
+            (node_id, score if state.nodes[node_id].is_leaf else score * SUMMARY_WEIGHT) for node_id, score in ranked
+        ]
+        weighed.sort(key=lambda pair: (-pair[1], pair[0]))
+        settled = [pair for pair in weighed if pair[1] >= ceiling]
+        if len(settled) >= limit or ceiling == -math.inf:
+            return settled
+        fetch *= 2
+
+
+def _rank_scored(
+    index: VectorIndex,
+    state: TreeState,
+    query: Vector,
+    limit: int,
+    filters: Filters,
+    lexical: LexicalQuery | None,
+    lexical_scores: dict[str, float],
+) -> tuple[Ranked, float]:
+    """The union of the ``limit`` best nodes by cosine and by ``lexical_scores``
+    (:func:`_lexical_scores`), scored as :func:`rank_collapsed` says (undiscounted),
+    best first; and the most a node left out of it can score (``-inf`` when none is
+    left out)."""
     allowed_ids = state.leaves_matching(filters.where) if filters.where else None
     mask = index.mask(leaves_only=filters.leaves_only, time_range=filters.time_range, ids=allowed_ids)
     dense = index.search(query, limit, mask)
-    lexical_scores = _lexical_scores(state, lexical, filters)
+    dense_ceiling = dense[-1][1] if len(dense) >= limit else -math.inf
     if not lexical_scores:
-        return dense
+        return dense, dense_ceiling
     assert lexical is not None
-    candidates = list(dict.fromkeys([node_id for node_id, _ in dense] + [i for i, _ in top(lexical_scores, limit)]))
+    lexical_top = top(lexical_scores, limit)
+    candidates = list(dict.fromkeys([node_id for node_id, _ in dense] + [i for i, _ in lexical_top]))
     similarities = index.score(query, candidates)
     scale = 1.0 / (1.0 + lexical.weight)
     combined = [
@@ -95,7 +143,8 @@ def rank_collapsed(
         for node_id, similarity in zip(candidates, similarities, strict=True)
     ]
     combined.sort(key=lambda pair: (-pair[1], pair[0]))
-    return combined
+    lexical_ceiling = lexical_top[-1][1] if len(lexical_top) >= limit else 0.0  # the rest match no query word
+    return combined, (dense_ceiling + lexical.weight * lexical_ceiling) * scale
 
 
 def rank_traversal(
