@@ -101,7 +101,9 @@ def rank_collapsed(
     lexical_scores = _lexical_scores(state, lexical, filters)
     if lexical is None or lexical.weight <= 0:
         return _rank_scored(index, state, query, limit, filters, lexical, lexical_scores)[0]
-    fetch = limit
+    # The ceiling adds two worst cases (cosine and BM25), so about twice ``limit``
+    # nodes are scored before ``limit`` of them are certain; start there.
+    fetch = 2 * limit
     while True:
         ranked, ceiling = _rank_scored(index, state, query, fetch, filters, lexical, lexical_scores)
         weighed = [

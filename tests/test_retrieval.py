@@ -99,6 +99,7 @@ def test_discounted_summaries_are_ranked_exactly(monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setattr(retrieval, "_rank_scored", spy)
     index, state = memory._index, memory._state
+    widened = 0
     assert index is not None
     for query in ("Alice cat", "Bob marathon day", "violin boat", "Eve chess garden"):
         ranking = brute_force(memory, query)
@@ -108,10 +109,12 @@ def test_discounted_summaries_are_ranked_exactly(monkeypatch: pytest.MonkeyPatch
         # The ranking function itself, asked for fewer nodes than the engine asks for.
         vector = memory.embed_query(query)
         for limit in (1, 2, 3, 6):
+            before = len(fetched)
             ranked = retrieval.rank_collapsed(index, state, vector, limit, Filters(), LexicalQuery(query, 0.3))
+            widened += len(fetched) - before > 1
             assert len(ranked) >= limit
             np.testing.assert_allclose([s for _, s in ranked[:limit]], [s for _, s in ranking[:limit]], atol=1e-5)
-    assert max(fetched) > 6  # some ranking had to be widened
+    assert widened  # some rankings had to be widened to be certain
 
 
 def test_hybrid_ranking_discounts_summaries_and_dense_ranking_does_not() -> None:
