@@ -35,9 +35,12 @@ class MemTreeConfig:
     model call; a summary with more new text is folded over several calls.
 
     ``lexical_weight`` (w) mixes BM25 into retrieval scores: a node scores
-    ``(cosine + w * BM25 / best BM25) / (1 + w)``, on the scale of cosine. ``0``
-    gives the paper's pure dense retrieval and keeps no lexical index. 0.3 is what
-    measured best on LoCoMo (benchmarks/results/locomo.md).
+    ``(cosine + w * BM25 / best BM25) / (1 + w)``, on the scale of cosine, and in
+    collapsed ranking a summary's score is then multiplied by
+    :data:`memtree.retrieval.SUMMARY_WEIGHT` (0.85), so a summary is delivered only
+    when it beats its leaves clearly. ``0`` gives the paper's pure dense retrieval
+    (no discount) and keeps no lexical index. 0.3 is what measured best on LoCoMo
+    (benchmarks/results/locomo.md, locomo_variants.md).
 
     Example::
 

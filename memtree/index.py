@@ -176,6 +176,11 @@ class VectorIndex:
         slots = np.fromiter(map(self._slot.__getitem__, ids), dtype=np.int64, count=len(ids))
         return rows[slots] @ np.asarray(query, dtype=np.float32)
 
+    def leaf_flags(self, ids: Sequence[str]) -> npt.NDArray[np.bool_]:
+        """Whether each of these ids is a leaf (as its last upsert said)."""
+        slots = np.fromiter(map(self._slot.__getitem__, ids), dtype=np.int64, count=len(ids))
+        return np.asarray(self._is_leaf.values[slots], dtype=bool)
+
     def mask(
         self,
         *,

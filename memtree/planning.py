@@ -195,9 +195,7 @@ class DeletePlan:
 
     def child_nodes(self, node_id: str, rewritten: Mapping[str, Node]) -> list[Node]:
         """An ancestor's children after the change, using the nodes rewritten so far."""
-        return [
-            rewritten.get(child) or self.moved.get(child) or self.kept[child] for child in self.children[node_id]
-        ]
+        return [rewritten.get(child) or self.moved.get(child) or self.kept[child] for child in self.children[node_id]]
 
     def nodes(self) -> list[Node]:
         return [*self.moved.values(), *self.ancestors]

@@ -5,8 +5,9 @@ Ranking is either *collapsed* (score every node but the root at once, design.md
 RAPTOR and HAT). Either is *hybrid* by default: a node's score mixes its cosine
 similarity with ``lexical_weight`` times its BM25 score normalized by the best one,
 because names, places and dates are what small embedding models blur
-(benchmarks/results/locomo.md measures it). Packing walks the ranking best first and applies the similarity
-threshold, ``k``, sentence de-duplication and the token budget.
+(benchmarks/results/locomo.md measures it). Collapsed hybrid ranking discounts
+summaries (:data:`SUMMARY_WEIGHT`). Packing walks the ranking best first and applies
+the similarity threshold, ``k``, sentence de-duplication and the token budget.
 
 De-duplication matters because a summary repeats sentences of its leaves (an
 extractive one only repeats them): a result's ``context`` keeps just the sentences
@@ -16,13 +17,15 @@ and the budget is charged on ``context``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from memtree.index import VectorIndex
+from memtree.index import Mask, VectorIndex
+from memtree.lexical import LexicalQuery as PreparedWords
 from memtree.node import ROOT_ID, RetrievedNode, Vector
 from memtree.state import TreeState, metadata_key
 from memtree.text import fold, split_sentences
@@ -59,6 +62,19 @@ def first_limit(k: int) -> int:
     return k * 4 + 16
 
 
+SUMMARY_WEIGHT = 0.85
+"""What hybrid collapsed ranking multiplies a summary's score by (leaves keep theirs).
+
+Offline summaries are made of their leaves' sentences, so a summary that outranks
+the leaf it quotes only spends budget on what the leaf would give; discounted, a
+summary comes first only when it is clearly more relevant than each of its leaves
+alone (it matches words spread over several of them). On LoCoMo this is what makes
+the summaries add evidence recall over the same ranking of leaves alone, at every
+budget; 1.0 (no discount) loses to it, and 0.7-0.9 all measure alike
+(benchmarks/results/locomo_variants.md). Dense-only ranking (``lexical_weight=0``)
+stays the paper's: no discount."""
+
+
 def rank_collapsed(
     index: VectorIndex,
     state: TreeState,
@@ -70,36 +86,71 @@ def rank_collapsed(
     """The best nodes among those the filters allow, by cosine similarity or, when
     ``lexical`` is given, by ``(cosine + weight * BM25 / best BM25) / (1 + weight)``:
     the same ranking as the plain sum, on the scale of cosine (an exact match of
-    text and words scores 1), so thresholds keep their meaning.
+    text and words scores 1), so thresholds keep their meaning. Hybrid ranking then
+    multiplies each summary's score by :data:`SUMMARY_WEIGHT`.
 
-    Hybrid ranking scores the union of the ``limit`` best nodes of each kind, so it
-    costs one vector search, one BM25 top-``limit`` search (which does not score
-    every node sharing a word with the query, see :mod:`memtree.lexical`) and
-    ``2 * limit`` dot products."""
+    Hybrid ranking scores the union of the ``limit`` best nodes of each kind (one
+    vector search, one BM25 top-``limit`` search, which does not score every node
+    sharing a word with the query, see :mod:`memtree.lexical`; and ``2 * limit`` dot
+    products) and keeps those no node left out could beat; when fewer than
+    ``limit`` remain (a discounted summary may fall below a node left out), it
+    widens the search and scores again."""
     allowed_ids = state.leaves_matching(filters.where) if filters.where else None
     mask = index.mask(leaves_only=filters.leaves_only, time_range=filters.time_range, ids=allowed_ids)
-    dense = index.search(query, limit, mask)
     if lexical is None or lexical.weight <= 0 or state.lexical is None:
-        return dense
+        return index.search(query, limit, mask)
+    words = state.lexical.prepare(lexical.text)
     allowed = (lambda node_id: _allowed(state, node_id, filters)) if filters.active else None
+    # The ceiling adds two worst cases (cosine and BM25), so about twice ``limit``
+    # nodes are scored before ``limit`` of them are certain; start there.
+    fetch = 2 * limit
+    while True:
+        ranked, ceiling = _rank_hybrid(index, state, query, fetch, mask, allowed, words, lexical.weight)
+        leaves = index.leaf_flags([node_id for node_id, _ in ranked])
+        weights = np.where(leaves, 1.0, SUMMARY_WEIGHT).tolist()
+        weighed = [(node_id, score * weight) for (node_id, score), weight in zip(ranked, weights, strict=True)]
+        weighed.sort(key=lambda pair: (-pair[1], pair[0]))
+        settled = [pair for pair in weighed if pair[1] >= ceiling]
+        if len(settled) >= limit or ceiling == -math.inf:
+            return settled
+        fetch *= 2
+
+
+def _rank_hybrid(
+    index: VectorIndex,
+    state: TreeState,
+    query: Vector,
+    limit: int,
+    mask: Mask | None,
+    allowed: Callable[[str], bool] | None,
+    words: PreparedWords,
+    weight: float,
+) -> tuple[Ranked, float]:
+    """The union of the ``limit`` best nodes by cosine and by BM25, scored as
+    :func:`rank_collapsed` says (undiscounted), best first; and the most a node left
+    out of it can score (``-inf`` when none is left out)."""
+    assert state.lexical is not None
+    dense = index.search(query, limit, mask)
+    dense_ceiling = dense[-1][1] if len(dense) >= limit else -math.inf
     dense_ids = [node_id for node_id, _ in dense]
     # The vector search's hits are allowed nodes: their BM25 scores come in the same pass.
-    hits, dense_lexical = state.lexical.search_and_score(lexical.text, limit, allowed, also=dense_ids)
+    hits, dense_lexical = state.lexical.search_and_score(words, limit, allowed, also=dense_ids)
     if not hits or hits[0][1] <= 0:
-        return dense
+        return dense, dense_ceiling
     peak = hits[0][1]
     lexical_scores = dict(zip(dense_ids, dense_lexical.tolist(), strict=True))
     lexical_scores.update(hits)
     similarities = dict(dense)  # the vector search's own cosines; the BM25-only hits get theirs here
     others = [node_id for node_id, _ in hits if node_id not in similarities]
     similarities.update(zip(others, index.score(query, others).tolist(), strict=True))
-    weight, scale = lexical.weight, 1.0 / (1.0 + lexical.weight)
+    scale = 1.0 / (1.0 + weight)
     combined = [
         (node_id, (similarity + weight * (lexical_scores[node_id] / peak)) * scale)
         for node_id, similarity in similarities.items()
     ]
     combined.sort(key=lambda pair: (-pair[1], pair[0]))
-    return combined
+    lexical_ceiling = hits[-1][1] / peak if len(hits) >= limit else 0.0  # the rest match no query word
+    return combined, (dense_ceiling + weight * lexical_ceiling) * scale
 
 
 def rank_traversal(
@@ -164,23 +215,53 @@ class Packing:
     count_tokens: Callable[[str], int]
 
 
+class DeliveredSentences:
+    """The sentences already given to the reader, so each later text gives only what
+    is new. Sentences compare case- and whitespace-folded.
+
+    Retrieval packs with it, and the benchmark packs other trees' results with it,
+    so every tree method pays for a repeated sentence the same way (not at all).
+
+    Example::
+
+        delivered = DeliveredSentences()
+        delivered.new_part("Ana has a cat. It is grey.")  # the whole text
+        delivered.new_part("It is grey. Ben runs.")  # "Ben runs."
+        delivered.new_part("Ana has a cat.")  # None: nothing new
+    """
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+
+    def new_part(self, text: str) -> str | None:
+        """``text`` without the sentences given before (joined as ``text`` joins
+        them: by line breaks if it has any), or ``None`` when none is new. Its
+        sentences count as given from now on."""
+        sentences = split_sentences(text)
+        fresh = [sentence for sentence in sentences if fold(sentence) not in self._seen]
+        self._seen.update(fold(sentence) for sentence in sentences)
+        if not fresh:
+            return None
+        if len(fresh) == len(sentences):
+            return text
+        return ("\n" if "\n" in text else " ").join(fresh)
+
+
 def pack(state: TreeState, ranked: Ranked, packing: Packing) -> tuple[list[RetrievedNode], bool]:
     """Results in rank order; also whether the ranking ran out before ``k`` or the budget."""
     results: list[RetrievedNode] = []
-    seen: set[str] = set()
+    delivered = DeliveredSentences()
     used = 0
     for node_id, score in ranked:
         if score < packing.min_score:
             return results, False
         node = state.nodes[node_id]
-        sentences = split_sentences(node.text)
         context = node.text
         if packing.drop_repeated_sentences:
-            fresh = [s for s in sentences if fold(s) not in seen]
-            if not fresh:
+            new_part = delivered.new_part(node.text)
+            if new_part is None:
                 continue
-            if len(fresh) < len(sentences):
-                context = ("\n" if "\n" in node.text else " ").join(fresh)
+            context = new_part
         full = True
         if packing.token_budget is not None:
             cost = packing.count_tokens(context)
@@ -190,7 +271,6 @@ def pack(state: TreeState, ranked: Ranked, packing: Packing) -> tuple[list[Retri
                 if not context:
                     return results, False
             used += packing.count_tokens(context)
-        seen.update(fold(s) for s in sentences)
         results.append(
             RetrievedNode(
                 id=node.id,

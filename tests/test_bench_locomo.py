@@ -3,16 +3,24 @@ on a small conversation written here (and on one real conversation when the data
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-from memtree.eval.locomo import load_locomo, select_conversations
+from memtree.config import MemTreeConfig
+from memtree.eval.locomo import Turn, load_locomo, select_conversations
+from memtree.eval.locomo_report import render_markdown_file
 from memtree.eval.metrics import answer_recall, context_at_budget, contexts_at_budgets, evidence_recall
+from memtree.text import fold, split_sentences
 from tests.cli_runner import memtree, ok, refused
 
-LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo10.json"
+LOCOMO = Path(
+    os.environ.get("MEMTREE_LOCOMO", Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo10.json")
+)
+"""Where the tests find LoCoMo: ``../shared/data`` beside the repository, or ``$MEMTREE_LOCOMO``."""
 
 SESSIONS = {
     "session_1_date_time": "1:56 pm on 8 May, 2023",
@@ -108,20 +116,88 @@ def test_bench_locomo_writes_the_report_and_loses_no_turn(small_locomo: Path, tm
         )
     )
     assert "wrote" in done.stdout
-    report = json.loads((out / "tiny.json").read_text())["results"]
-    expected = {"flat dense", "BM25", "memtree", "memtree traversal", "memtree paper (dense collapsed)"}
-    assert expected <= set(report)
-    for name in expected - {"memtree traversal"}:
+    payload = json.loads((out / "tiny.json").read_text())
+    report = payload["results"]
+    expected = [
+        "flat dense",
+        "BM25",
+        "flat hybrid",
+        "memtree",
+        "memtree, leaves only",
+        "memtree traversal",
+        "memtree paper",
+        "RAPTOR-style (offline)",
+    ]
+    assert list(report) == expected  # no variant rows without --variants
+    for name in set(expected) - {"memtree traversal"}:
         # A budget larger than the whole conversation holds every turn: recall is exactly 1.
         assert report[name]["recall"]["1000"] == 1.0, name
         assert report[name]["questions"] == 4
         assert report[name]["recall"]["5"] <= report[name]["recall"]["20"] <= 1.0
+        # The one single-hop question's answer ("Miso") is in the whole conversation.
+        assert report[name]["answer_recall_by_category"]["4"]["1000"] == 1.0, name
+        assert report[name]["answer_recall_by_category"]["1"]["1000"] == 0.0, name  # "knocked over tea" is not
+        assert report[name]["answer_recall"]["1000"] == 0.5, name  # the two pooled
     assert report["memtree"]["embedding_calls_per_insert"] > 1  # leaves and re-written summaries
+    flat = report["flat hybrid"]
+    assert flat["shape"]["nodes"] == 6 and flat["shape"]["max_depth"] == 1 and flat["aggregation_calls_per_insert"] == 0
     markdown = (out / "tiny.md").read_text()
-    assert (
-        "| memtree paper (dense collapsed) |" in markdown and "## Evidence recall, multi-hop (category 1)" in markdown
-    )
+    assert "| memtree paper |" in markdown and "## Evidence recall, multi-hop (category 1)" in markdown
+    assert "## Answer recall (gold answer string in the context), single-hop (category 4)" in markdown
+    assert "## memtree's defaults against flat hybrid" in markdown
     assert "| command |" in markdown and (out / "tiny.png").read_bytes().startswith(b"\x89PNG")
+    # The Markdown is rendered from the JSON alone: what one says, the other says.
+    assert render_markdown_file(payload, "tiny") == markdown
+    versions = dict(line.strip("|").split("|")[:2] for line in payload["environment"][2:])
+    assert versions[" rank_bm25 "].strip() == importlib.metadata.version("rank-bm25")
+
+
+def test_report_rows_follow_the_paper_and_the_flat_baseline() -> None:
+    """The paper's row builds its own tree with the paper's settings and ranks as the
+    paper does; flat hybrid is a tree that never groups; memtree's rows share one tree."""
+    from memtree.embed import HashingEmbedder
+    from memtree.eval.locomo_bench import LocomoSettings, method_factories
+
+    methods = {
+        m.name: m
+        for m in (factory() for factory in method_factories(LocomoSettings(raptor=False), HashingEmbedder(32)))
+    }
+    paper = methods["memtree paper"].builder.config  # type: ignore[attr-defined]
+    assert (paper.theta0, paper.decay, paper.parent_embedding, paper.lexical_weight) == (0.4, 0.5, "text", 0.0)
+    assert paper.drop_repeated_sentences is False
+    shared = {methods[name].builder for name in ("memtree", "memtree, leaves only", "memtree traversal")}  # type: ignore[attr-defined]
+    assert len(shared) == 1 and methods["memtree paper"].builder not in shared  # type: ignore[attr-defined]
+    assert methods["memtree, leaves only"].retrieve_options == {"leaves_only": True}  # type: ignore[attr-defined]
+    flat = methods["flat hybrid"].builder  # type: ignore[attr-defined]
+    assert flat.config.lexical_weight == MemTreeConfig().lexical_weight and flat not in shared
+    turns = [
+        Turn(f"D1:{i}", 1, "Ana", "8 May, 2023", None, text)
+        for i, text in enumerate(["I adopted a cat.", "I adopted a cat.", "I adopted a grey cat.", "Berlin is big."])
+    ]
+    memory, cost = flat.build(turns)
+    assert [leaf.depth for leaf in memory.leaves()] == [1, 1, 1, 1]  # twins and near-twins kept, all flat
+    assert cost.aggregation_calls == 0 and memory.stats().nodes == 4
+
+
+def test_raptor_row_packs_like_memtree() -> None:
+    """The RAPTOR-style row drops sentences an earlier hit already gave, as memtree's rows do."""
+    pytest.importorskip("sklearn")
+    from memtree.aggregate import ExtractiveAggregator
+    from memtree.embed import HashingEmbedder
+    from memtree.eval.methods import RaptorMethod, deduplicated
+
+    assert deduplicated(["A cat. A dog.", "A dog.", "A DOG. A bird.", "x\ny"]) == ["A cat. A dog.", "A bird.", "x\ny"]
+    phrases = ["we hiked in the mountains", "my sister adopted a kitten", "the bakery sells sourdough"]
+    turns = [
+        Turn(f"D{i // 6 + 1}:{i % 6 + 1}", i // 6 + 1, "Ana", "8 May, 2023", None, f"{phrases[i % 3]} on day {i}.")
+        for i in range(36)
+    ]
+    method = RaptorMethod(HashingEmbedder(64), lambda: ExtractiveAggregator())
+    method.ingest(turns)
+    assert method.tree.shape()["summaries"] > 0  # summaries repeat their leaves' sentences
+    texts = method.ranked_texts("sister kitten", 10_000)
+    sentences = [fold(s) for text in texts for s in split_sentences(text)]
+    assert len(sentences) == len(set(sentences)) == 36  # every turn once, nothing twice
 
 
 def test_bench_locomo_bad_input(small_locomo: Path, tmp_path: Path) -> None:
@@ -186,8 +262,8 @@ def test_bench_locomo_qa_with_a_configured_model(small_locomo: Path, tmp_path: P
                 env={"OPENAI_BASE_URL": server.url, "OPENAI_API_KEY": server.api_key},
             )
         )  # fmt: skip
-        # 5 methods x 4 questions, each one reader and one judge call.
-        assert server.count("chat") == 5 * 4 * 2
+        # 7 methods (no RAPTOR) x 4 questions, each one reader and one judge call.
+        assert server.count("chat") == 7 * 4 * 2
     qa = json.loads((tmp_path / "qa.json").read_text())["qa"]
     assert qa["budget"] == 1000 and set(qa["methods"]) >= {"flat dense", "memtree"}
     for row in qa["methods"].values():

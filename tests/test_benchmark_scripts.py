@@ -59,3 +59,34 @@ def test_storage_benchmark_times_reopen_with_and_without_the_bm25_index(tmp_path
     assert all(row["reopen_s"] > 0 and row["reopen_dense_only_s"] > 0 for row in results)
     backup = next((tmp_path / "cache").glob("*.jsonl")).read_text(encoding="utf-8")
     assert '"speaker"' in backup  # the notes carry metadata, as an application's do
+
+
+def test_locomo_research_script_matches_the_engine_and_writes_its_report(tmp_path: Path) -> None:
+    """The research script on a tiny conversation (hashing embeddings): its re-implemented
+    ranking gives the engine's contexts, and every variant gets a row."""
+    from tests.test_bench_locomo import QA, SESSIONS
+
+    data = tmp_path / "locomo_small.json"
+    conversation = {"speaker_a": "Ana", "speaker_b": "Ben", **SESSIONS}
+    data.write_text(json.dumps([{"sample_id": "tiny-1", "conversation": conversation, "qa": QA}]), encoding="utf-8")
+    command = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "locomo_research.py"),
+        f"--data={data}",
+        f"--cache={tmp_path / 'cache'}",
+        "--embedder=hashing",
+        "--variants=all",
+        "--check",
+        f"--out={tmp_path}",
+        "--name=research",
+    ]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    subprocess.run(command, check=True, cwd=ROOT, env=env, capture_output=True, timeout=600)
+    report = json.loads((tmp_path / "research.json").read_text(encoding="utf-8"))
+    assert report["checks"] == ["tiny-1: collapsed: 0/4 questions differ, leaves only: 0/4 questions differ"]
+    rows = report["results"]
+    assert len(rows) > 30 and all(row["questions"] == 4 for row in rows.values())
+    # The conversation is shorter than the largest budget: every way of reading it finds everything.
+    assert all(row["recall"]["2000"] == 1.0 for row in rows.values())
+    assert "| flat hybrid |" in (tmp_path / "research.md").read_text(encoding="utf-8")
+    assert (tmp_path / "cache" / "hashing" / "trees" / "default" / "tiny-1.jsonl").is_file()

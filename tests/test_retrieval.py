@@ -7,8 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from memtree import ROOT_ID, HashingEmbedder, MemTree, MemTreeConfig
+from memtree import ROOT_ID, HashingEmbedder, MemTree, MemTreeConfig, retrieval
 from memtree.lexical import lexical_tokens
+from memtree.retrieval import SUMMARY_WEIGHT, DeliveredSentences, Filters, LexicalQuery
 from memtree.text import count_tokens
 
 TEXTS = [
@@ -48,7 +49,8 @@ def textbook_bm25(documents: list[str], query: str) -> np.ndarray:
 
 
 def brute_force(memory: MemTree, query: str) -> list[tuple[str, float]]:
-    """Every node scored from scratch: (cosine + w x BM25 / best BM25) / (1 + w)."""
+    """Every node scored from scratch: (cosine + w x BM25 / best BM25) / (1 + w),
+    summaries' scores then times SUMMARY_WEIGHT (hybrid only)."""
     q = memory.embedder.embed([query])[0]
     nodes = [node for node in memory.walk() if node.id != ROOT_ID]
     scores = np.array([float(node.embedding @ q) for node in nodes])
@@ -56,6 +58,8 @@ def brute_force(memory: MemTree, query: str) -> list[tuple[str, float]]:
     if memory.config.lexical_weight and lexical.max() > 0:
         weight = memory.config.lexical_weight
         scores = (scores + weight * lexical / lexical.max()) / (1 + weight)
+    if memory.config.lexical_weight:
+        scores = np.where([node.is_leaf for node in nodes], scores, scores * SUMMARY_WEIGHT)
     order = np.argsort(-scores, kind="stable")
     return [(nodes[i].id, float(scores[i])) for i in order]
 
@@ -94,6 +98,56 @@ def test_collapsed_retrieval_equals_brute_force_ranking_on_a_large_tree(lexical_
         np.testing.assert_allclose([r.score for r in got], [score for _, score in expected], atol=1e-5)
         tied = {node_id for node_id, score in brute_force(memory, query) if score >= expected[-1][1] - 1e-5}
         assert {r.id for r in got} <= tied
+
+
+def test_discounted_summaries_are_ranked_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Discounting moves summaries down past leaves that a ``k``-sized search would
+    not have fetched; the ranking is widened until it equals scoring everything."""
+    people = ["Alice", "Bob", "Carol", "Dan", "Eve"]
+    things = ["cat", "piano", "marathon", "bakery", "garden", "chess", "boat", "violin"]
+    memory = MemTree(embedder=HashingEmbedder(64), config=MemTreeConfig(theta0=0.1, drop_repeated_sentences=False))
+    for i in range(60):
+        memory.add(f"{people[i % 5]} talked about the {things[i % 8]} on day {i}.")
+    assert memory.stats().summaries > 10
+    fetched: list[int] = []
+    original = retrieval._rank_hybrid
+
+    def spy(*args: object, **kwargs: object) -> object:
+        fetched.append(args[3])  # type: ignore[arg-type]
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(retrieval, "_rank_hybrid", spy)
+    index, state = memory._index, memory._state
+    widened = 0
+    assert index is not None
+    for query in ("Alice cat", "Bob marathon day", "violin boat", "Eve chess garden"):
+        ranking = brute_force(memory, query)
+        for k in (1, 2, 5):
+            got = memory.retrieve(query, k=k, min_score=-1.0)
+            np.testing.assert_allclose([r.score for r in got], [s for _, s in ranking[:k]], atol=1e-5)
+        # The ranking function itself, asked for fewer nodes than the engine asks for.
+        vector = memory.embed_query(query)
+        for limit in (1, 2, 3, 6):
+            before = len(fetched)
+            ranked = retrieval.rank_collapsed(index, state, vector, limit, Filters(), LexicalQuery(query, 0.3))
+            widened += len(fetched) - before > 1
+            assert len(ranked) >= limit
+            np.testing.assert_allclose([s for _, s in ranked[:limit]], [s for _, s in ranking[:limit]], atol=1e-5)
+    assert widened  # some rankings had to be widened to be certain
+
+
+def test_hybrid_ranking_discounts_summaries_and_dense_ranking_does_not() -> None:
+    memory = build(lexical_weight=0.3)
+    summary = next(node for node in memory.walk() if node.id != ROOT_ID and not node.is_leaf)
+    query = summary.text
+    hybrid = {r.id: r.score for r in memory.retrieve(query, k=100, min_score=-1.0)}
+    dense = {r.id: r.score for r in memory.retrieve(query, k=100, min_score=-1.0, lexical_weight=0.0)}
+    # Its own text: cosine 1, so at most 1 undiscounted; dense ranking gives it exactly 1.
+    assert hybrid[summary.id] <= SUMMARY_WEIGHT + 1e-6
+    assert dense[summary.id] == pytest.approx(1.0, abs=1e-5)
+    leaf = next(node for node in memory.walk() if node.is_leaf)
+    leaf_scores = {r.id: r.score for r in memory.retrieve(leaf.text, k=100, min_score=-1.0)}
+    assert leaf_scores[leaf.id] == pytest.approx(1.0, abs=1e-5)  # its own text, the best BM25, no discount
 
 
 def test_results_carry_node_fields_and_leaf_ids() -> None:
@@ -165,6 +219,14 @@ def test_repeated_sentences_are_dropped_from_context() -> None:
         for line in lines:
             assert line not in seen
             seen.add(line)
+
+
+def test_delivered_sentences_give_only_what_is_new() -> None:
+    delivered = DeliveredSentences()
+    assert delivered.new_part("Ana has a cat. It is grey.") == "Ana has a cat. It is grey."
+    assert delivered.new_part("it is  GREY. Ben runs.") == "Ben runs."  # folded case and spaces
+    assert delivered.new_part("Ana has a cat.") is None
+    assert delivered.new_part("Ben runs.\nMiso sleeps.\nAna swims.") == "Miso sleeps.\nAna swims."
 
 
 def test_traversal_descends_by_beam() -> None:

@@ -77,7 +77,7 @@ def locomo(
         raise CliError("--embedder is empty; use local, openai or hashing")
     qa_models = _qa_models() if qa else None
     # The machine and the code as they are when the run starts.
-    info = machine_info(extra_versions=("sentence_transformers", "torch", "sklearn"))
+    info = machine_info(extra_versions=("sentence_transformers", "torch", "rank_bm25", "sklearn"))
     results = run_locomo_bench(chosen, settings, embedder=chosen_embedder, progress=_progress)
     qa_table = _run_qa(results, qa_models, qa_budget) if qa_models else None
     info["embedder"] = chosen_embedder.name

@@ -2,7 +2,7 @@
 
 Methods run side by side on the same conversations, questions and embedder; each
 question's ranked texts are cut at every budget and scored for evidence recall
-(categories 1–4) and answer recall (categories 1 and 4).
+(categories 1–4) and answer recall (categories 1 and 4, each and pooled).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ class MethodResult:
     scores: list[QuestionScore] = field(default_factory=list)
     costs: list[IngestCost] = field(default_factory=list)
     query_seconds: list[float] = field(default_factory=list)
+    variant: bool = False
 
     def recall(self, budget: int, category: int | None = None) -> float:
         values = [s.recall[budget] for s in self.scores if category is None or s.category == category]
@@ -93,7 +94,7 @@ def run_locomo(
     for conversation in conversations:
         for position, factory in enumerate(method_factories):
             method = factory()
-            result = results.setdefault(position, MethodResult(method.name))
+            result = results.setdefault(position, MethodResult(method.name, variant=method.variant))
             try:
                 result.costs.append(method.ingest(conversation.turns))
                 advance(len(conversation.turns))

@@ -4,13 +4,22 @@ The rows, all with the same embedder and aggregator:
 
 * ``flat dense`` — cosine over raw turns (the MemoryStream baseline);
 * ``BM25`` — Okapi BM25 over raw turns (``rank-bm25``);
+* ``flat hybrid`` — memtree's hybrid ranking (cosine + BM25, the default weight)
+  over the turns alone: a memtree that never groups anything (every turn a leaf of
+  the root), so its scoring and packing are the engine's own;
 * ``memtree`` — memtree with its defaults (collapsed, hybrid dense + BM25);
+* ``memtree, leaves only`` — the same tree and ranking, summaries left out: with
+  ``flat hybrid``, what tells whether the summaries add anything;
 * ``memtree traversal`` — the same tree, beam descent from the root;
-* ``memtree paper`` — the paper's retrieval: collapsed, cosine only;
-* ``RAPTOR-style`` — a tree built offline with the whole conversation in view.
+* ``memtree paper`` — the paper's algorithm: its own tree (θ0 = 0.4, λ = 0.5,
+  summaries embedded from their text), dense collapsed retrieval, no sentence
+  de-duplication;
+* ``RAPTOR-style`` — a tree built offline with the whole conversation in view,
+  packed with the same sentence de-duplication as memtree's rows.
 
 ``variants=True`` adds the tuning variants of the engine's defaults the report
-keeps on record (lexical weights, leaves only).
+keeps on record (:data:`VARIANT_ROWS`); benchmarks/locomo_research.py scores many
+more ways of reading the tree over cached trees.
 """
 
 from __future__ import annotations
@@ -82,14 +91,28 @@ def make_aggregator_factory(kind: str, embedder: Embedder) -> Callable[[], Aggre
     return lambda: ExtractiveAggregator(embedder)
 
 
+FLAT_TREE: dict[str, Any] = {"theta0": 1.0, "max_threshold": 1.0, "deduplicate": False}
+"""A memtree that never groups: θ = 1 at the root, so every turn becomes a leaf of the
+root (a near-duplicate still hangs beside its twin there), and identical turns are
+kept, as the flat baselines keep them."""
+
+PAPER_TREE: dict[str, Any] = {
+    "theta0": 0.4,
+    "decay": 0.5,
+    "parent_embedding": "text",
+    "lexical_weight": 0.0,
+    "drop_repeated_sentences": False,
+}
+"""The paper's settings: θ0 = 0.4, λ = 0.5, a summary embedded from its own text,
+cosine ranking, every result's whole text delivered."""
+
 # Variants of the defaults tried while tuning them (benchmarks/results/locomo_variants.md).
 # "config" changes how the tree is built (a tree of its own); "retrieve" only how it is read.
 VARIANT_ROWS: dict[str, dict[str, Any]] = {
     "memtree, lexical 0.1": {"retrieve": {"lexical_weight": 0.1}},
     "memtree, lexical 0.2": {"retrieve": {"lexical_weight": 0.2}},
     "memtree, lexical 0.5": {"retrieve": {"lexical_weight": 0.5}},
-    "memtree, leaves only": {"retrieve": {"leaves_only": True}},
-    "memtree paper, leaves only": {"retrieve": {"lexical_weight": 0.0, "leaves_only": True}},
+    "memtree, dense ranking (the paper's) over the default tree": {"retrieve": {"lexical_weight": 0.0}},
     "memtree, parent = mean of leaves": {"config": {"parent_embedding": "mean"}},
 }
 
@@ -110,23 +133,25 @@ def method_factories(settings: LocomoSettings, embedder: Embedder) -> list[Calla
             )
         return builders[key]
 
-    def memtree_row(name: str, row: dict[str, Any]) -> Callable[[], Method]:
+    def memtree_row(name: str, row: dict[str, Any], *, variant: bool = False) -> Callable[[], Method]:
         shared = builder(row.get("config", {}))
         return lambda: MemTreeMethod(
-            name, shared, mode=row.get("mode", "collapsed"), retrieve_options=row.get("retrieve")
+            name, shared, mode=row.get("mode", "collapsed"), retrieve_options=row.get("retrieve"), variant=variant
         )
 
     rows: list[Callable[[], Method]] = [
         lambda: FlatDense(embedder),
         lambda: BM25Baseline(),
+        memtree_row("flat hybrid", {"config": FLAT_TREE}),
         memtree_row("memtree", {}),
+        memtree_row("memtree, leaves only", {"retrieve": {"leaves_only": True}}),
         memtree_row("memtree traversal", {"mode": "traversal"}),
-        memtree_row("memtree paper (dense collapsed)", {"retrieve": {"lexical_weight": 0.0}}),
+        memtree_row("memtree paper", {"config": PAPER_TREE}),
     ]
     if settings.raptor:
         rows.append(lambda: RaptorMethod(embedder, aggregators))
     chosen = {**(VARIANT_ROWS if settings.variants else {}), **settings.extra_rows}
-    rows.extend(memtree_row(name, row) for name, row in chosen.items())
+    rows.extend(memtree_row(name, row, variant=True) for name, row in chosen.items())
     return rows
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +20,8 @@ from memtree.aggregate import Aggregator
 from memtree.config import MemTreeConfig
 from memtree.embed import Embedder, Matrix
 from memtree.eval.locomo import Turn
+from memtree.retrieval import DeliveredSentences
+from memtree.text import count_words
 
 _WORD = re.compile(r"\w+")
 
@@ -58,9 +60,10 @@ class IngestCost:
 
 
 class Method(ABC):
-    """One row of the report."""
+    """One row of the report (``variant``: a tuning variant, not one of the report's main rows)."""
 
     name: str
+    variant: bool = False
 
     @abstractmethod
     def ingest(self, turns: Sequence[Turn]) -> IngestCost:
@@ -213,8 +216,10 @@ class MemTreeMethod(Method):
         *,
         mode: str = "collapsed",
         retrieve_options: dict[str, Any] | None = None,
+        variant: bool = False,
     ) -> None:
         self.name = name
+        self.variant = variant
         self.builder = builder
         self.mode = mode
         self.retrieve_options = retrieve_options or {}
@@ -232,8 +237,9 @@ class MemTreeMethod(Method):
 
 class RaptorMethod(Method):
     """An offline RAPTOR-style tree (:mod:`memtree.eval.raptor`) built once with the
-    whole conversation in view, searched collapsed; its build time is spread over
-    the turns as the per-insert cost."""
+    whole conversation in view, searched collapsed and packed like memtree's rows
+    (repeated sentences dropped); its build time is spread over the turns as the
+    per-insert cost."""
 
     name = "RAPTOR-style (offline)"
 
@@ -255,5 +261,21 @@ class RaptorMethod(Method):
         return cost
 
     def ranked_texts(self, question: str, words: int) -> list[str]:
+        """The collapsed ranking packed as memtree packs its own: each hit gives only
+        the sentences no better hit gave (:class:`~memtree.retrieval.DeliveredSentences`);
+        the search widens until that holds ``words`` words or every node is in."""
         query = np.asarray(self.embedder.embed_query(question), dtype=np.float32).reshape(-1)
-        return [hit.text for hit in self.tree.search(query, max(10, words // 8))]
+        searchable = int(self.tree.shape()["searchable"])
+        limit = max(10, words // 8)
+        while True:
+            texts = deduplicated(hit.text for hit in self.tree.search(query, min(limit, searchable)))
+            if limit >= searchable or sum(count_words(text) for text in texts) >= words:
+                return texts
+            limit *= 2
+
+
+def deduplicated(texts: Iterable[str]) -> list[str]:
+    """``texts`` in order, each without the sentences an earlier one gave, those with
+    nothing new left out: the packing every tree method of the benchmark shares."""
+    delivered = DeliveredSentences()
+    return [part for part in map(delivered.new_part, texts) if part is not None]

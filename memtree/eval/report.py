@@ -9,6 +9,7 @@ that produced it, so every report starts with :func:`machine_info` rendered by
 from __future__ import annotations
 
 import datetime as dt
+import importlib.metadata
 import json
 import os
 import platform
@@ -31,7 +32,8 @@ def machine_info(command: Sequence[str] | None = None, *, extra_versions: Iterab
     """The machine, software versions, date and command line of this run.
 
     ``command`` defaults to this process's ``sys.argv``; ``extra_versions`` names more
-    importable packages whose ``__version__`` to record (``"matplotlib"``, ``"openai"``…).
+    importable modules whose installed version to record (``"matplotlib"``, ``"rank_bm25"``…).
+    ``memtree commit`` ends in ``-dirty`` when tracked files differ from that commit.
     """
     import faiss
 
@@ -149,20 +151,26 @@ def _total_ram() -> str:
 
 
 def _git_commit() -> str:
-    with suppress(OSError, subprocess.SubprocessError):
-        done = subprocess.run(
-            ["git", "-C", str(REPOSITORY), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
+    def git(*arguments: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["git", "-C", str(REPOSITORY), *arguments], capture_output=True, text=True, timeout=10, check=False
         )
+
+    with suppress(OSError, subprocess.SubprocessError):
+        done = git("rev-parse", "--short", "HEAD")
         if done.returncode == 0:
-            return done.stdout.strip()
+            dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
+            return done.stdout.strip() + ("-dirty" if dirty else "")
     return "unknown"
 
 
 def _version_of(name: str) -> str:
+    """The installed version of the package that provides module ``name``, from its
+    distribution's metadata (``rank_bm25`` has no ``__version__``; ``sklearn`` is
+    installed as ``scikit-learn``), else the module's ``__version__``."""
+    for distribution in importlib.metadata.packages_distributions().get(name, [name]):
+        with suppress(importlib.metadata.PackageNotFoundError):
+            return importlib.metadata.version(distribution)
     try:
         module = __import__(name)
     except ImportError:

@@ -21,7 +21,8 @@ words drawn from a Zipf law (:mod:`memtree.eval.zipf`): 10-26 words for a leaf,
   text: the bulk build, also what a reopen pays).
 * **Collapsed top-10 query** as ``MemTree.retrieve`` ranks it (``rank_collapsed``
   asked for :func:`~memtree.retrieval.first_limit` ``(10)`` nodes): the default hybrid
-  path (vector search, BM25 top-k, cosine of the union), the dense path
+  path (vector search, BM25 top-k, cosine of the union, summaries discounted by
+  :data:`~memtree.retrieval.SUMMARY_WEIGHT`, widened until exact), the dense path
   (``lexical_weight=0``), dense with ``leaves_only``, and the BM25 step alone, against
   brute force: ``faiss.knn`` top-10 over the engine's own storage (the floor: FAISS's
   exhaustive search reading the very same memory), a separate ``faiss.IndexFlatIP``
@@ -35,7 +36,7 @@ words drawn from a Zipf law (:mod:`memtree.eval.zipf`): 10-26 words for a leaf,
 
 Exactness is checked beside the timing: the dense path against the floor's top-10 on
 every query, the hybrid ranking against the same ranking computed the exhaustive way
-(every BM25 score of every matching node) on the first queries.
+(every node's cosine and every BM25 score of every matching node) on the first queries.
 
 Repetitions stop early once a measurement has used its time budget (never below a
 minimum count), so the 1M run stays short; the report gives the counts.
@@ -62,8 +63,8 @@ from memtree.eval.report import percentiles
 from memtree.eval.zipf import ZipfWords
 from memtree.gcpause import paused_gc
 from memtree.index import VectorIndex
-from memtree.lexical import LexicalIndex, top
-from memtree.retrieval import Filters, LexicalQuery, Ranked, first_limit, rank_collapsed
+from memtree.lexical import LexicalIndex
+from memtree.retrieval import SUMMARY_WEIGHT, Filters, LexicalQuery, Ranked, first_limit, rank_collapsed
 from memtree.state import TreeState
 
 QUERY_RATIO_TARGET = 1.2
@@ -364,24 +365,25 @@ def _paired_ratio(times: list[float], floor: list[float]) -> float:
 def exhaustive_hybrid(
     engine: VectorIndex, lexical: LexicalIndex, query: np.ndarray, text: str, limit: int, weight: float
 ) -> Ranked:
-    """The hybrid ranking computed the plain way: every BM25 score of every node that
-    shares a word with the query, the ``limit`` best of those and of the vector search,
-    ranked by ``(cosine + weight * BM25 / best) / (1 + weight)`` (ties by id)."""
-    dense = engine.search(query, limit)
+    """The hybrid ranking computed the plain way: every node's cosine and every BM25
+    score of every node that shares a word with the query, combined as
+    ``(cosine + weight * BM25 / best) / (1 + weight)``, summaries' scores times
+    ``SUMMARY_WEIGHT``, the ``limit`` best (ties by id)."""
+    ids = list(engine.ids)
+    cosine = engine.all_vectors() @ np.asarray(query, dtype=np.float32)
     scores = lexical.scores(text)
     peak = max(scores.values(), default=0.0)
-    if peak <= 0:
-        return dense
-    similarities = dict(dense)
-    others = [node_id for node_id, _ in top(scores, limit) if node_id not in similarities]
-    similarities.update(zip(others, engine.score(query, others).tolist(), strict=True))
-    scale = 1.0 / (1.0 + weight)
-    ranked = [
-        (node_id, (similarity + weight * (scores.get(node_id, 0.0) / peak)) * scale)
-        for node_id, similarity in similarities.items()
-    ]
-    ranked.sort(key=lambda pair: (-pair[1], pair[0]))
-    return ranked
+    combined = cosine.astype(np.float64)
+    if peak > 0:
+        bm25 = np.zeros(len(ids), dtype=np.float64)
+        slot = {node_id: position for position, node_id in enumerate(ids)}
+        for node_id, score in scores.items():
+            bm25[slot[node_id]] = score
+        combined = (combined + weight * (bm25 / peak)) / (1.0 + weight)
+    combined = np.where(engine.leaf_flags(ids), combined, combined * SUMMARY_WEIGHT)
+    best = np.argpartition(-combined, min(limit, len(ids)) - 1)[:limit]
+    ranked = sorted((-float(combined[i]), ids[i]) for i in best.tolist())
+    return [(node_id, -negative) for negative, node_id in ranked]
 
 
 def _queries(
