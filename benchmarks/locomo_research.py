@@ -751,10 +751,11 @@ def check_against_engine(scene_path: Path, scene: Scene, queries: list[Query], e
         memory.import_jsonl(scene_path)
         differ = {"collapsed": 0, "leaves only": 0}
         for query in queries:
-            for name, variant, options in (
+            checks: list[tuple[str, Variant, dict[str, Any]]] = [
                 ("collapsed", collapsed(gamma=SUMMARY_WEIGHT), {}),
                 ("leaves only", leaves_only(), {"leaves_only": True}),
-            ):
+            ]
+            for name, variant, options in checks:
                 # min_score -1: the re-implementation applies no score threshold.
                 found = memory.retrieve(query.text, k=max(BUDGETS) // 8, min_score=-1.0, **options)
                 engine = [r.context for r in found]

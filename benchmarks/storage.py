@@ -42,6 +42,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -130,7 +131,7 @@ def measure_store(
             reading: list[float] = []
             fresh.read_changes = _timing(fresh.read_changes, reading)  # type: ignore[method-assign]
             cpu_start = time.process_time()
-            seconds, memory = timed(lambda fresh=fresh, config=config: memory_on(fresh, config))
+            seconds, memory = timed(partial(memory_on, fresh, config))
             cpu_seconds = time.process_time() - cpu_start
             del fresh.read_changes
             assert memory.stats().nodes == nodes
@@ -151,7 +152,7 @@ def measure_store(
     latencies = []
     for _ in range(inserts):
         text, metadata = next(stream)
-        seconds, _ = timed(lambda text=text, metadata=metadata: memory.add(text, metadata=metadata))
+        seconds, _ = timed(partial(memory.add, text, metadata=metadata))
         latencies.append(seconds)
     assert memory.check_integrity() == []
     memory.close()
@@ -363,6 +364,11 @@ def postgres(enabled: bool) -> Iterator[PostgresServer | None]:
         server.stop()
 
 
+def _same_store(store: Store) -> Store:
+    """The in-memory store is its own backing: every reopen reads the same object."""
+    return store
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
@@ -384,19 +390,18 @@ def main() -> None:
                 import psycopg
 
                 with psycopg.connect(server.dsn(), autocommit=True) as connection:
-                    postgres_version = connection.execute("SHOW server_version").fetchone()[0]
+                    version_row = connection.execute("SHOW server_version").fetchone()
+                    postgres_version = version_row[0] if version_row is not None else "unknown"
             for size in args.sizes:
                 backup = backups[size]
                 shared = InMemoryStore()
-                kinds: list[tuple[str, Callable[[], Store]]] = [("memory", lambda shared=shared: shared)]
+                kinds: list[tuple[str, Callable[[], Store]]] = [("memory", partial(_same_store, shared))]
                 for mode in ("FULL", "NORMAL"):
                     path = work / f"{size}-{mode}.db"
-                    kinds.append(
-                        (f"sqlite {mode}", lambda path=path, mode=mode: SQLiteStore(path, synchronous=mode))  # type: ignore[misc]
-                    )
+                    kinds.append((f"sqlite {mode}", partial(SQLiteStore, path, synchronous=mode)))
                 if server is not None:
                     dsn = server.create_database()
-                    kinds.append(("postgresql", lambda dsn=dsn: PostgresStore(dsn)))
+                    kinds.append(("postgresql", partial(PostgresStore, dsn)))
                 for name, make_store in kinds:
                     results.append(measure_store(name, make_store, backup, args.inserts, args.repeats))
         index = index_load_versus_rebuild(backups[max(args.sizes)], work, args.repeats)
