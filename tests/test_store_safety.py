@@ -303,6 +303,45 @@ def test_a_memtree_file_whose_last_insert_is_only_in_the_wal_opens_with_it(tmp_p
         assert memory.check_integrity() == []
 
 
+def test_a_wal_index_locked_by_another_process_is_read_from_a_copy(tmp_path: Path) -> None:
+    """A process opening or recovering the WAL holds the -shm's DMS byte exclusively
+    (and a killed writer's successor may): reading in place then fails with
+    SQLITE_PROTOCOL, which says nothing about the file; the check reads a copy."""
+    path = tmp_path / "memory.db"
+    with open_memory(path) as memory:
+        memory.add("checkpointed")
+    code = (
+        "import os, sys\n"
+        "from memtree import HashingEmbedder, MemTree, MemTreeConfig\n"
+        "memory = MemTree.open(sys.argv[1], embedder=HashingEmbedder(32), config=MemTreeConfig(theta0=0.2))\n"
+        "memory.add('acknowledged, then killed')\n"
+        "os._exit(0)\n"
+    )
+    subprocess.run([sys.executable, "-c", code, str(path)], check=True, env=CHILD_ENV)
+    shm = Path(f"{path}-shm")
+    assert Path(f"{path}-wal").stat().st_size > 0 and shm.exists()
+    holder = (  # an exclusive POSIX lock on byte 128 (the DMS slot), held until stdin closes
+        "import fcntl, os, sys\n"
+        "fd = os.open(sys.argv[1], os.O_RDWR)\n"
+        "fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 128)\n"
+        "print('locked', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", holder, str(shm)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    ) as child:
+        assert child.stdout is not None and child.stdout.readline() == b"locked\n"
+        in_place = sqlite3.connect(f"file:{path}?mode=ro&readonly_shm=1", uri=True)
+        with pytest.raises(sqlite3.OperationalError, match="locking protocol"):
+            in_place.execute("PRAGMA page_count").fetchone()
+        in_place.close()
+        assert sqlite.inspect(path, sqlite.SQLITE_MIGRATIONS) == 1
+        assert child.stdin is not None
+        child.stdin.close()
+    with open_memory(path) as memory:
+        assert sorted(leaf.text for leaf in memory.leaves()) == ["acknowledged, then killed", "checkpointed"]
+
+
 def test_an_empty_file_or_empty_database_becomes_a_memory(tmp_path: Path) -> None:
     empty = tmp_path / "empty.db"
     empty.touch()

@@ -125,11 +125,29 @@ def memtree_objects(steps: Sequence[Migration]) -> frozenset[str]:
 # -- reading without writing --------------------------------------------------------------
 
 
+class _Contended(Exception):
+    """SQLite could not read the file in place without writing its -shm: a writer was
+    killed and left a WAL index only a writer may recover, or one holds it busy."""
+
+
+_CONTENDED_CODES = frozenset({5, 6, 8, 14, 15})
+"""SQLITE_BUSY, SQLITE_LOCKED, SQLITE_READONLY (its extended codes too: recovery
+needed), SQLITE_CANTOPEN, SQLITE_PROTOCOL: a state of the locks, not of the file."""
+
+
+def _contended(error: sqlite3.Error) -> bool:
+    code = getattr(error, "sqlite_errorcode", None)
+    return isinstance(code, int) and code & 0xFF in _CONTENDED_CODES
+
+
 def _read(path: Path, steps: Sequence[Migration]) -> int | None:
     wal = Path(f"{path}-wal")
     if _size(wal) > 0:
         if Path(f"{path}-shm").exists():
-            return _read_uri(path, path, "mode=ro&readonly_shm=1", steps)
+            try:
+                return _read_uri(path, path, "mode=ro&readonly_shm=1", steps)
+            except _Contended:
+                pass  # read a private copy instead: the lock state cannot stop that
         return _read_copy(path, wal, steps)
     return _read_uri(path, path, "mode=ro&immutable=1", steps)
 
@@ -153,6 +171,8 @@ def _read_uri(target: Path, path: Path, options: str, steps: Sequence[Migration]
         try:
             pages = int(connection.execute("PRAGMA page_count").fetchone()[0])
         except sqlite3.DatabaseError as error:
+            if target == path and _contended(error):
+                raise _Contended(str(error)) from None
             raise _unreadable(path, str(error)) from None
         if pages == 0:  # SQLite takes a 1-byte file for an empty database, and would overwrite it
             raise _unreadable(path, f"its {_size(path)} byte(s) hold no database page")
