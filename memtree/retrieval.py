@@ -17,7 +17,6 @@ and the budget is charged on ``context``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +24,6 @@ from typing import Any
 import numpy as np
 
 from memtree.index import Mask, VectorIndex
-from memtree.lexical import LexicalQuery as PreparedWords
 from memtree.node import ROOT_ID, RetrievedNode, Vector
 from memtree.state import TreeState, metadata_key
 from memtree.text import fold, split_sentences
@@ -89,31 +87,26 @@ def rank_collapsed(
     text and words scores 1), so thresholds keep their meaning. Hybrid ranking then
     multiplies each summary's score by :data:`SUMMARY_WEIGHT`.
 
-    Hybrid ranking scores the union of the ``limit`` best nodes of each kind (one
-    vector search, one BM25 top-``limit`` search, which does not score every node
-    sharing a word with the query, see :mod:`memtree.lexical`; and ``2 * limit`` dot
-    products) and keeps those no node left out could beat; when fewer than
-    ``limit`` remain (a discounted summary may fall below a node left out), it
-    widens the search and scores again."""
+    Hybrid ranking fuses two candidate lists, as hybrid search engines do: the
+    ``2 * limit`` best nodes by cosine (one vector search) and the ``2 * limit`` best
+    by BM25 (one top-k search, which does not score every node sharing a word with
+    the query, see :mod:`memtree.lexical`); their union is scored by the formula
+    and ranked. A node in neither list is not ranked: it would need a middling
+    cosine and a middling BM25 score at once to beat them, and ``MemTree.retrieve``
+    asks again for four times as many when packing runs out. An exhaustive check
+    would cost a vector scan per widening: on uncorrelated synthetic data at 100k
+    nodes, three to four scans per query (benchmarks/results/scale.md)."""
     allowed_ids = state.leaves_matching(filters.where) if filters.where else None
     mask = index.mask(leaves_only=filters.leaves_only, time_range=filters.time_range, ids=allowed_ids)
     if lexical is None or lexical.weight <= 0 or state.lexical is None:
         return index.search(query, limit, mask)
-    words = state.lexical.prepare(lexical.text)
     allowed = (lambda node_id: _allowed(state, node_id, filters)) if filters.active else None
-    # The ceiling adds two worst cases (cosine and BM25), so about twice ``limit``
-    # nodes are scored before ``limit`` of them are certain; start there.
-    fetch = 2 * limit
-    while True:
-        ranked, ceiling = _rank_hybrid(index, state, query, fetch, mask, allowed, words, lexical.weight)
-        leaves = index.leaf_flags([node_id for node_id, _ in ranked])
-        weights = np.where(leaves, 1.0, SUMMARY_WEIGHT).tolist()
-        weighed = [(node_id, score * weight) for (node_id, score), weight in zip(ranked, weights, strict=True)]
-        weighed.sort(key=lambda pair: (-pair[1], pair[0]))
-        settled = [pair for pair in weighed if pair[1] >= ceiling]
-        if len(settled) >= limit or ceiling == -math.inf:
-            return settled
-        fetch *= 2
+    ranked = _rank_hybrid(index, state, query, 2 * limit, mask, allowed, lexical)
+    leaves = index.leaf_flags([node_id for node_id, _ in ranked])
+    weights = np.where(leaves, 1.0, SUMMARY_WEIGHT).tolist()
+    weighed = [(node_id, score * weight) for (node_id, score), weight in zip(ranked, weights, strict=True)]
+    weighed.sort(key=lambda pair: (-pair[1], pair[0]))
+    return weighed
 
 
 def _rank_hybrid(
@@ -123,34 +116,29 @@ def _rank_hybrid(
     limit: int,
     mask: Mask | None,
     allowed: Callable[[str], bool] | None,
-    words: PreparedWords,
-    weight: float,
-) -> tuple[Ranked, float]:
+    lexical: LexicalQuery,
+) -> Ranked:
     """The union of the ``limit`` best nodes by cosine and by BM25, scored as
-    :func:`rank_collapsed` says (undiscounted), best first; and the most a node left
-    out of it can score (``-inf`` when none is left out)."""
+    :func:`rank_collapsed` says (undiscounted)."""
     assert state.lexical is not None
     dense = index.search(query, limit, mask)
-    dense_ceiling = dense[-1][1] if len(dense) >= limit else -math.inf
     dense_ids = [node_id for node_id, _ in dense]
     # The vector search's hits are allowed nodes: their BM25 scores come in the same pass.
-    hits, dense_lexical = state.lexical.search_and_score(words, limit, allowed, also=dense_ids)
+    hits, dense_lexical = state.lexical.search_and_score(lexical.text, limit, allowed, also=dense_ids)
     if not hits or hits[0][1] <= 0:
-        return dense, dense_ceiling
+        return dense
     peak = hits[0][1]
     lexical_scores = dict(zip(dense_ids, dense_lexical.tolist(), strict=True))
     lexical_scores.update(hits)
     similarities = dict(dense)  # the vector search's own cosines; the BM25-only hits get theirs here
     others = [node_id for node_id, _ in hits if node_id not in similarities]
     similarities.update(zip(others, index.score(query, others).tolist(), strict=True))
+    weight = lexical.weight
     scale = 1.0 / (1.0 + weight)
-    combined = [
+    return [
         (node_id, (similarity + weight * (lexical_scores[node_id] / peak)) * scale)
         for node_id, similarity in similarities.items()
     ]
-    combined.sort(key=lambda pair: (-pair[1], pair[0]))
-    lexical_ceiling = hits[-1][1] / peak if len(hits) >= limit else 0.0  # the rest match no query word
-    return combined, (dense_ceiling + weight * lexical_ceiling) * scale
 
 
 def rank_traversal(

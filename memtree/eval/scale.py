@@ -22,7 +22,7 @@ words drawn from a Zipf law (:mod:`memtree.eval.zipf`): 10-26 words for a leaf,
 * **Collapsed top-10 query** as ``MemTree.retrieve`` ranks it (``rank_collapsed``
   asked for :func:`~memtree.retrieval.first_limit` ``(10)`` nodes): the default hybrid
   path (vector search, BM25 top-k, cosine of the union, summaries discounted by
-  :data:`~memtree.retrieval.SUMMARY_WEIGHT`, widened until exact), the dense path
+  :data:`~memtree.retrieval.SUMMARY_WEIGHT`), the dense path
   (``lexical_weight=0``), dense with ``leaves_only``, and the BM25 step alone, against
   brute force: ``faiss.knn`` top-10 over the engine's own storage (the floor: FAISS's
   exhaustive search reading the very same memory), a separate ``faiss.IndexFlatIP``
@@ -36,7 +36,7 @@ words drawn from a Zipf law (:mod:`memtree.eval.zipf`): 10-26 words for a leaf,
 
 Exactness is checked beside the timing: the dense path against the floor's top-10 on
 every query, the hybrid ranking against the same ranking computed the exhaustive way
-(every node's cosine and every BM25 score of every matching node) on the first queries.
+(every BM25 score of every matching node) on the first queries.
 
 Repetitions stop early once a measurement has used its time budget (never below a
 minimum count), so the 1M run stays short; the report gives the counts.
@@ -63,7 +63,7 @@ from memtree.eval.report import percentiles
 from memtree.eval.zipf import ZipfWords
 from memtree.gcpause import paused_gc
 from memtree.index import VectorIndex
-from memtree.lexical import LexicalIndex
+from memtree.lexical import LexicalIndex, top
 from memtree.retrieval import SUMMARY_WEIGHT, Filters, LexicalQuery, Ranked, first_limit, rank_collapsed
 from memtree.state import TreeState
 
@@ -365,25 +365,27 @@ def _paired_ratio(times: list[float], floor: list[float]) -> float:
 def exhaustive_hybrid(
     engine: VectorIndex, lexical: LexicalIndex, query: np.ndarray, text: str, limit: int, weight: float
 ) -> Ranked:
-    """The hybrid ranking computed the plain way: every node's cosine and every BM25
-    score of every node that shares a word with the query, combined as
-    ``(cosine + weight * BM25 / best) / (1 + weight)``, summaries' scores times
-    ``SUMMARY_WEIGHT``, the ``limit`` best (ties by id)."""
-    ids = list(engine.ids)
-    cosine = engine.all_vectors() @ np.asarray(query, dtype=np.float32)
+    """The hybrid ranking computed the plain way: every BM25 score of every node that
+    shares a word with the query, the ``2 * limit`` best of those and of the vector
+    search, ranked by ``(cosine + weight * BM25 / best) / (1 + weight)`` with
+    summaries' scores times ``SUMMARY_WEIGHT`` (ties by id)."""
+    fetch = 2 * limit
+    dense = engine.search(query, fetch)
     scores = lexical.scores(text)
     peak = max(scores.values(), default=0.0)
-    combined = cosine.astype(np.float64)
-    if peak > 0:
-        bm25 = np.zeros(len(ids), dtype=np.float64)
-        slot = {node_id: position for position, node_id in enumerate(ids)}
-        for node_id, score in scores.items():
-            bm25[slot[node_id]] = score
-        combined = (combined + weight * (bm25 / peak)) / (1.0 + weight)
-    combined = np.where(engine.leaf_flags(ids), combined, combined * SUMMARY_WEIGHT)
-    best = np.argpartition(-combined, min(limit, len(ids)) - 1)[:limit]
-    ranked = sorted((-float(combined[i]), ids[i]) for i in best.tolist())
-    return [(node_id, -negative) for negative, node_id in ranked]
+    if peak <= 0:
+        return dense
+    similarities = dict(dense)
+    others = [node_id for node_id, _ in top(scores, fetch) if node_id not in similarities]
+    similarities.update(zip(others, engine.score(query, others).tolist(), strict=True))
+    ids = list(similarities)
+    discount = np.where(engine.leaf_flags(ids), 1.0, SUMMARY_WEIGHT).tolist()
+    ranked = [
+        (node_id, (similarities[node_id] + weight * (scores.get(node_id, 0.0) / peak)) / (1.0 + weight) * factor)
+        for node_id, factor in zip(ids, discount, strict=True)
+    ]
+    ranked.sort(key=lambda pair: (-pair[1], pair[0]))
+    return ranked
 
 
 def _queries(
