@@ -88,7 +88,7 @@ def rank_collapsed(
     multiplies each summary's score by :data:`SUMMARY_WEIGHT`.
 
     Hybrid ranking fuses two candidate lists, as hybrid search engines do: the
-    ``2 * limit`` best nodes by cosine (one vector search) and the ``2 * limit`` best
+    ``limit`` best nodes by cosine (one vector search) and the ``limit`` best
     by BM25 (one top-k search, which does not score every node sharing a word with
     the query, see :mod:`memtree.lexical`); their union is scored by the formula
     and ranked. A node in neither list is not ranked: it would need a middling
@@ -101,7 +101,7 @@ def rank_collapsed(
     if lexical is None or lexical.weight <= 0 or state.lexical is None:
         return index.search(query, limit, mask)
     allowed = (lambda node_id: _allowed(state, node_id, filters)) if filters.active else None
-    ranked = _rank_hybrid(index, state, query, 2 * limit, mask, allowed, lexical)
+    ranked = _rank_hybrid(index, state, query, limit, mask, allowed, lexical)
     leaves = index.leaf_flags([node_id for node_id, _ in ranked])
     weights = np.where(leaves, 1.0, SUMMARY_WEIGHT).tolist()
     weighed = [(node_id, score * weight) for (node_id, score), weight in zip(ranked, weights, strict=True)]

@@ -366,10 +366,10 @@ def exhaustive_hybrid(
     engine: VectorIndex, lexical: LexicalIndex, query: np.ndarray, text: str, limit: int, weight: float
 ) -> Ranked:
     """The hybrid ranking computed the plain way: every BM25 score of every node that
-    shares a word with the query, the ``2 * limit`` best of those and of the vector
+    shares a word with the query, the ``limit`` best of those and of the vector
     search, ranked by ``(cosine + weight * BM25 / best) / (1 + weight)`` with
     summaries' scores times ``SUMMARY_WEIGHT`` (ties by id)."""
-    fetch = 2 * limit
+    fetch = limit
     dense = engine.search(query, fetch)
     scores = lexical.scores(text)
     peak = max(scores.values(), default=0.0)
