@@ -24,7 +24,9 @@ from typing import Any
 import numpy as np
 
 from memtree.index import Mask, VectorIndex
+from memtree.lexical import LexicalQuery as PreparedQuery
 from memtree.node import ROOT_ID, RetrievedNode, Vector
+from memtree.overlap import IN_TURN, SEARCHES, Overlap
 from memtree.state import TreeState, metadata_key
 from memtree.text import fold, split_sentences
 
@@ -60,6 +62,11 @@ def first_limit(k: int) -> int:
     return k * 4 + 16
 
 
+OVERLAP_MIN_NODES = 8192
+"""From this many nodes up, hybrid ranking runs its BM25 search beside the vector
+scan by default; on smaller memories the scan is too short for the thread handoff
+to pay (at 4,000 synthetic nodes it cost more than it saved)."""
+
 SUMMARY_WEIGHT = 0.85
 """What hybrid collapsed ranking multiplies a summary's score by (leaves keep theirs).
 
@@ -80,6 +87,7 @@ def rank_collapsed(
     limit: int,
     filters: Filters,
     lexical: LexicalQuery | None = None,
+    overlap: Overlap | None = None,
 ) -> Ranked:
     """The best nodes among those the filters allow, by cosine similarity or, when
     ``lexical`` is given, by ``(cosine + weight * BM25 / best BM25) / (1 + weight)``:
@@ -95,18 +103,19 @@ def rank_collapsed(
     cosine and a middling BM25 score at once to beat them, and ``MemTree.retrieve``
     asks again for four times as many when packing runs out. An exhaustive check
     would cost a vector scan per widening: on uncorrelated synthetic data at 100k
-    nodes, three to four scans per query (benchmarks/results/scale.md)."""
+    nodes, three to four scans per query (benchmarks/results/scale.md).
+
+    The BM25 search runs on a spare core during the vector scan (``overlap``; by
+    default :data:`memtree.overlap.SEARCHES` on memories of :data:`OVERLAP_MIN_NODES`
+    nodes or more, else the calling thread does both in turn)."""
     allowed_ids = state.leaves_matching(filters.where) if filters.where else None
     mask = index.mask(leaves_only=filters.leaves_only, time_range=filters.time_range, ids=allowed_ids)
     if lexical is None or lexical.weight <= 0 or state.lexical is None:
         return index.search(query, limit, mask)
     allowed = (lambda node_id: _allowed(state, node_id, filters)) if filters.active else None
-    ranked = _rank_hybrid(index, state, query, limit, mask, allowed, lexical)
-    leaves = index.leaf_flags([node_id for node_id, _ in ranked])
-    weights = np.where(leaves, 1.0, SUMMARY_WEIGHT).tolist()
-    weighed = [(node_id, score * weight) for (node_id, score), weight in zip(ranked, weights, strict=True)]
-    weighed.sort(key=lambda pair: (-pair[1], pair[0]))
-    return weighed
+    if overlap is None:
+        overlap = SEARCHES if len(index) >= OVERLAP_MIN_NODES else IN_TURN
+    return _rank_hybrid(index, state, query, limit, mask, allowed, lexical, overlap)
 
 
 def _rank_hybrid(
@@ -117,28 +126,48 @@ def _rank_hybrid(
     mask: Mask | None,
     allowed: Callable[[str], bool] | None,
     lexical: LexicalQuery,
+    overlap: Overlap,
 ) -> Ranked:
-    """The union of the ``limit`` best nodes by cosine and by BM25, scored as
-    :func:`rank_collapsed` says (undiscounted)."""
-    assert state.lexical is not None
-    dense = index.search(query, limit, mask)
-    dense_ids = [node_id for node_id, _ in dense]
-    # The vector search's hits are allowed nodes: their BM25 scores come in the same pass.
-    hits, dense_lexical = state.lexical.search_and_score(lexical.text, limit, allowed, also=dense_ids)
-    if not hits or hits[0][1] <= 0:
-        return dense
-    peak = hits[0][1]
-    lexical_scores = dict(zip(dense_ids, dense_lexical.tolist(), strict=True))
-    lexical_scores.update(hits)
-    similarities = dict(dense)  # the vector search's own cosines; the BM25-only hits get theirs here
-    others = [node_id for node_id, _ in hits if node_id not in similarities]
-    similarities.update(zip(others, index.score(query, others).tolist(), strict=True))
-    weight = lexical.weight
+    """The union of the ``limit`` best nodes by cosine and by BM25, scored and
+    discounted as :func:`rank_collapsed` says, best first (ties by id).
+
+    The BM25 search (with the cosines of its hits) does not need the vector search,
+    so ``overlap`` runs it beside the scan; the ranking is the same either way."""
+    words = state.lexical
+    assert words is not None
+
+    def vector_search() -> Ranked:
+        return index.search(query, limit, mask)
+
+    def word_search() -> tuple[PreparedQuery, Ranked, list[float]]:
+        prepared = words.prepare(lexical.text)
+        hits = words.search(prepared, limit, allowed) if len(prepared) else []
+        return prepared, hits, index.score(query, [node_id for node_id, _ in hits]).tolist()
+
+    dense, (prepared, hits, hit_similarities) = overlap.run(vector_search, word_search)
+    if not hits or hits[0][1] <= 0:  # no node shares a word with the query
+        return _discounted(index, dense)
+    similarities = dict(zip((node_id for node_id, _ in hits), hit_similarities, strict=True))
+    similarities.update(dense)  # where both found a node, the vector search's own cosine
+    lexical_scores = dict(hits)
+    unscored = [node_id for node_id, _ in dense if node_id not in lexical_scores]
+    lexical_scores.update(zip(unscored, words.score_of(prepared, unscored).tolist(), strict=True))
+    peak, weight = hits[0][1], lexical.weight
     scale = 1.0 / (1.0 + weight)
-    return [
+    fused = [
         (node_id, (similarity + weight * (lexical_scores[node_id] / peak)) * scale)
         for node_id, similarity in similarities.items()
     ]
+    return _discounted(index, fused)
+
+
+def _discounted(index: VectorIndex, ranked: Ranked) -> Ranked:
+    """Summaries' scores times :data:`SUMMARY_WEIGHT`, best first (ties by id)."""
+    leaves = index.leaf_flags([node_id for node_id, _ in ranked])
+    weights = np.where(leaves, 1.0, SUMMARY_WEIGHT).tolist()
+    weighed = [(node_id, score * weight) for (node_id, score), weight in zip(ranked, weights, strict=True)]
+    weighed.sort(key=lambda pair: (-pair[1], pair[0]))
+    return weighed
 
 
 def rank_traversal(

@@ -29,7 +29,8 @@ from memtree.retrieval import Filters, LexicalQuery, first_limit, rank_collapsed
 from memtree.state import TreeState
 
 TIMINGS = (
-    "upkeep", "upkeep_vector", "upkeep_lexical", "rebuild", "query_hybrid", "query_dense", "query_dense_leaves",
+    "upkeep", "upkeep_vector", "upkeep_lexical", "rebuild", "query_hybrid", "query_hybrid_one_thread", "query_dense",
+    "query_dense_leaves",
     "query_lexical", "query_faiss", "query_faiss_copy",
 )  # fmt: skip
 
@@ -52,6 +53,7 @@ def test_the_command_writes_markdown_json_and_png_for_each_size(tmp_path: Path) 
     assert data["settings"]["lexical_weight"] == 0.3  # the engine's default: the hybrid path is what is timed
     assert data["machine"]["command"].startswith("memtree bench scale --sizes 1000,200")
     assert data["machine"]["faiss threads"] == "1"
+    assert int(data["machine"]["BM25 helper threads"]) >= 0
     results = data["results"]
     assert [r["n"] for r in results] == [200, 1000]
     for r in results:
@@ -67,6 +69,7 @@ def test_the_command_writes_markdown_json_and_png_for_each_size(tmp_path: Path) 
         assert r["hybrid_exact"] == 1.0 and r["hybrid_checked"] == 20
         assert r["query_ratio"] == pytest.approx(r["query_hybrid"]["p50"] / r["query_faiss"]["p50"])
         assert r["hybrid_paired_ratio"] > 0 and r["dense_paired_ratio"] > 0 and r["leaves_paired_ratio"] > 0
+        assert r["hybrid_one_thread_paired_ratio"] > 0
         assert r["postings_per_query"] > 0
 
     markdown = (out / "scale.md").read_text()

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import math
+import threading
+from collections.abc import Callable
+from functools import partial
+from typing import TypeVar
 
 import numpy as np
 import pytest
 
 from memtree import ROOT_ID, HashingEmbedder, MemTree, MemTreeConfig, retrieval
 from memtree.lexical import lexical_tokens
+from memtree.overlap import Overlap
 from memtree.retrieval import SUMMARY_WEIGHT, DeliveredSentences, Filters, LexicalQuery
 from memtree.text import count_tokens
 
@@ -125,6 +130,61 @@ def test_discounted_summaries_rank_as_the_fused_candidates_say() -> None:
             assert len(ranked) >= limit
             np.testing.assert_allclose([s for _, s in ranked], [exact[i] for i, _ in ranked], atol=1e-5)
             assert [s for _, s in ranked] == sorted((s for _, s in ranked), reverse=True)
+
+
+A = TypeVar("A")
+B = TypeVar("B")
+
+
+class ThreadRecordingOverlap(Overlap):
+    """An Overlap that records which threads ran the side work."""
+
+    def __init__(self, workers: int) -> None:
+        super().__init__(workers)
+        self.side_threads: set[int] = set()
+
+    def run(self, main: Callable[[], A], side: Callable[[], B]) -> tuple[A, B]:
+        def recorded() -> B:
+            self.side_threads.add(threading.get_ident())
+            return side()
+
+        return super().run(main, recorded)
+
+
+def test_hybrid_ranking_is_the_same_with_the_bm25_search_on_a_helper_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Large memories run the BM25 search beside the vector scan (memtree.overlap);
+    the ranking must not depend on it, filters included."""
+    people = ["Alice", "Bob", "Carol", "Dan", "Eve"]
+    things = ["cat", "piano", "marathon", "bakery", "garden", "chess", "boat", "violin"]
+    memory = MemTree(embedder=HashingEmbedder(64), config=MemTreeConfig(theta0=0.1, drop_repeated_sentences=False))
+    for i in range(60):
+        memory.add(
+            f"{people[i % 5]} talked about the {things[i % 8]} on day {i}.",
+            metadata={"person": people[i % 5]},
+            timestamp=float(i),
+        )
+    index, state = memory._index, memory._state
+    assert index is not None
+    helpers = ThreadRecordingOverlap(1)
+    cases = [Filters(), Filters(leaves_only=True), Filters(where={"person": "Bob"}), Filters(time_range=(10.0, 30.0))]
+    for query in ("Alice cat", "Bob marathon day", "violin boat", "Eve chess garden", "nothing known"):
+        vector = memory.embed_query(query)
+        for filters in cases:
+            for limit in (1, 5, 56):
+                rank = partial(retrieval.rank_collapsed, index, state, vector, limit, filters, LexicalQuery(query, 0.3))
+                inline = rank(overlap=Overlap(0))
+                assert rank(overlap=helpers) == inline
+                assert rank() == inline  # this small memory: the default runs both in turn
+                assert inline  # every case ranks something
+    assert helpers.side_threads and threading.get_ident() not in helpers.side_threads  # it did run beside
+    # From OVERLAP_MIN_NODES nodes up, the default is the shared helper threads.
+    shared = ThreadRecordingOverlap(1)
+    monkeypatch.setattr(retrieval, "SEARCHES", shared)
+    monkeypatch.setattr(retrieval, "OVERLAP_MIN_NODES", len(index))
+    vector = memory.embed_query("Alice cat")
+    expected = retrieval.rank_collapsed(index, state, vector, 20, Filters(), LexicalQuery("Alice cat", 0.3), Overlap(0))
+    assert retrieval.rank_collapsed(index, state, vector, 20, Filters(), LexicalQuery("Alice cat", 0.3)) == expected
+    assert shared.side_threads
 
 
 def test_hybrid_ranking_discounts_summaries_and_dense_ranking_does_not() -> None:

@@ -22,7 +22,10 @@ words drawn from a Zipf law (:mod:`memtree.eval.zipf`): 10-26 words for a leaf,
 * **Collapsed top-10 query** as ``MemTree.retrieve`` ranks it (``rank_collapsed``
   asked for :func:`~memtree.retrieval.first_limit` ``(10)`` nodes): the default hybrid
   path (vector search, BM25 top-k, cosine of the union, summaries discounted by
-  :data:`~memtree.retrieval.SUMMARY_WEIGHT`), the dense path
+  :data:`~memtree.retrieval.SUMMARY_WEIGHT`; from
+  :data:`~memtree.retrieval.OVERLAP_MIN_NODES` nodes up the BM25 search runs on a
+  spare core during the scan), the same on one thread (the BM25 search after the
+  scan), the dense path
   (``lexical_weight=0``), dense with ``leaves_only``, and the BM25 step alone, against
   brute force: ``faiss.knn`` top-10 over the engine's own storage (the floor: FAISS's
   exhaustive search reading the very same memory), a separate ``faiss.IndexFlatIP``
@@ -64,6 +67,7 @@ from memtree.eval.zipf import ZipfWords
 from memtree.gcpause import paused_gc
 from memtree.index import VectorIndex
 from memtree.lexical import LexicalIndex, top
+from memtree.overlap import IN_TURN
 from memtree.retrieval import SUMMARY_WEIGHT, Filters, LexicalQuery, Ranked, first_limit, rank_collapsed
 from memtree.state import TreeState
 
@@ -76,7 +80,17 @@ ROWS_ADDED_PER_INSERT = 2
 EXACTNESS_CHECKS = 20
 """Queries per size whose hybrid ranking is compared with the exhaustive computation."""
 
-QUERY_METHODS = ("hybrid", "dense", "dense_leaves", "lexical", "faiss", "faiss_copy", "faiss_leaves", "numpy")
+QUERY_METHODS = (
+    "hybrid",
+    "hybrid_one_thread",
+    "dense",
+    "dense_leaves",
+    "lexical",
+    "faiss",
+    "faiss_copy",
+    "faiss_leaves",
+    "numpy",
+)
 """What each query times, in a new random order per query (see the module docstring)."""
 
 
@@ -173,6 +187,10 @@ class SizeResult:
     hybrid_checked: int
     postings_per_query: float
     """Median over queries of the posting entries of their words, divided by N."""
+    query_hybrid_one_thread: dict[str, float] = field(default_factory=dict)
+    """The hybrid path doing its BM25 search after the scan, on the calling thread
+    (empty in reports made before the search moved to a spare core)."""
+    hybrid_one_thread_paired_ratio: float = math.nan
 
     @property
     def rows_written_per_insert(self) -> int:
@@ -349,6 +367,8 @@ def measure_size(n: int, settings: ScaleSettings, *, progress: bool = True) -> S
         query_faiss_leaves=percentiles(queries["faiss_leaves"]),
         query_numpy=percentiles(queries["numpy"]),
         hybrid_paired_ratio=_paired_ratio(queries["hybrid"], queries["faiss"]),
+        query_hybrid_one_thread=percentiles(queries["hybrid_one_thread"]),
+        hybrid_one_thread_paired_ratio=_paired_ratio(queries["hybrid_one_thread"], queries["faiss"]),
         dense_paired_ratio=_paired_ratio(queries["dense"], queries["faiss"]),
         leaves_paired_ratio=_paired_ratio(queries["dense_leaves"], queries["faiss"]),
         dense_same_results=float(np.mean(queries["dense_same"])),
@@ -416,6 +436,7 @@ def _queries(
         row = query.reshape(1, -1)
         methods: dict[str, Callable[[], Any]] = {
             "hybrid": partial(rank_collapsed, engine, state, query, limit, no_filter, lexical),
+            "hybrid_one_thread": partial(rank_collapsed, engine, state, query, limit, no_filter, lexical, IN_TURN),
             "dense": partial(rank_collapsed, engine, state, query, limit, no_filter),
             "dense_leaves": partial(rank_collapsed, engine, state, query, limit, leaves_only),
             "lexical": partial(setup.lexical.search, text, limit),
