@@ -284,8 +284,9 @@ def test_files_that_are_not_memtree_memories_are_refused_byte_identical(tmp_path
     assert fingerprint(tmp_path) == before
 
 
-def test_a_memtree_file_whose_last_insert_is_only_in_the_wal_opens_with_it(tmp_path: Path) -> None:
-    path = tmp_path / "memory.db"
+def _checkpoint_one_then_leave_one_in_the_wal(path: Path) -> None:
+    """A memory file with one checkpointed insert and a second one that only its WAL
+    holds: a child process inserted it and exited without closing (as if killed)."""
     with open_memory(path) as memory:
         memory.add("checkpointed")
     code = (
@@ -296,6 +297,11 @@ def test_a_memtree_file_whose_last_insert_is_only_in_the_wal_opens_with_it(tmp_p
         "os._exit(0)\n"
     )
     subprocess.run([sys.executable, "-c", code, str(path)], check=True, env=CHILD_ENV)
+
+
+def test_a_memtree_file_whose_last_insert_is_only_in_the_wal_opens_with_it(tmp_path: Path) -> None:
+    path = tmp_path / "memory.db"
+    _checkpoint_one_then_leave_one_in_the_wal(path)
     assert Path(f"{path}-wal").stat().st_size > 0
     Path(f"{path}-shm").unlink()  # the check reads a copy; the store then recovers the WAL
     with open_memory(path) as memory:
@@ -308,16 +314,7 @@ def test_a_wal_index_locked_by_another_process_is_read_from_a_copy(tmp_path: Pat
     (and a killed writer's successor may): reading in place then fails with
     SQLITE_PROTOCOL, which says nothing about the file; the check reads a copy."""
     path = tmp_path / "memory.db"
-    with open_memory(path) as memory:
-        memory.add("checkpointed")
-    code = (
-        "import os, sys\n"
-        "from memtree import HashingEmbedder, MemTree, MemTreeConfig\n"
-        "memory = MemTree.open(sys.argv[1], embedder=HashingEmbedder(32), config=MemTreeConfig(theta0=0.2))\n"
-        "memory.add('acknowledged, then killed')\n"
-        "os._exit(0)\n"
-    )
-    subprocess.run([sys.executable, "-c", code, str(path)], check=True, env=CHILD_ENV)
+    _checkpoint_one_then_leave_one_in_the_wal(path)
     shm = Path(f"{path}-shm")
     assert Path(f"{path}-wal").stat().st_size > 0 and shm.exists()
     holder = (  # an exclusive POSIX lock on byte 128 (the DMS slot), held until stdin closes
