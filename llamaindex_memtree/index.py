@@ -25,7 +25,7 @@ from llama_index.core.storage.storage_context import StorageContext
 
 from llamaindex_memtree.engines import engine_options
 from llamaindex_memtree.nodes import holds, leaf_item, without_empty_documents, without_empty_nodes
-from llamaindex_memtree.persist import attach_snapshot, new_snapshot_key, restore_snapshot
+from llamaindex_memtree.persist import attach_snapshot, check_embedder, new_snapshot_key, restore_snapshot
 from llamaindex_memtree.retriever import MemTreeRetriever
 from llamaindex_memtree.settings import memory_from_settings
 from llamaindex_memtree.struct import (
@@ -417,6 +417,7 @@ def _reopen(struct: MemTreeIndexStruct, storage_context: StorageContext, memory:
             f"{memory.namespace!r}; pass memory.with_namespace({namespace!r})"
         )
     _check_holds(struct, memory)
+    check_embedder({"embedder": memory.stored_embedder, "dimension": memory.dimension}, memory)
     return memory
 
 

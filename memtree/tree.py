@@ -864,6 +864,14 @@ class MemTree:
         """The embedding dimension of this memory (``None`` until something is stored)."""
         return self._state.info.dimension
 
+    @property
+    def stored_embedder(self) -> str | None:
+        """The name of the embedder that wrote this memory's vectors, as its store
+        recorded it (``None`` until something is stored). Differs from
+        ``embedder.name`` when a memory is reopened with another model, whose vectors
+        its stored ones cannot be compared with."""
+        return self._state.info.embedder
+
     # -- catching up with the store --------------------------------------------------
 
     def refresh(self, *, force: bool = False) -> None:

@@ -145,7 +145,13 @@ def test_index_over_a_sqlite_tree_reopens_it(local_embedder, tmp_path: Path) -> 
         pytest.raises(ValueError, match=r"pass memory.with_namespace\(\('docs', 'corpus'\)\)"),
     ):
         load_index_from_storage(storage, memory=wrong)
+    with (
+        MemTree.open(path, namespace=("docs", "corpus"), embedder=HashingEmbedder(384), config=CONFIG) as other,
+        pytest.raises(ValueError, match=r"was embedded with .*but the memory to load it into embeds with Hashing"),
+    ):
+        load_index_from_storage(storage, memory=other)  # the same dimension, another model
     with MemTree.open(path, namespace=("docs", "corpus"), embedder=local_embedder, config=CONFIG) as reopened:
+        assert reopened.stored_embedder == local_embedder.name
         loaded = load_index_from_storage(storage, memory=reopened)
         assert (tree(loaded.memory), results(loaded)) == before
         loaded.delete_ref_doc("dog-1")
