@@ -141,6 +141,8 @@ def test_bench_locomo_writes_the_report_and_loses_no_turn(small_locomo: Path, tm
     assert report["memtree"]["embedding_calls_per_insert"] > 1  # leaves and re-written summaries
     flat = report["flat hybrid"]
     assert flat["shape"]["nodes"] == 6 and flat["shape"]["max_depth"] == 1 and flat["aggregation_calls_per_insert"] == 0
+    for name in ("flat dense", "BM25", "flat hybrid"):  # three flat lists of the 6 turns, described alike
+        assert report[name]["shape"] == {"nodes": 6, "max_depth": 1, "mean_depth": 1, "branching": 0}, name
     markdown = (out / "tiny.md").read_text()
     assert "| memtree paper |" in markdown and "## Evidence recall, multi-hop (category 1)" in markdown
     assert "## Answer recall (gold answer string in the context), single-hop (category 4)" in markdown

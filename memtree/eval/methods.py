@@ -97,12 +97,19 @@ class FlatDense(Method):
         self._texts = [turn.text for turn in turns]
         self._matrix = np.stack(rows)
         cost.embedding_calls = len(turns)
-        cost.shape = {"nodes": len(turns), "max_depth": 1, "mean_depth": 1, "branching": float(len(turns))}
+        cost.shape = flat_shape(len(turns))
         return cost
 
     def ranked_texts(self, question: str, words: int) -> list[str]:
         scores = self._matrix @ np.asarray(self.embedder.embed_query(question), dtype=np.float32).reshape(-1)
         return [self._texts[i] for i in np.argsort(-scores, kind="stable")]
+
+
+def flat_shape(turns: int) -> dict[str, float]:
+    """The shape of a flat list of turns, on the terms of ``TreeStats``: every turn a
+    leaf at depth 1 under the root, no summaries, so branching (children per summary,
+    the root excluded) is 0, as memtree's own tree reports it without summaries."""
+    return {"nodes": float(turns), "max_depth": 1.0, "mean_depth": 1.0, "branching": 0.0}
 
 
 def bm25_tokens(text: str) -> list[str]:
@@ -127,7 +134,7 @@ class BM25Baseline(Method):
         self._bm25 = BM25Okapi([bm25_tokens(text) for text in self._texts])
         per_insert = (time.perf_counter() - start) / max(1, len(turns))
         cost = IngestCost(insert_seconds=[per_insert] * len(turns))
-        cost.shape = {"nodes": len(turns), "max_depth": 1, "mean_depth": 1, "branching": float(len(turns))}
+        cost.shape = flat_shape(len(turns))
         return cost
 
     def ranked_texts(self, question: str, words: int) -> list[str]:
