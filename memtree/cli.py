@@ -1,7 +1,8 @@
 """The ``memtree`` command: the app, its global options and ``demo``.
 
 The other commands live in ``memtree/commands/`` (one small module each) and are
-registered below; sub-apps (``bench``) are added with ``app.add_typer``.
+registered below; sub-apps (``bench``, from the repository's ``memtree_bench``) are
+added with ``app.add_typer``.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ app.command()(stats.stats)
 app.command()(backup.export)
 app.command(name="import")(backup.import_)
 app.command()(repair.repair)
-app.add_typer(bench_app, name="bench")
+app.add_typer(bench_app(), name="bench")
 
 
 def main() -> None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from memtree.eval.report import (
+from memtree.overlap import SEARCHES
+from memtree.retrieval import OVERLAP_MIN_NODES
+from memtree_bench.report import (
     load_average,
     machine_lines,
     markdown_table,
@@ -19,9 +21,7 @@ from memtree.eval.report import (
     write_json,
     write_markdown,
 )
-from memtree.eval.scale import EXACTNESS_CHECKS, QUERY_RATIO_TARGET, ROWS_ADDED_PER_INSERT, ScaleReport, SizeResult
-from memtree.overlap import SEARCHES
-from memtree.retrieval import OVERLAP_MIN_NODES
+from memtree_bench.scale import EXACTNESS_CHECKS, QUERY_RATIO_TARGET, ROWS_ADDED_PER_INSERT, ScaleReport, SizeResult
 
 UPKEEP_FLAT = 2.0
 """Upkeep counts as not growing with N while its largest p50 across the sizes is at
