@@ -18,8 +18,7 @@ from memtree.retry import ModelResponseError, RetryPolicy
 from memtree.stats import TreeStats
 from memtree.store import IncompatibleStoreError, InMemoryStore, NamespaceInfo, PostgresStore, SQLiteStore, Store
 from memtree.tree import MemTree
-
-__version__ = "0.1.0"
+from memtree.version import __version__
 
 __all__ = [
     "AGGREGATE_PROMPT",

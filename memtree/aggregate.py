@@ -24,10 +24,11 @@ import numpy as np
 
 from memtree.embed import Embedder, Matrix, check_embeddings
 from memtree.llm import ChatModel
+from memtree.model_usage import report
+from memtree.models.resolve import resolve_chat_model
 from memtree.node import Vector
 from memtree.retry import ModelResponseError
 from memtree.text import count_words, fold, split_sentences
-from memtree.usage import report
 
 
 class Aggregator(ABC):
@@ -233,8 +234,6 @@ class LLMAggregator(Aggregator):
     """
 
     def __init__(self, llm: Any, *, prompt: str = AGGREGATE_PROMPT) -> None:
-        from memtree.models.resolve import resolve_chat_model  # the resolver builds aggregators too
-
         try:
             prompt.format(summary="", count=0, new_texts="", guidance="")
         except (KeyError, IndexError) as error:

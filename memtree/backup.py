@@ -47,7 +47,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -57,12 +57,11 @@ from memtree.integrity import integrity_problems
 from memtree.node import ROOT_ID, JSONDict, Node, Vector
 from memtree.planning import root_node
 from memtree.state import TreeState
-from memtree.store.base import ChangeBatch, NamespaceInfo, check_record_name, namespace_key
+from memtree.store.base import ChangeBatch, NamespaceInfo, NamespaceKey, Store, check_record_name, namespace_key
 from memtree.store.codec import VECTOR_DTYPE, vector_bytes
 from memtree.text import require_text
-
-if TYPE_CHECKING:
-    from memtree.tree import MemTree
+from memtree.version import __version__
+from memtree.writer import Writer
 
 FORMAT = "memtree-jsonl"
 VERSION = 1
@@ -76,15 +75,15 @@ _MAX_SHOWN = 20
 # -- export -------------------------------------------------------------------------------
 
 
-def export_jsonl(memory: MemTree, target: str | os.PathLike[str] | TextIO) -> int:
-    """Write ``memory``'s namespace to ``target`` (a path or a text stream); return the
+def export_jsonl(store: Store, namespace: NamespaceKey, target: str | os.PathLike[str] | TextIO) -> int:
+    """Write ``namespace`` of ``store`` to ``target`` (a path or a text stream); return the
     number of nodes written. A path is written to a temporary file first and renamed,
     so an interrupted export never leaves a half backup under the name.
 
     Tree and records are read from the store in one snapshot
     (:meth:`~memtree.store.Store.read_snapshot`), so a backup taken while other
     writers work holds the namespace as it was at one moment."""
-    snapshot = memory.store.read_snapshot(memory.namespace)
+    snapshot = store.read_snapshot(namespace)
     tree = TreeState(lexical=False)
     tree.apply(snapshot.changes)
     nodes, info = list(tree.walk()), tree.info
@@ -93,14 +92,14 @@ def export_jsonl(memory: MemTree, target: str | os.PathLike[str] | TextIO) -> in
     header = {
         "format": FORMAT,
         "version": VERSION,
-        "namespace": list(memory.namespace),
+        "namespace": list(namespace),
         "dimension": info.dimension,
         "embedder": info.embedder,
         "settings": info.settings,
         "vector_encoding": VECTOR_ENCODING,
         "nodes": len(nodes),
         "records": len(records),
-        "memtree_version": _memtree_version(),
+        "memtree_version": __version__,
         "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     lines = _lines(header, nodes, records)
@@ -111,12 +110,6 @@ def export_jsonl(memory: MemTree, target: str | os.PathLike[str] | TextIO) -> in
             target.write(line)
         target.flush()
     return len(nodes)
-
-
-def _memtree_version() -> str:
-    from memtree import __version__  # the package imports this module's users
-
-    return __version__
 
 
 def _lines(header: JSONDict, nodes: list[Node], records: list[tuple[str, str, JSONDict]]) -> Iterator[str]:
@@ -191,8 +184,8 @@ class _Parsed:
         self.problems.append(f"line {line}: {message}")
 
 
-def import_jsonl(memory: MemTree, source: str | os.PathLike[str] | TextIO, *, skip_bad: bool = False) -> int:
-    """Restore a backup into ``memory``'s namespace, which must be empty; return the
+def import_jsonl(writer: Writer, source: str | os.PathLike[str] | TextIO, *, skip_bad: bool = False) -> int:
+    """Restore a backup through ``writer`` into its memory's namespace, which must be empty; return the
     number of nodes imported. See the module docstring for the format and for
     ``skip_bad``."""
     if isinstance(source, (str, os.PathLike)):
@@ -200,12 +193,12 @@ def import_jsonl(memory: MemTree, source: str | os.PathLike[str] | TextIO, *, sk
             parsed = _parse(stream)
     else:
         parsed = _parse(source)
-    kept, loose = _check_tree(parsed, memory.config.depth_cap)
+    kept, loose = _check_tree(parsed, writer.config.depth_cap)
     if parsed.problems and not skip_bad:
         raise ValueError(_summary(parsed.problems, "nothing was imported; fix the file or pass skip_bad=True"))
     if parsed.problems:
         warnings.warn(_summary(parsed.problems, "these lines were skipped"), UserWarning, stacklevel=3)
-    embedder = memory.embedder.name
+    embedder = writer.calls.embedder.name
     if parsed.info.embedder is not None and parsed.info.embedder != embedder:
         warnings.warn(
             f"the backup was made with {parsed.info.embedder} but this memory embeds with {embedder}; "
@@ -213,14 +206,14 @@ def import_jsonl(memory: MemTree, source: str | os.PathLike[str] | TextIO, *, sk
             UserWarning,
             stacklevel=3,
         )
-    memory._restore(kept, parsed.info)
+    writer.restore(kept, parsed.info)
     by_kind: dict[str, dict[str, JSONDict]] = {}
     for (kind, key), (_, value) in parsed.records.items():  # file order: the order first written
         by_kind.setdefault(kind, {})[key] = value
     for kind, records in by_kind.items():
-        memory.store.put_records(memory.namespace, kind, records)
+        writer.replica.store.put_records(writer.replica.namespace, kind, records)
     for leaf in sorted(loose, key=lambda node: (node.created_at, node.id)):
-        memory._reinsert_leaf(leaf)
+        writer.reinsert_leaf(leaf)
     made_root = 0 if ROOT_ID in parsed.nodes else 1
     return len(kept) - made_root + len(loose)
 

@@ -62,12 +62,11 @@ from tqdm import tqdm
 
 from memtree.config import MemTreeConfig
 from memtree.embed import Matrix
-from memtree.gcpause import paused_gc
 from memtree.index import VectorIndex
 from memtree.lexical import LexicalIndex, top
-from memtree.overlap import IN_TURN
 from memtree.retrieval import SUMMARY_WEIGHT, Filters, LexicalQuery, Ranked, first_limit, rank_collapsed
-from memtree.state import TreeState
+from memtree.spare_core import IN_TURN
+from memtree.state import TreeState, paused_gc
 from memtree_bench.report import percentiles
 from memtree_bench.zipf import ZipfWords
 

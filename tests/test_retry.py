@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from memtree.model_usage import recording
 from memtree.retry import ModelResponseError, RetryPolicy, call_with_timeout, retry_after_seconds, transient
 from memtree.stats import Counters
-from memtree.usage import recording
 
 NO_WAIT = RetryPolicy(max_attempts=4, initial_delay=0.0, timeout=None)
 

@@ -35,7 +35,7 @@ from memtree.models.resolve import resolve_embedder
 from memtree.retry import ModelResponseError
 from memtree.store.base import NamespaceKey, Store, namespace_key
 from memtree.store.migrations import IncompatibleStoreError
-from memtree.store.sqlite_readonly import ReadOnlySQLiteStore
+from memtree.store.sqlite import ReadOnlySQLiteStore
 from memtree.tree import MemTree
 from memtree.viz.graphviz import GraphvizNotFoundError
 
@@ -249,7 +249,7 @@ def open_memory(
     the memory says so with ``writes`` (``create`` implies it): it is refused with a
     clear message when the file or its folder is read-only for the user. A command
     that only reads opens such a file read-only instead (see
-    :mod:`memtree.store.sqlite_readonly`), so it works and leaves nothing behind.
+    :mod:`memtree.store.sqlite`), so it works and leaves nothing behind.
     SQLite's errors inside the block are reported naming ``db``.
     """
     key = parse_namespace(namespace)
