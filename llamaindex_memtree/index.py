@@ -37,7 +37,7 @@ from llamaindex_memtree.struct import (
 )
 from memtree import InMemoryStore, MemTree, MemTreeConfig
 from memtree.inputs import Item
-from memtree.tree import AGGREGATION_MODES, Aggregation
+from memtree.writer import AGGREGATION_MODES, Aggregation
 
 logger = logging.getLogger(__name__)
 

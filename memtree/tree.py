@@ -1,19 +1,12 @@
-"""``MemTree``: the public entry point of the engine, a facade.
-
-Each operation delegates in one step to the part whose job it is:
-
-* writes (add, delete, repair, flush, import) to :class:`~memtree.writer.Writer`,
-  where a text enters once and leaves committed;
-* reads and the catch-up with other writers to :class:`~memtree.replica.Replica`,
-  this process's copy of the namespace;
-* queries to :mod:`memtree.retrieval`, pictures to :mod:`memtree.viz`, backups to
-  :mod:`memtree.backup`.
-"""
+"""``MemTree``: the public entry point of the engine, a facade. Each operation
+delegates in one step: writes to :class:`~memtree.writer.Writer` (a text enters once
+and leaves committed), reads and catching up with other writers to
+:class:`~memtree.replica.Replica`, queries to :mod:`memtree.retrieval`, pictures to
+:mod:`memtree.viz`, backups to :mod:`memtree.backup`."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import threading
 from collections import OrderedDict
@@ -35,16 +28,14 @@ from memtree.node import Node, RetrievedNode, Vector
 from memtree.replica import Replica
 from memtree.retrieval import answer, check_query
 from memtree.state import TreeState
-from memtree.stats import Counters, TreeStats, tree_stats
+from memtree.stats import Counters, TreeStats
 from memtree.store.base import Namespace, NamespaceKey, Store, namespace_key
 from memtree.store.location import as_store, open_store
 from memtree.text import require_text
 from memtree.viz.picture import Direction
-from memtree.writer import AGGREGATION_MODES, Aggregation, DeferredAggregation, Writer, check_leaf_id
+from memtree.writer import Aggregation, DeferredAggregation, Writer, check_leaf_id
 
-__all__ = ["AGGREGATION_MODES", "SIBLING_CACHE_SIZE", "Aggregation", "DeferredAggregation", "MemTree"]
-
-logger = logging.getLogger(__name__)
+__all__ = ["SIBLING_CACHE_SIZE", "DeferredAggregation", "MemTree"]
 
 SIBLING_CACHE_SIZE = 256
 """Namespace handles :meth:`MemTree.sibling` keeps open per memory."""
@@ -58,14 +49,12 @@ class MemTree:
     nodes hold details. Retrieval scores every node at once ("collapsed") or
     descends by beam ("traversal").
 
-    Models: ``embedder`` and ``llm`` take memtree models, LangChain or LlamaIndex
-    models, a ``prompt -> text`` callable (``llm``) or the names ``"openai"`` /
-    ``"local"`` (see :mod:`memtree.models`). Left out, each is OpenAI when
-    ``OPENAI_API_KEY`` is set and otherwise offline (local sentence-transformers
-    embeddings, extractive summaries). ``aggregator`` replaces the summary writer
-    altogether. ``store`` keeps the tree: in memory by default; a SQLite file path
-    or a ``postgresql://`` DSN opens that store, which the memory then owns and
-    closes (like :meth:`open`); a :class:`~memtree.store.Store` you pass stays yours.
+    ``embedder`` and ``llm`` take memtree, LangChain or LlamaIndex models, a ``prompt
+    -> text`` callable (``llm``) or ``"openai"`` / ``"local"``; left out, OpenAI when
+    ``OPENAI_API_KEY`` is set, else offline (:mod:`memtree.model_choice`). ``store``:
+    in memory by default; a SQLite path or ``postgresql://`` DSN opens a store the
+    memory owns and closes (like :meth:`open`); a :class:`~memtree.store.Store` you
+    pass stays yours.
 
     Example::
 
@@ -91,22 +80,14 @@ class MemTree:
         embedder, aggregator = choose_models(embedder, aggregator, llm)
         self.namespace: NamespaceKey = namespace_key(namespace)
         self.store, owns_store = as_store(store)
-        try:
-            self._replica = Replica(
-                self.store, self.namespace, lexical=self.config.lexical_weight > 0, refresh_interval=refresh_interval
-            )
-        except BaseException:
-            if owns_store:
-                self.store.close()
-            raise
-        self._counters = Counters()
-        self._calls = ModelCalls(embedder, aggregator, self._counters, self.config.max_concurrency)
-        self._writer = Writer(self._replica, self._calls, self.config)
-        self._closed = False
-        self._owns_store = owns_store
+        self._owns_store, self._closed, self._counters = owns_store, False, Counters()
         self._siblings: OrderedDict[NamespaceKey, MemTree] = OrderedDict()
         self._siblings_lock = threading.Lock()
+        lexical = self.config.lexical_weight > 0
         try:
+            self._replica = Replica(self.store, self.namespace, lexical=lexical, refresh_interval=refresh_interval)
+            self._calls = ModelCalls(embedder, aggregator, self._counters, self.config.max_concurrency)
+            self._writer = Writer(self._replica, self._calls, self.config)
             self.refresh(force=True)
         except BaseException:
             if owns_store:
@@ -115,14 +96,9 @@ class MemTree:
 
     @classmethod
     def open(cls, location: str | os.PathLike[str], *, namespace: Namespace = "default", **kwargs: Any) -> MemTree:
-        """Open a durable memory: a SQLite file (created if missing) or, for a
-        ``postgresql://`` / ``postgres://`` DSN, a PostgreSQL database.
-
-        The memory owns that store: :meth:`close` (or leaving a ``with`` block)
-        closes it, so siblings from :meth:`with_namespace` must be done by then.
-        Every other keyword goes to :class:`MemTree`.
-
-        Example::
+        """Open a durable memory: a SQLite file (created if missing) or a PostgreSQL
+        database (``postgresql://`` DSN), which :meth:`close` closes (siblings must be
+        done by then). Other keywords go to :class:`MemTree`. Example::
 
             with MemTree.open("memory.db", namespace=("users", "alice")) as memory:
                 memory.add("Alice's sister is called Rosa.")
@@ -142,12 +118,9 @@ class MemTree:
         memory._owns_store = True
         return memory
 
-    # -- siblings and lifecycle ----------------------------------------------------
-
     def with_namespace(self, namespace: Namespace, *, config: MemTreeConfig | None = None) -> MemTree:
-        """The memory of another namespace in the same store, sharing models and
-        config (or using ``config`` instead). Each call opens a new handle, which
-        loads the namespace's tree; :meth:`sibling` reuses handles."""
+        """Another namespace of the same store, with these models and config (or
+        ``config``): a new handle each call (loading its tree); :meth:`sibling` reuses."""
         return MemTree(
             embedder=self.embedder,
             aggregator=self.aggregator,
@@ -158,14 +131,9 @@ class MemTree:
         )
 
     def sibling(self, namespace: Namespace) -> MemTree:
-        """Like :meth:`with_namespace`, but each namespace is opened once and the
-        handle reused (the ``SIBLING_CACHE_SIZE`` most recently used are kept).
-
-        Meant for servers and adapters that touch many namespaces (one per user or
-        chat session): opening one loads its tree from the store, reusing it only
-        catches up with what other writers committed. ``sibling(memory.namespace)``
-        is the memory itself.
-        """
+        """:meth:`with_namespace`, each namespace opened once and reused (the
+        ``SIBLING_CACHE_SIZE`` most recently used kept): for servers and adapters with
+        a namespace per user or chat. ``sibling(memory.namespace)`` is the memory."""
         key = namespace_key(namespace)
         if key == self.namespace:
             return self
@@ -193,14 +161,10 @@ class MemTree:
         return existed
 
     def close(self) -> None:
-        """Stop worker threads, and close the store if this memory opened it
-        (:meth:`open`); a store passed in is the caller's to close.
-
-        Summaries still waiting for a deferred aggregation are not written (they stay
-        stale in the store; ``repair()`` rewrites them later)."""
-        pending = len(self._writer.pending)
-        if pending and not self._closed:
-            logger.warning("closing with %d summaries still deferred; call flush() first or repair() later", pending)
+        """Stop worker threads and close the store if this memory opened it (:meth:`open`).
+        Summaries still deferred stay stale in the store for ``repair()``."""
+        if not self._closed:
+            self._writer.warn_if_pending()
         self._closed = True
         self._calls.close()
         if self._owns_store:
@@ -212,8 +176,6 @@ class MemTree:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # -- adding ----------------------------------------------------------------------
 
     def add(
         self,
@@ -249,16 +211,13 @@ class MemTree:
         source_ids: Sequence[str | None] | None = None,
         aggregation: Aggregation | None = None,
     ) -> list[str]:
-        """Remember several texts in order; embeddings are computed in batches.
-
-        Every item is checked before anything is stored, so one bad item stores
-        nothing. Each item is then routed and committed in turn.
+        """Remember several texts in order, embedded in batches. Every item is checked
+        before anything is stored, so one bad item stores nothing.
 
         ``aggregation="eager"`` (the default outside a :meth:`deferred` block)
-        rewrites the summaries on each item's path as it goes, as in the paper.
-        ``"deferred"`` commits every leaf first and then rewrites each touched
-        summary once with all its new texts in one model call: the same leaves for
-        far fewer calls (the default inside a :meth:`deferred` block).
+        rewrites the summaries on each item's path as it goes, as in the paper;
+        ``"deferred"`` commits every leaf first, then rewrites each touched summary
+        once with all its new texts: the same leaves for far fewer model calls.
         """
         return self._writer.add_many((texts, metadata, timestamps, source_ids), aggregation, self.deferred())
 
@@ -274,42 +233,22 @@ class MemTree:
         """Async :meth:`add_many`."""
         return await self._writer.aadd_many((texts, metadata, timestamps, source_ids), aggregation, self.deferred())
 
-    # -- deferred aggregation ------------------------------------------------------------
-
     def deferred(self) -> DeferredAggregation[MemTree]:
-        """A block in which inserts defer their summaries to one rewrite at the end.
-
-        Use ``with memory.deferred():`` (or ``async with``) around a stream of
-        :meth:`add` / :meth:`aadd` calls. Each leaf is stored at once; the summaries
-        it passes are marked stale and keep their texts until the block ends, when
-        :meth:`flush` rewrites each of them once with all its new texts. Routing and
-        retrieval meanwhile see the new leaves and the previous summaries. Blocks
-        nest; the outermost one flushes. If the process dies inside the block no
-        leaf is lost: the summaries stay stale and :meth:`repair` rewrites them.
-
-        Example::
-
-            with memory.deferred():
-                for message in chat_log:
-                    memory.add(message)
-        """
+        """A block (``with`` or ``async with``) whose inserts store each leaf at once and
+        leave the summaries it passes stale until the outermost block ends and
+        :meth:`flush` rewrites each once with all its new texts. A crash inside loses
+        no leaf: :meth:`repair` rewrites the stale summaries. See docs/engine.md."""
         return DeferredAggregation(self._writer, self)
 
     def flush(self) -> int:
-        """Write every summary whose aggregation was deferred; return how many.
-
-        Each is rewritten once, in one model call with all its new texts (several
-        calls if they exceed ``config.aggregation_max_words``). Calls run
-        concurrently up to ``config.max_concurrency``. A summary that still cannot
-        be written stays stale; the next :meth:`flush` or :meth:`repair` retries it.
-        """
+        """Write every summary whose aggregation was deferred, each in one model call
+        (more past ``config.aggregation_max_words``); return how many. One that fails
+        stays stale for the next :meth:`flush` or :meth:`repair`."""
         return self._writer.flush()
 
     async def aflush(self) -> int:
         """Async :meth:`flush`."""
         return await self._writer.aflush()
-
-    # -- retrieving -----------------------------------------------------------------
 
     def retrieve(
         self,
@@ -340,10 +279,7 @@ class MemTree:
         options = (k, token_budget, mode, leaves_only, where, time_range, min_score, lexical_weight)
         checked = check_query(self.config, self._state, query, *options)
         self._replica.maybe_refresh()
-        if query_embedding is not None:
-            vector = self._writer.procedures.check_vectors(np.atleast_2d(query_embedding), 1)[0]
-        else:
-            vector = self._writer.embed_query(query)
+        vector = self._writer.embed_query(query) if query_embedding is None else self._given(query_embedding)
         return answer(self._replica, checked, vector, self.config.beam)
 
     async def aretrieve(
@@ -364,10 +300,7 @@ class MemTree:
         options = (k, token_budget, mode, leaves_only, where, time_range, min_score, lexical_weight)
         checked = check_query(self.config, self._state, query, *options)
         await asyncio.to_thread(self._replica.maybe_refresh)
-        if query_embedding is not None:
-            vector = self._writer.procedures.check_vectors(np.atleast_2d(query_embedding), 1)[0]
-        else:
-            vector = await self._writer.aembed_query(query)
+        vector = await self._writer.aembed_query(query) if query_embedding is None else self._given(query_embedding)
         return answer(self._replica, checked, vector, self.config.beam)
 
     def embed_query(self, query: str) -> Vector:
@@ -382,12 +315,9 @@ class MemTree:
         require_text(query, "query")
         return await self._writer.aembed_query(query)
 
-    # -- deleting and repairing ----------------------------------------------------
-
     def delete(self, node_id: str) -> None:
-        """Forget a leaf. Its ancestors are rewritten from what remains (no summary
-        keeps its text) and a parent left with one child is folded away.
-        Raises ``KeyError`` for an unknown id and ``ValueError`` for a summary id."""
+        """Forget a leaf: its ancestors are rewritten from what remains, a parent left
+        with one child folded away. ``KeyError``: unknown id; ``ValueError``: a summary."""
         check_leaf_id(node_id)
         self._writer.delete([node_id])
 
@@ -397,14 +327,10 @@ class MemTree:
         await self._writer.adelete([node_id])
 
     def delete_many(self, node_ids: Iterable[str]) -> int:
-        """Forget several leaves in one change (for example all of one ``source_id``:
-        ``memory.delete_many(memory.find(source_id=...))``); return how many.
-
-        The tree left is the one :meth:`delete` would leave one leaf at a time, but
-        each affected summary is rewritten once, and summaries of one depth are
-        rewritten concurrently. Every id is checked first: an unknown id
-        (``KeyError``) or a summary id (``ValueError``) deletes nothing.
-        """
+        """Forget several leaves in one change (e.g. ``delete_many(find(source_id=...))``);
+        return how many. Leaves the tree :meth:`delete` would, each affected summary
+        rewritten once. An unknown id (``KeyError``) or a summary id (``ValueError``)
+        deletes nothing."""
         return self._writer.delete(node_ids)
 
     async def adelete_many(self, node_ids: Iterable[str]) -> int:
@@ -419,36 +345,24 @@ class MemTree:
         """Async :meth:`repair`."""
         return await self._writer.awrite(self._writer.procedures.repair)
 
-    # -- backups ---------------------------------------------------------------------------
-
     def export_jsonl(self, target: str | os.PathLike[str] | TextIO) -> int:
-        """Write this namespace (tree and records) as a JSONL backup to a path or text
-        stream; return the number of nodes written. The format is documented in
-        :mod:`memtree.backup`: human-readable, embeddings included, no pickle."""
+        """Write this namespace as a JSONL backup (:mod:`memtree.backup`: readable,
+        embeddings included, no pickle) to a path or stream; return the nodes written."""
         return backup.export_jsonl(self.store, self.namespace, target)
 
     def import_jsonl(self, source: str | os.PathLike[str] | TextIO, *, skip_bad: bool = False) -> int:
-        """Restore a JSONL backup into this namespace, which must be empty; return the
-        number of nodes imported. Nothing is re-embedded. The whole file is checked
-        first: a problem raises ``ValueError("line N: ...")`` and imports nothing,
-        unless ``skip_bad=True`` skips bad lines (with a warning) and routes leaves
-        that lost their summaries in again. The tree is written in one transaction,
-        records and re-routed leaves after it: if an import is interrupted, delete
-        the namespace and import again."""
+        """Restore a JSONL backup into this (empty) namespace, nothing re-embedded; return
+        the number of nodes imported. A bad line raises ``ValueError("line N: ...")``
+        and imports nothing, unless ``skip_bad=True`` (see :mod:`memtree.backup`)."""
         return backup.import_jsonl(self._writer, source, skip_bad=skip_bad)
-
-    # -- reading the tree -------------------------------------------------------------
 
     def get(self, node_id: str) -> Node:
         """A copy of a node (``KeyError`` naming the id if there is none)."""
         return self._replica.get(node_id)
 
     def get_many(self, node_ids: Iterable[str]) -> dict[str, Node]:
-        """Copies of those of ``node_ids`` that exist, by id, read from one snapshot.
-
-        Ids not in the tree are left out instead of raising, so a caller resolving
-        the ``leaf_ids`` of a retrieval result tolerates a delete that happened since.
-        """
+        """Copies of those of ``node_ids`` that exist, by id, from one snapshot; missing
+        ids are left out (a retrieval's ``leaf_ids`` may name a leaf deleted since)."""
         return self._replica.get_many(node_ids)
 
     def find(self, *, source_id: str) -> list[str]:
@@ -484,10 +398,8 @@ class MemTree:
     def to_mermaid(
         self, *, max_depth: int | None = None, width: int = 80, line_width: int = 28, direction: Direction = "LR"
     ) -> str:
-        """The tree as a Mermaid ``flowchart`` (paste it into Markdown between
-        ```` ```mermaid ```` fences). Each box shows a title (leaf count, or a leaf's
-        date) over the first ``width`` characters of the node's text, wrapped at
-        ``line_width``; below ``max_depth`` a "… N more below" box stands in."""
+        """The tree as a Mermaid ``flowchart``: boxes of a title over ``width`` characters
+        wrapped at ``line_width``, "… N more below" past ``max_depth``."""
         options = {"max_depth": max_depth, "width": width, "line_width": line_width, "direction": direction}
         return self._replica.read(viz.to_mermaid, **options)
 
@@ -500,12 +412,8 @@ class MemTree:
         return self._replica.read(viz.to_dot, **options)
 
     def to_png(self, path: str | os.PathLike[str] | None = None, **options: Any) -> bytes:
-        """The :meth:`to_dot` picture drawn as PNG by Graphviz; written to ``path`` if given.
-
-        Takes :meth:`to_dot`'s keyword options. Raises
-        :class:`~memtree.viz.GraphvizNotFoundError` (naming ``apt-get install
-        graphviz``) when the ``dot`` program is not installed.
-        """
+        """The :meth:`to_dot` picture (same options) drawn as PNG by Graphviz, written to
+        ``path`` if given; :class:`~memtree.viz.GraphvizNotFoundError` without ``dot``."""
         return viz.render_dot_to(self.to_dot(**options), "png", path)
 
     def to_svg(self, path: str | os.PathLike[str] | None = None, **options: Any) -> str:
@@ -522,19 +430,11 @@ class MemTree:
         max_depth: int | None = None,
         title: str | None = None,
     ) -> str:
-        """One self-contained HTML page to browse the tree: no server, no network.
-
-        The tree opens to ``expand_depth`` and every node opens and closes; a click
-        shows a node's full text and metadata. The page's search box matches words
-        (BM25 over the node texts: the page has no embedding model), and each of
-        ``queries`` is answered here by :meth:`retrieve` (``k``, ``mode``) so the page
-        can highlight exactly the nodes this memory retrieves for it. ``max_depth``
-        leaves deeper nodes out (for very large trees).
-
-        Example::
-
-            Path("tree.html").write_text(memory.to_html(queries=["Where did Leo eat ramen?"]))
-        """
+        """One self-contained HTML page to browse the tree (no server, no network),
+        open to ``expand_depth``; a click shows a node's text and metadata. Its search
+        box matches words (BM25); each of ``queries`` is answered by :meth:`retrieve`
+        (``k``, ``mode``) so the page highlights the nodes this memory retrieves.
+        ``max_depth`` leaves deeper nodes out. See :mod:`memtree.viz.html`."""
         answered = viz.answer_queries(self.retrieve, queries, k=k, mode=mode, shown_mode=self.config.mode)
         name = "/".join(self.namespace)
         options = {"expand_depth": expand_depth, "max_depth": max_depth, "k": k or self.config.k}
@@ -544,12 +444,7 @@ class MemTree:
 
     def stats(self) -> TreeStats:
         """Size, shape and cost counters (see :class:`~memtree.stats.TreeStats`)."""
-        writer = self._writer
-        return self._replica.read(
-            lambda state: tree_stats(
-                state, self._counters.snapshot(), writer.procedures.theta0(), pending=len(writer.pending)
-            )
-        )
+        return self._replica.read(self._writer.stats)
 
     def check_integrity(self) -> list[str]:
         """Every broken invariant of the tree and its index, described (empty: sound)."""
@@ -562,13 +457,9 @@ class MemTree:
 
     @property
     def stored_embedder(self) -> str | None:
-        """The name of the embedder that wrote this memory's vectors, as its store
-        recorded it (``None`` until something is stored). Differs from
-        ``embedder.name`` when a memory is reopened with another model, whose vectors
-        its stored ones cannot be compared with."""
+        """The name of the embedder that wrote the stored vectors (``None`` until one is
+        stored); not ``embedder.name`` when reopened with another model."""
         return self._state.info.embedder
-
-    # -- catching up with the store --------------------------------------------------
 
     def refresh(self, *, force: bool = False) -> None:
         """Apply what other writers committed since this memory last looked."""
@@ -596,6 +487,9 @@ class MemTree:
     def refresh_interval(self) -> float:
         """Seconds a read may skip asking the store for other writers' commits."""
         return self._replica.refresh_interval
+
+    def _given(self, query_embedding: Vector | Sequence[float]) -> Vector:
+        return self._writer.procedures.check_vectors(np.atleast_2d(query_embedding), 1)[0]
 
     @property
     def _state(self) -> TreeState:

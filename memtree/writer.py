@@ -29,6 +29,8 @@ from memtree.node import Node, Vector
 from memtree.optimistic import OPTIMISTIC_ATTEMPTS, PreparedWrite, still_valid
 from memtree.procedures import Procedures
 from memtree.replica import Replica
+from memtree.state import TreeState
+from memtree.stats import TreeStats, tree_stats
 from memtree.store.base import NamespaceInfo, NamespaceKey, Store, WriteTransaction
 
 logger = logging.getLogger(__name__)
@@ -174,6 +176,17 @@ class Writer:
 
     async def aembed_query(self, query: str) -> Vector:
         return (await self.calls.adrive(self.procedures.embed([query], query=True)))[0]
+
+    def stats(self, state: TreeState) -> TreeStats:
+        """The memory's size, shape and cost counters, with the θ0 in force and the
+        summaries waiting for a flush (``state`` read under the replica's lock)."""
+        return tree_stats(state, self.calls.counters.snapshot(), self.procedures.theta0(), pending=len(self.pending))
+
+    def warn_if_pending(self) -> None:
+        """Log the summaries a closing memory leaves deferred (stale until a repair)."""
+        pending = len(self.pending)
+        if pending:
+            logger.warning("closing with %d summaries still deferred; call flush() first or repair() later", pending)
 
     # -- deferred aggregation --------------------------------------------------------
 
