@@ -136,3 +136,15 @@ def test_the_wheel_carries_no_evaluation_code() -> None:
     assert "memtree_bench" not in shipped and not any(name.startswith("memtree_bench") for name in shipped)
     expected = {module_name(path.parent) for package in PACKAGES[:3] for path in (ROOT / package).rglob("__init__.py")}
     assert shipped == expected
+
+
+def test_the_package_docstring_maps_every_module() -> None:
+    """``memtree/__init__.py`` names each top-level module and subpackage of the engine."""
+    import memtree
+
+    doc = memtree.__doc__ or ""
+    indented = [line.split() for line in doc.splitlines() if line.startswith("  ")]
+    named = {word.rstrip(",/") for words in indented for word in words[:2]}  # "cli, commands/   ..."
+    engine = {path.stem for path in (ROOT / "memtree").glob("*.py")} - {"__init__", "__main__"}
+    engine |= {path.name for path in (ROOT / "memtree").iterdir() if (path / "__init__.py").exists()} - {"data"}
+    assert engine - named == set()
