@@ -14,7 +14,7 @@ from pathlib import Path
 import typer
 
 from memtree.commands import add, backup, query, repair, show, stats
-from memtree.commands.bench import bench_app
+from memtree.commands.bench import add_bench
 from memtree.commands.common import CliError, cli_errors, set_verbose
 from memtree.commands.files import os_problem, output_problem
 
@@ -69,7 +69,7 @@ app.command()(stats.stats)
 app.command()(backup.export)
 app.command(name="import")(backup.import_)
 app.command()(repair.repair)
-app.add_typer(bench_app(), name="bench")
+add_bench(app)
 
 
 def main() -> None:

@@ -237,7 +237,7 @@ class MemTree:
         """A block (``with`` or ``async with``) whose inserts store each leaf at once and
         leave the summaries it passes stale until the outermost block ends and
         :meth:`flush` rewrites each once with all its new texts. A crash inside loses
-        no leaf: :meth:`repair` rewrites the stale summaries. See docs/engine.md."""
+        no leaf: :meth:`repair` rewrites the stale summaries (docs/models-and-ingestion.md)."""
         return DeferredAggregation(self._writer, self)
 
     def flush(self) -> int:

@@ -35,19 +35,19 @@ def _harness_on_path() -> bool:
     return False
 
 
-def bench_app() -> typer.Typer:
-    """The ``bench`` sub-app: the harness's commands, or one that names the install."""
+def add_bench(app: typer.Typer) -> None:
+    """Add ``bench`` to the ``memtree`` app: the harness's sub-app, or, without the
+    harness, a command that takes any arguments and names the install."""
     if _harness_on_path():
-        from memtree_bench.cli import bench_app as app
+        from memtree_bench.cli import bench_app
 
-        return app
-    missing = typer.Typer(help="Run a benchmark (needs the repository's memtree_bench package).")
+        app.add_typer(bench_app, name="bench")
+        return
 
-    @missing.callback(
-        invoke_without_command=True,
+    @app.command(
+        name="bench",
+        help="Run a benchmark (needs the repository's memtree_bench package).",
         context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
     )
     def unavailable() -> None:
         raise fail(f"memtree bench: {BENCH_INSTALL}")
-
-    return missing
