@@ -2,12 +2,13 @@
 
 The public entry point is :class:`MemTree`; the README has a tour, docs/ the rest.
 The modules, top (what users call) to bottom (what everything uses); an import only
-ever points down this list (tests/test_module_graph.py checks there are no circles):
+ever points down this list (tests/test_module_graph.py checks it, and that there are
+no circles):
 
 Entry points
-  tree             MemTree: the public API, a facade delegating each operation in one step
   cli, commands/   the ``memtree`` command, one module per sub-command (bench: finds memtree_bench)
   demo             the offline demo conversation, its tree and answers
+  tree             MemTree: the public API, a facade delegating each operation in one step
   backup           JSONL export and import of one namespace (no pickle, no re-embedding)
 Writing
   writer           where a text enters once and leaves committed: entry points, optimistic commit loop
@@ -22,27 +23,27 @@ Writing
 Reading
   retrieval        a query checked, ranked (collapsed or traversal, hybrid) and packed to a budget
   replica          this process's tree and index of one namespace, caught up from the store
+  integrity        every invariant of a tree and its index, checked
+  stats            TreeStats and the cost counters
+  viz/             pictures of the tree: outline, Mermaid, DOT (PNG/SVG via Graphviz), HTML page
   state            TreeState: the in-process tree and its lookups, changed only by change batches
   index            the incremental FAISS index (exact inner product) over a namespace's nodes
   lexical          the incremental BM25 index beside it, for hybrid scores
   spare_core       runs the BM25 search on a spare core while the caller scans vectors
-  integrity        every invariant of a tree and its index, checked
-  stats            TreeStats and the cost counters
-  viz/             pictures of the tree: outline, Mermaid, DOT (PNG/SVG via Graphviz), HTML page
 Models
   model_choice     which embedder and summary writer a memory uses (OpenAI with a key, else offline)
   aggregate        Aggregator: LLM summaries (the paper's prompt) and offline extractive ones
+  models/          OpenAI, LangChain and LlamaIndex adapters and the resolver of what callers pass
   embed            Embedder: local sentence-transformers, hashing (tests); vector checks
   llm              ChatModel: what memtree asks of a language model; plain callables
-  models/          OpenAI, LangChain and LlamaIndex adapters and the resolver of what callers pass
   retry            backoff with jitter, Retry-After and per-call timeouts for every model call
   model_usage      usage reports: adapters say what a call cost, the calling memory counts it
 Storage
   store/           the Store boundary: in memory, SQLite (sqlite_inspect checks a file first), PostgreSQL
 Foundations
   config           MemTreeConfig: every tuning knob in one validated object
-  node             Node and RetrievedNode, the records a memory hands out
   inputs           checks and conversions of what callers pass (metadata, times)
+  node             Node and RetrievedNode, the records a memory hands out
   text             sentences, words, token counts, text checks
   version          the package version, also written into backups
 """

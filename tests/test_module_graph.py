@@ -138,13 +138,41 @@ def test_the_wheel_carries_no_evaluation_code() -> None:
     assert shipped == expected
 
 
-def test_the_package_docstring_maps_every_module() -> None:
-    """``memtree/__init__.py`` names each top-level module and subpackage of the engine."""
+def mapped_modules() -> list[str]:
+    """The modules and subpackages the map in ``memtree/__init__.py`` names, in order
+    (a line names one, or two as ``cli, commands/``)."""
     import memtree
 
-    doc = memtree.__doc__ or ""
-    indented = [line.split() for line in doc.splitlines() if line.startswith("  ")]
-    named = {word.rstrip(",/") for words in indented for word in words[:2]}  # "cli, commands/   ..."
+    names: list[str] = []
+    for line in (memtree.__doc__ or "").splitlines():
+        words = line.split()
+        if line.startswith("  ") and words:
+            names += [words[0].rstrip(",/")] + ([words[1].rstrip("/")] if words[0].endswith(",") else [])
+    return names
+
+
+def test_the_package_docstring_maps_every_module() -> None:
+    """``memtree/__init__.py`` names each top-level module and subpackage of the engine."""
+    named = set(mapped_modules())
     engine = {path.stem for path in (ROOT / "memtree").glob("*.py")} - {"__init__", "__main__"}
     engine |= {path.name for path in (ROOT / "memtree").iterdir() if (path / "__init__.py").exists()} - {"data"}
     assert engine - named == set()
+
+
+def test_imports_only_point_down_the_package_map() -> None:
+    """The map in ``memtree/__init__.py`` lists the modules top to bottom; every import
+    between two of them points to one listed below (no arrow climbs back up)."""
+    rank = {name: position for position, name in enumerate(mapped_modules())}
+    rank["__main__"] = -1  # ``python -m memtree`` sits above everything
+
+    def top(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[1] if parts[0] == "memtree" and len(parts) > 1 and parts[1] in rank else None
+
+    climbing = []
+    for source, targets in import_graph().items():
+        for target in targets:
+            above, below = top(source), top(target)
+            if above and below and above != below and rank[below] <= rank[above]:
+                climbing.append(f"{source} -> {target}")
+    assert sorted(climbing) == []
