@@ -9,7 +9,7 @@ words drawn from a Zipf law (:mod:`memtree_bench.zipf`): 10-26 words for a leaf,
 ``lexical_weight`` 0.3) reads beside the vectors.
 
 * **Upkeep per insert** reproduces what the engine's insert path does to both
-  indexes: ``MemTree._apply`` calls ``VectorIndex.upsert`` once per insert with every
+  indexes: ``Replica._apply`` calls ``VectorIndex.upsert`` once per insert with every
   node the insert wrote, and ``TreeState.apply`` calls ``LexicalIndex.upsert_many``
   once with their texts. An insert re-writes the summaries on the new leaf's path
   and adds the leaf (plus a summary when it splits a leaf), so each timed insert
