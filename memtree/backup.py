@@ -41,12 +41,10 @@ import binascii
 import json
 import math
 import os
-import tempfile
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
@@ -55,6 +53,7 @@ from memtree.index import VectorIndex
 from memtree.inputs import to_metadata
 from memtree.integrity import integrity_problems
 from memtree.node import ROOT_ID, JSONDict, Node, Vector
+from memtree.output_file import write_output
 from memtree.planning import root_node
 from memtree.state import TreeState
 from memtree.store.base import ChangeBatch, NamespaceInfo, check_record_name, namespace_key
@@ -78,8 +77,10 @@ _MAX_SHOWN = 20
 
 def export_jsonl(memory: MemTree, target: str | os.PathLike[str] | TextIO) -> int:
     """Write ``memory``'s namespace to ``target`` (a path or a text stream); return the
-    number of nodes written. A path is written to a temporary file first and renamed,
-    so an interrupted export never leaves a half backup under the name.
+    number of nodes written. A regular file is written beside itself and renamed, so an
+    interrupted export never leaves half a backup under the name; a pipe or a device is
+    written through, a symbolic link followed, a file's mode kept
+    (:func:`~memtree.output_file.write_output`).
 
     Tree and records are read from the store in one snapshot
     (:meth:`~memtree.store.Store.read_snapshot`), so a backup taken while other
@@ -105,7 +106,7 @@ def export_jsonl(memory: MemTree, target: str | os.PathLike[str] | TextIO) -> in
     }
     lines = _lines(header, nodes, records)
     if isinstance(target, (str, os.PathLike)):
-        _write_atomically(Path(target), lines)
+        write_output(target, lines)
     else:
         for line in lines:
             target.write(line)
@@ -152,21 +153,6 @@ def _dump(value: JSONDict) -> str:
 def _b64(vector: Vector | None) -> str | None:
     data = vector_bytes(vector)
     return None if data is None else base64.b64encode(data).decode("ascii")
-
-
-def _write_atomically(path: Path, lines: Iterable[str]) -> None:
-    folder = path.parent if str(path.parent) else Path(".")
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as stream:
-            for line in lines:
-                stream.write(line)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 # -- import -------------------------------------------------------------------------------

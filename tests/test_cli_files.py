@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import shutil
+import stat
 import subprocess
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -216,6 +219,59 @@ def test_outputs_that_cannot_be_written_are_named_before_any_work(tmp_path: Path
     refused(memtree("show", "--out", tmp_path, "--format", "svg", db=db), "is a folder")
     refused(memtree("demo", "--html", missing / "demo.html"), f"cannot write {missing / 'demo.html'}")
     assert not missing.exists()
+
+
+def without_export_time(text: str) -> list[str]:
+    lines = text.splitlines()
+    return [lines[0].split('"exported_at"')[0], *lines[1:]]
+
+
+def test_export_writes_through_pipes_devices_and_links_and_keeps_modes(tmp_path: Path) -> None:
+    """``memtree export PATH`` acts as ``> PATH``: a named pipe is written to (not replaced by
+    a file), so is a device, a symbolic link keeps pointing at its target, which gets the
+    backup, and an existing file keeps its mode."""
+    db = tmp_path / "m.db"
+    make_memory(db)
+    expected = without_export_time(ok(memtree("export", "-", db=db)).stdout)
+
+    pipe = tmp_path / "backup.pipe"
+    os.mkfifo(pipe)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(pipe.read_bytes()), daemon=True)
+    reader.start()
+    ok(memtree("export", pipe, db=db))
+    reader.join(timeout=60)
+    assert stat.S_ISFIFO(pipe.lstat().st_mode) and without_export_time(received[0].decode()) == expected
+
+    null = tmp_path / "null"  # a private /dev/null: never aim a test that may regress at the real one
+    try:
+        os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except PermissionError:
+        pass  # not root: the pipe above covers writing through
+    else:
+        ok(memtree("export", null, db=db))
+        assert stat.S_ISCHR(null.lstat().st_mode)
+
+    target = tmp_path / "backups" / "latest.jsonl"
+    target.parent.mkdir()
+    target.write_text("old\n", encoding="utf-8")
+    target.chmod(0o644)
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(target)
+    ok(memtree("export", link, db=db))
+    assert link.is_symlink() and without_export_time(target.read_text(encoding="utf-8")) == expected
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+    assert [path.name for path in target.parent.iterdir()] == ["latest.jsonl"]
+
+
+def test_export_to_a_device_needs_no_writable_folder(shared: Path) -> None:
+    """``/dev`` is read-only for a user, but ``/dev/null`` is writable: no temporary file
+    is made beside a device, so the export is not refused."""
+    db = shared / "m.db"
+    make_memory(db)
+    done = ok(memtree("export", os.devnull, db=db, unprivileged=True))
+    assert f"to {os.devnull}" in done.stderr
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
 
 
 @pytest.fixture(scope="module")

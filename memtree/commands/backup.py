@@ -1,8 +1,9 @@
 """``memtree export`` and ``memtree import``: a namespace as portable JSONL.
 
 Both check their files before touching the memory: ``export`` that it can write its
-target (it is written beside it and renamed, so an interrupted export leaves no half
-backup), ``import`` that it can read its source and that the namespace is empty. An
+target (a regular file is written beside it and renamed, so an interrupted export leaves
+no half backup; a pipe or a device is written through; see :mod:`memtree.output_file`),
+``import`` that it can read its source and that the namespace is empty. An
 import that fails leaves no new database behind; the engine's messages are said in
 the command line's words (``--skip-bad``, not ``skip_bad=True``).
 """
