@@ -141,6 +141,20 @@ def test_a_damaged_memory_is_named_damaged_with_the_way_back(tmp_path: Path, whe
     assert db.read_bytes() == before
 
 
+def test_reading_commands_refuse_an_empty_file_and_leave_it_empty(tmp_path: Path) -> None:
+    """``query``, ``show``, ``stats`` and ``export`` never write: on a 0-byte file they used
+    to create memtree's tables in it (40,960 bytes). ``add`` may still make it a memory."""
+    db = tmp_path / "empty.db"
+    db.touch()
+    for command in (["query", "greyhound"], ["show"], ["stats"], ["export"], ["export", tmp_path / "b.jsonl"]):
+        message = refused(memtree(*command, db=db), f"{db}: empty file, not a memtree database")
+        assert "bug" not in message, (command, message)
+        assert db.stat().st_size == 0, command
+        assert sorted(path.name for path in tmp_path.iterdir()) == ["empty.db"], command
+    ok(memtree("add", "Maya adopted a greyhound.", db=db))
+    assert as_json(memtree("stats", "--json", db=db))["leaves"] == 1
+
+
 # -- inputs the user cannot read, and imports that fail ----------------------------------------
 
 

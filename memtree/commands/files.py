@@ -33,6 +33,29 @@ def read_problem(path: Path) -> str | None:
     return None
 
 
+def empty_file_problem(path: Path) -> str | None:
+    """Why a command that only reads refuses ``path``: it is an existing, empty (0-byte) file.
+
+    SQLite takes such a file for an empty database and memtree would create its
+    tables in it, so a mistyped ``--db`` (or a file ``touch`` made) would be written
+    to by a command that promises to read. A WAL beside it with content means the
+    memory lives there until a checkpoint: that file is not empty.
+    """
+    try:
+        if not path.is_file() or path.stat().st_size:
+            return None
+        wal = path.with_name(path.name + "-wal")
+        if wal.exists() and wal.stat().st_size:
+            return None
+    except OSError:
+        return None
+    return (
+        f"{path}: empty file, not a memtree database (0 bytes); {READ_COMMANDS} only read a memory, so they "
+        "left it as it is. Point --db (or MEMTREE_DB) at your memory, or make this file one with `memtree add` "
+        "or `memtree import`"
+    )
+
+
 def write_problem(path: Path) -> str | None:
     """Why this user cannot write the SQLite memory at ``path`` (or create it), if they cannot.
 
