@@ -219,6 +219,29 @@ def test_import_speaks_the_command_lines_language(tmp_path: Path) -> None:
     assert "--embedder" in other.stderr and "UserWarning" not in other.stderr
 
 
+def test_import_skip_bad_refuses_a_header_with_the_wrong_embedding_size(tmp_path: Path) -> None:
+    """Every node line looked bad, --skip-bad skipped them all, reported success and fixed
+    the namespace to the header's size: every later add failed."""
+    source = tmp_path / "source.db"
+    make_memory(source)
+    backup = tmp_path / "backup.jsonl"
+    ok(memtree("export", backup, db=source))
+    lines = backup.read_text(encoding="utf-8").splitlines(keepends=True)
+    header = json.loads(lines[0])
+    header["dimension"] = 32  # the memory embeds with hashing:64
+    edited = tmp_path / "edited.jsonl"
+    edited.write_text(json.dumps(header) + "\n" + "".join(lines[1:]), encoding="utf-8")
+    target = tmp_path / "target.db"
+    message = refused(
+        memtree("import", edited, "--skip-bad", db=target),
+        f"{edited}: line 1: the header says dimension 32 but every embedding in the file holds 64 values",
+        "--skip-bad cannot skip the header",
+    )
+    assert " skip_bad " not in message  # the command line's words, not the engine's
+    assert not target.exists()
+    ok(memtree("add", "A fresh memory.", db=target))
+
+
 # -- outputs ------------------------------------------------------------------------------
 
 

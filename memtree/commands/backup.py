@@ -185,6 +185,7 @@ def print_warning(message: str, source: str) -> None:
 def explain_import_error(message: str, source: str) -> str:
     """The engine's import error as the command line says it."""
     message = message.replace("pass skip_bad=True", "pass --skip-bad to import the good lines and skip these")
+    message = message.replace("skip_bad cannot skip", "--skip-bad cannot skip")
     if NOT_A_BACKUP in message:
         message += (
             "; `memtree import` reads backups written by `memtree export`. To remember the texts of a JSONL "
