@@ -288,6 +288,10 @@ def test_export_writes_through_pipes_devices_and_links_and_keeps_modes(tmp_path:
     else:
         ok(memtree("export", null, db=db))
         assert stat.S_ISCHR(null.lstat().st_mode)
+        full = tmp_path / "full"  # a private /dev/full: every write fails with "no space left"
+        os.mknod(full, 0o666 | stat.S_IFCHR, os.makedev(1, 7))
+        refused(memtree("export", full, db=db), f"cannot write {full}: No space left on device")
+        assert stat.S_ISCHR(full.lstat().st_mode), "a failed export must not replace the device either"
 
     target = tmp_path / "backups" / "latest.jsonl"
     target.parent.mkdir()
