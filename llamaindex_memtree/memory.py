@@ -9,6 +9,7 @@ within the block's own token limit.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage, TextBlock
@@ -17,6 +18,10 @@ from llama_index.core.memory.memory import BaseMemoryBlock
 
 from llamaindex_memtree.settings import memory_from_settings
 from memtree import MemTree
+from memtree.inputs import make_item
+from memtree.text import preview, storable_text, unstorable
+
+logger = logging.getLogger(__name__)
 
 
 class MemTreeMemoryBlock(BaseMemoryBlock[str]):
@@ -83,16 +88,43 @@ class MemTreeMemoryBlock(BaseMemoryBlock[str]):
         return "\n".join(hit.context for hit in hits)
 
     async def _aput(self, messages: list[ChatMessage]) -> None:
-        """Remember each message that has text, in order, as one leaf."""
+        """Remember each message that has text, in order, as one leaf.
+
+        A message the engine would refuse (a NUL character, a lone surrogate) is
+        cleaned, with a warning naming it, and one it still refuses is skipped with a
+        warning: ``Memory`` flushes many messages at once, and one bad message must
+        not lose the others or make ``Memory.put()`` raise.
+        """
         texts: list[str] = []
         metadata: list[dict[str, Any]] = []
-        for message in messages:
+        for position, message in enumerate(messages, start=1):
             text = _text_of(message)
             if not text.strip():
                 continue
             role = message.role.value
-            texts.append(f"{role}: {text}")
-            metadata.append({"role": role, "session_id": message.additional_kwargs.get("session_id")})
+            session = message.additional_kwargs.get("session_id")
+            where = f"message {position} of {len(messages)}"
+            problem = unstorable(text)
+            if problem:
+                text = storable_text(text)
+                logger.warning(
+                    "%s (%s: %r): its text %s, which memtree cannot store; remembered without it "
+                    "(NUL characters removed, invalid characters replaced by '?')",
+                    where,
+                    role,
+                    preview(text, 60),
+                    problem,
+                )
+            if isinstance(session, str) and unstorable(session):
+                session = storable_text(session)
+                logger.warning("%s: its session_id could not be stored as it is; stored as %r", where, session)
+            try:
+                item = make_item(f"{role}: {text}", {"role": role, "session_id": session})
+            except (TypeError, ValueError) as error:
+                logger.warning("%s (%s: %r) was not remembered: %s", where, role, preview(text, 60), error)
+                continue
+            texts.append(item.text)
+            metadata.append(item.metadata)
         if texts:
             await self.memory.aadd_many(texts, metadata=metadata)
 

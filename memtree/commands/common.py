@@ -28,7 +28,14 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from memtree.commands.files import is_corrupt, needs_write_access, read_problem, sqlite_problem, write_problem
+from memtree.commands.files import (
+    empty_file_problem,
+    is_corrupt,
+    needs_write_access,
+    read_problem,
+    sqlite_problem,
+    write_problem,
+)
 from memtree.embed import Embedder, HashingEmbedder
 from memtree.models.openai import MissingAPIKeyError
 from memtree.models.resolve import resolve_embedder
@@ -248,7 +255,8 @@ def open_memory(
     a new empty database, so a mistyped ``--db`` is caught. A command that changes
     the memory says so with ``writes`` (``create`` implies it): it is refused with a
     clear message when the file or its folder is read-only for the user. A command
-    that only reads opens such a file read-only instead (see
+    that only reads refuses an empty (0-byte) file, which opening would turn into a
+    memory, and opens a read-only file read-only (see
     :mod:`memtree.store.sqlite_readonly`), so it works and leaves nothing behind.
     SQLite's errors inside the block are reported naming ``db``.
     """
@@ -266,6 +274,9 @@ def open_memory(
         unreadable = read_problem(path) if path.exists() else None
         if unreadable:
             raise CliError(unreadable)
+        empty = None if create or writes else empty_file_problem(path)
+        if empty:
+            raise CliError(empty)
         unwritable = write_problem(path)
         if unwritable and (create or writes):
             raise CliError(needs_write_access(unwritable) if path.exists() else unwritable)
