@@ -26,7 +26,9 @@ PEOPLE = [
 def build(beam: int = 3) -> MemTree:
     memory = MemTree(embedder=HashingEmbedder(64), config=MemTreeConfig(theta0=0.2, beam=beam))
     for name, age, city, tags in PEOPLE:
-        memory.add(f"{name} is {age} and lives in {city}.", metadata={"name": name, "age": age, "city": city, "tags": tags})
+        memory.add(
+            f"{name} is {age} and lives in {city}.", metadata={"name": name, "age": age, "city": city, "tags": tags}
+        )
     memory.add("A note with no metadata at all about Lisbon.")
     memory.add("Fay moved abroad.", metadata={"name": "Fay", "age": True, "city": None})  # age True is no number
     return memory
