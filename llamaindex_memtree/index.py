@@ -381,6 +381,7 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
             mode=mode,
             similarity_top_k=similarity_top_k,
             token_budget=token_budget,
+            timestamp_key=self._timestamp_key,
             docstore=self.docstore,
             callback_manager=kwargs.get("callback_manager") or self._callback_manager,
             object_map=self._object_map,
