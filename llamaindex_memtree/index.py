@@ -210,7 +210,7 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
 
     def _build_index_from_nodes(self, nodes: Sequence[BaseNode], **build_kwargs: Any) -> MemTreeIndexStruct:
         memory = self._memory
-        snapshot = new_snapshot_key() if isinstance(memory.store, InMemoryStore) else None
+        snapshot = new_snapshot_key(self._storage_context) if isinstance(memory.store, InMemoryStore) else None
         struct = MemTreeIndexStruct(
             namespace=list(memory.namespace),
             store=type(memory.store).__name__,
