@@ -10,13 +10,14 @@ within the block's own token limit.
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage, TextBlock
 from llama_index.core.bridge.pydantic import Field, field_validator
 from llama_index.core.memory.memory import BaseMemoryBlock
 
-from llamaindex_memtree.settings import memory_from_settings
+from llamaindex_memtree.settings import memory_from_settings, open_memory
 from memtree import MemTree
 from memtree.inputs import make_item
 from memtree.text import preview, storable_text, unstorable
@@ -35,7 +36,10 @@ class MemTreeMemoryBlock(BaseMemoryBlock[str]):
     the memory's ``config.token_counter``), one per line.
 
     ``memory`` defaults to an in-memory tree with ``Settings``' models when set,
-    else the offline defaults; pass ``MemTree.open(path)`` to keep it across runs.
+    else the offline defaults. To keep it across runs pass a SQLite path or a
+    PostgreSQL DSN (``memory="chat.db"``), opened with ``Settings``' models too (see
+    :func:`~llamaindex_memtree.open_memory`), or a memory you opened yourself,
+    ``MemTree.open(path, embedder=..., llm=...)``.
 
     ``Memory`` reads the block for its ``session_id``. As with LlamaIndex's
     ``VectorMemoryBlock``, a block shared by several sessions then returns only the
@@ -45,7 +49,7 @@ class MemTreeMemoryBlock(BaseMemoryBlock[str]):
 
     Example::
 
-        block = MemTreeMemoryBlock(memory=MemTree.open("chat.db"), token_limit=400)
+        block = MemTreeMemoryBlock(memory="chat.db", token_limit=400)
         chat_memory = Memory.from_defaults(token_limit=4000, memory_blocks=[block])
     """
 
@@ -63,8 +67,13 @@ class MemTreeMemoryBlock(BaseMemoryBlock[str]):
     @field_validator("memory", mode="before")
     @classmethod
     def _check_memory(cls, value: Any) -> MemTree:
+        if isinstance(value, (str, os.PathLike)):  # a SQLite path or a PostgreSQL DSN
+            return open_memory(value)
         if not isinstance(value, MemTree):
-            raise TypeError(f"memory must be a memtree.MemTree, got {type(value).__name__}")
+            raise TypeError(
+                f"memory must be a memtree.MemTree, or a SQLite path or PostgreSQL DSN to open, "
+                f"got {type(value).__name__}"
+            )
         return value
 
     async def _aget(

@@ -73,6 +73,7 @@ from memtree.viz.graphviz import ImageFormat, render_dot
 from memtree.viz.html import HtmlQuery, to_html
 from memtree.viz.mermaid import to_mermaid
 from memtree.viz.picture import Direction
+from memtree.where import parse_where
 
 logger = logging.getLogger(__name__)
 
@@ -482,7 +483,9 @@ class MemTree:
         ``mode`` is ``"collapsed"`` (every node scored at once) or ``"traversal"``
         (beam descent from the root). ``token_budget`` caps the tokens of the
         results' ``context`` (the last result is cut to fit). ``where`` keeps leaves
-        whose metadata equals each given item; ``time_range=(start, end)`` keeps
+        whose metadata pass it: ``{"speaker": "Leo"}`` for equality, operators as in
+        ``{"age": {"$gte": 30}, "tag": {"$in": ["a", "b"]}}``, and ``$and`` / ``$or``
+        / ``$not`` (see :mod:`memtree.where`); ``time_range=(start, end)`` keeps
         nodes whose event time lies inside (either side may be ``None``).
         ``query_embedding`` is the query's vector if you already have it (from this
         memory's embedder), e.g. to search many namespaces with one embedding call.
@@ -556,11 +559,9 @@ class MemTree:
         mode = self.config.mode if mode is None else mode
         if mode not in RETRIEVAL_MODES:
             raise ValueError(f"unknown mode {mode!r}; choose one of: {', '.join(RETRIEVAL_MODES)}")
-        if where is not None and not isinstance(where, Mapping):
-            raise TypeError(f"where must be a dict of metadata values, got {type(where).__name__}")
         threshold = self.config.retrieve_threshold if min_score is None else float(min_score)
         packing = Packing(k, budget, threshold, self.config.drop_repeated_sentences, self.config.token_counter)
-        filters = Filters(leaves_only, dict(where) if where else None, to_time_range(time_range))
+        filters = Filters(leaves_only, parse_where(where), to_time_range(time_range))
         weight = self.config.lexical_weight if lexical_weight is None else lexical_weight
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight <= 10:
             raise ValueError(f"lexical_weight must be a number between 0 and 10, got {weight!r}")

@@ -91,6 +91,15 @@ def test_search_pages_filters_and_respects_namespace_prefixes() -> None:
         (("users", "maya"), "job"),
         (("users", "leo"), "food"),
     }
+    # the engine's $in / $nin (memtree.where), beyond LangGraph's own operators
+    assert {k for k in keys(store.search(("users",), query=query, filter={"year": {"$in": [2021, 2022]}}))} == {
+        (("users", "maya"), "food"),
+        (("users", "leo"), "music"),
+    }
+    assert {k for k in keys(store.search(("users",), filter={"year": {"$nin": [2024, 2022]}}))} == {
+        (("users", "maya"), "job"),
+        (("users", "leo"), "music"),
+    }
     assert store.search(("users",), query=query, limit=0) == []
 
 
@@ -232,8 +241,10 @@ def test_bad_input_is_refused_clearly() -> None:
         store.put(("n",), "k", {"text": "lone \udc80"})
     with pytest.raises(TypeError, match="must be dicts"):
         store.batch([PutOp(("n",), "k", ["not", "a", "dict"])])  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"unsupported filter operator '\$in'"):
-        store.search(("n",), filter={"a": {"$in": [1]}})
+    with pytest.raises(ValueError, match=r"unsupported filter operator '\$regex'; use one of: \$eq, \$ne, \$gt"):
+        store.search(("n",), filter={"a": {"$regex": "x"}})
+    with pytest.raises(ValueError, match=r"filter 'a': \$in takes a list of values, got 'xy'"):
+        store.search(("n",), filter={"a": {"$in": "xy"}})
     with pytest.raises(ValueError, match="takes only 'fields'; drop \\['dims', 'embed'\\]"):
         MemTreeStore(hashing_memory(), index={"dims": 384, "embed": "openai:x", "fields": ["text"]})
     assert store.list_namespaces() == []
