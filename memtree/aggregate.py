@@ -315,7 +315,7 @@ class LLMAggregator(Aggregator):
             completion = self.model.complete(prompt)
         except EmptyReplyError:
             completion = Completion("")
-        verdict = self._verdict(completion, summary, new_texts, count, prompt)
+        verdict = self.verdict(completion, summary, new_texts, count)
         if verdict is None:
             return clean_reply(completion.text)
         self._reject(verdict)
@@ -331,21 +331,23 @@ class LLMAggregator(Aggregator):
             completion = await self.model.acomplete(prompt)
         except EmptyReplyError:
             completion = Completion("")
-        verdict = self._verdict(completion, summary, new_texts, count, prompt)
+        verdict = self.verdict(completion, summary, new_texts, count)
         if verdict is None:
             return clean_reply(completion.text)
         self._reject(verdict)
         return await self.fallback.aaggregate(summary, new_texts, count, centroid=centroid)
 
-    def _verdict(
-        self, completion: Completion, summary: str, new_texts: Sequence[str], count: int, prompt: str
+    def verdict(
+        self, completion: Completion, summary: str, new_texts: Sequence[str], count: int
     ) -> GuardVerdict | None:
+        """The guard the model's reply to this aggregation fails, or ``None`` if it
+        may be stored (counted as ``summaries_checked``); whether or not ``guarded``."""
         report(summaries_checked=1)
         return check_summary(
             clean_reply(completion.text),
             summary=summary,
             new_texts=new_texts,
-            prompt=prompt,
+            prompt=self.build_prompt(summary, new_texts, count),
             instructions=self.build_prompt("", [], count + len(new_texts)).replace(_NO_SUMMARY, ""),
             truncated=completion.truncated,
             max_words=self.max_words,

@@ -16,14 +16,15 @@ The guards, in the order they are tried (the first that fails names the verdict)
 * ``echo``: the reply only repeats the prompt: it is a verbatim piece of it (an
   input copied whole, which loses the others), or half its word triples come from
   the instructions;
-* ``facts``: a name or number of the new texts is missing: capitalized names
-  (``Maya``, ``Google``, ``February``), digits (``22``, ``2024``); sentence-initial
-  function words (``The``, ``Yesterday``) are not names;
+* ``facts``: a name or number of the new texts is missing: capitalized words
+  inside a sentence (``Maya``, ``Google``, ``February``) and digits (``22``,
+  ``2024``; not times of day);
 * ``shorter``: the reply has at least as many words as its inputs together (the
   current summary and the new texts): it summarizes nothing.
 
 They are heuristics with known misses: a date rewritten (``2024-02-22`` as
-``22 February``) fails ``facts``; a made-up fact passes. They keep out the replies
+``22 February``) fails ``facts``; a name that only ever opens a sentence is not
+required; a made-up fact passes. They keep out the replies
 that are surely wrong, not every weak one.
 """
 
@@ -42,8 +43,10 @@ GUARDS = ("empty", "truncated", "echo", "facts", "shorter")
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
 _NAME = re.compile(r"(?<![\w'’])[A-Z][^\W_]*(?:['’][^\W_]+)*")
 _DIGITS = re.compile(r"\d+")
+_CLOCK = re.compile(r"\b\d{1,2}:\d{2}(?::\d{2})?(?:\s*[ap]\.?m\b\.?)?", re.IGNORECASE)
 _LABEL = re.compile(
-    r"^\s*(?:(?:here\s+is|here's)\b[^:\n]{0,60}:|[*#_\s]*(?:updated\s+|new\s+|merged\s+)?summary[*_\s]*:)\s*",
+    r"^\s*(?:(?:here\s+is|here's)\b[^:\n]{0,60}:"
+    r"|[*#_\s]*(?:the\s+)?(?:updated\s+|new\s+|merged\s+|cohesive\s+)?summary(?:\s+is)?[*_\s]*:)\s*",
     re.IGNORECASE,
 )
 
@@ -58,7 +61,8 @@ _FUNCTION_WORDS = """
     there there's these they they're this those though through to today together tomorrow too until up us
     very was we we're well were what what's when where which while who whoa why will with without wow yeah
     yes yesterday yet you you're your yours hey hi hello haha lol omg congrats congratulations awesome cool
-    definitely absolutely totally right exactly true sounds love glad sorry dear
+    definitely absolutely totally right exactly true sounds love glad sorry dear anything something everything
+    nothing anyone someone everyone nobody guess btw take keep make check go look wait
 """
 _NOT_NAMES = frozenset(_FUNCTION_WORDS.split())
 
@@ -92,17 +96,22 @@ def clean_reply(reply: str) -> str:
 def key_facts(text: str) -> set[str]:
     """The names and numbers of ``text`` that a summary of it must keep, folded.
 
-    Names are capitalized words other than sentence-initial function words (see
-    ``_NOT_NAMES``); a possessive ``'s`` is dropped. Numbers are digit runs without
-    leading zeros, so ``07`` and ``7`` match.
+    Names are capitalized words inside a sentence (a sentence's first word is
+    capitalized anyway, so it counts only as a speaker label, ``Maya: ...``), other
+    than the pronoun I and the like (``_NOT_NAMES``); a possessive ``'s`` is
+    dropped. Numbers are digit runs without leading zeros, so ``07`` and ``7``
+    match; times of day (``1:56 pm``) are left out, dates are kept.
     """
     facts: set[str] = set()
     for sentence in split_sentences(text):
         for match in _NAME.finditer(sentence):
+            initial = not sentence[: match.start()].strip(" \t\"'“‘(*-")
+            if initial and not sentence[match.end() :].startswith(":"):
+                continue
             word = _possessive(match.group().lower())
-            if word not in _NOT_NAMES and not word.isdigit():
+            if word not in _NOT_NAMES:
                 facts.add(word)
-    facts.update(_number(digits) for digits in _DIGITS.findall(text))
+    facts.update(_number(digits) for digits in _DIGITS.findall(_CLOCK.sub(" ", text)))
     return facts
 
 

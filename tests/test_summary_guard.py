@@ -44,12 +44,20 @@ def test_key_facts_are_names_and_numbers_not_sentence_initial_function_words() -
         "lisbon",
         "7",
     }
-    assert key_facts("I think so. Thanks! Wow, that's great.") == set()
+    assert key_facts("I think so. Thanks! Wow, that's great. Anything new?") == set()
+    assert key_facts("1:56 pm on 8 May, 2023 Melanie: Hey Caroline! Anything new?") == {
+        "8",
+        "may",
+        "2023",
+        "melanie",
+        "caroline",
+    }  # the time of day is not a fact a summary must keep; the date is
 
 
 def test_a_faithful_shorter_summary_passes_every_guard() -> None:
     assert verdict(GOOD) is None
     assert verdict("Summary: " + GOOD) is None  # the label is cleaned off first
+    assert verdict("The new summary is: " + GOOD) is None
     assert clean_reply('Here is the updated summary:\n"' + GOOD + '"') == GOOD
 
 
