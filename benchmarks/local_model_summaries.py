@@ -4,8 +4,9 @@ Builds an offline (extractive) tree over the first turns of a LoCoMo conversatio
 recording every aggregation the tree asks for (current summary, new turns, count),
 then sends a spread of those same requests to each local model through
 :class:`~memtree.aggregate.LLMAggregator` and checks every reply with the summary
-guards. Writes a Markdown table and the replies themselves (to read, not to trust
-the table alone).
+guards. Writes a Markdown table, and with ``--replies FILE`` the replies themselves
+as JSON (to read, not to trust the table alone; they quote LoCoMo, so keep them out
+of the repository).
 
     python benchmarks/local_model_summaries.py --data locomo10.json \\
         --model smollm2=/models/SmolLM2-135M-Instruct.Q4_1.gguf --calls 10 --threads 1
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -74,9 +76,11 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=40, help="Turns ingested to record aggregation requests.")
     parser.add_argument("--calls", type=int, default=10, help="Requests sent to each model.")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/local_model_summaries"))
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/local_model_summaries.md"))
+    parser.add_argument("--replies", type=Path, default=None, help="Also write every request and reply here (JSON).")
     args = parser.parse_args()
 
+    load_before = os.getloadavg()[0]
     jobs = spread(record_jobs(args.data, args.conversation, args.turns), args.calls)
     rows: list[str] = []
     samples: dict[str, list[dict[str, object]]] = {}
@@ -122,15 +126,18 @@ def main() -> None:
         f"Requests: {len(jobs)} aggregations recorded from an extractive tree over the first {args.turns} turns of "
         f"LoCoMo conversation {args.conversation}, sent to each model through `LLMAggregator` "
         f"({args.threads} thread{'s' if args.threads != 1 else ''}, temperature 0, max_tokens "
-        f"{LlamaCppChatModel.__init__.__kwdefaults__['max_tokens']}).\n\n"
+        f"{LlamaCppChatModel.__init__.__kwdefaults__['max_tokens']}) on {os.cpu_count()} CPU cores, "
+        f"load average {load_before:.1f} at the start and {os.getloadavg()[0]:.1f} at the end.\n\n"
         "| model | calls | passed the guards | failed (guard: calls) | s/call mean | median | max |\n"
         "|---|---:|---:|---|---:|---:|---:|\n"
     )
-    args.out.with_suffix(".md").write_text(
+    args.out.write_text(
         "# Local-model summaries: guard pass rates and speed\n\n" + header + "\n".join(rows) + "\n", encoding="utf-8"
     )
-    args.out.with_suffix(".json").write_text(json.dumps(samples, indent=1, ensure_ascii=False), encoding="utf-8")
-    print(f"wrote {args.out.with_suffix('.md')} and {args.out.with_suffix('.json')}")
+    print(f"wrote {args.out}")
+    if args.replies is not None:
+        args.replies.write_text(json.dumps(samples, indent=1, ensure_ascii=False), encoding="utf-8")
+        print(f"wrote {args.replies}")
 
 
 if __name__ == "__main__":

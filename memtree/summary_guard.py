@@ -14,8 +14,8 @@ The guards, in the order they are tried (the first that fails names the verdict)
 * ``truncated``: the reply hit the output-token cap (:attr:`Completion.truncated
   <memtree.llm.Completion.truncated>`), or is longer than ``max_words``;
 * ``echo``: the reply only repeats the prompt: it is a verbatim piece of it (an
-  input copied whole, which loses the others), or half its word triples come from
-  the instructions;
+  input copied whole, which loses the others), half its word triples come from
+  the instructions, or 90% of them from the prompt (inputs pasted together);
 * ``facts``: a name or number of the new texts is missing: capitalized words
   inside a sentence (``Maya``, ``Google``, ``February``) and digits (``22``,
   ``2024``; not times of day);
@@ -65,6 +65,11 @@ _FUNCTION_WORDS = """
     nothing anyone someone everyone nobody guess btw take keep make check go look wait
 """
 _NOT_NAMES = frozenset(_FUNCTION_WORDS.split())
+
+
+_MIN_COPIED_TRIPLES = 8
+"""A reply of at least this many word triples, 90% of them from the prompt, is pasted
+pieces of it (shorter replies reuse the inputs' phrasing legitimately)."""
 
 
 @dataclass(frozen=True)
@@ -173,6 +178,8 @@ def check_summary(
     triples = _triples(words)
     if triples and len(triples & _triples(_words(instructions))) * 2 >= len(triples):
         return GuardVerdict("echo", "the reply repeats the prompt's instructions")
+    if len(triples) >= _MIN_COPIED_TRIPLES and len(triples & _triples(_words(prompt))) >= 0.9 * len(triples):
+        return GuardVerdict("echo", "the reply is pieces of the prompt pasted together")
     missing = sorted(set().union(*(key_facts(text) for text in new_texts)) - _stated(reply))
     if missing:
         shown = ", ".join(repr(fact) for fact in missing[:5]) + (" …" if len(missing) > 5 else "")

@@ -70,6 +70,7 @@ def test_a_faithful_shorter_summary_passes_every_guard() -> None:
         (GOOD, {"max_words": 10}, "truncated"),
         (OLD, {}, "echo"),  # the earlier summary copied word for word: the new memory is lost
         ("Write a single, cohesive summary that keeps the key points of the current summary", {}, "echo"),
+        (NEW + " Maya: I started a pottery class at the community center.", {}, "echo"),  # inputs pasted together
         ("Maya got a design job and does pottery.", {}, "facts"),  # no date, no Google
         (OLD + " " + NEW + " She is happy about it.", {}, "shorter"),
     ],
