@@ -18,7 +18,8 @@ The guards, in the order they are tried (the first that fails names the verdict)
   the instructions, or 90% of them from the prompt (inputs pasted together);
 * ``facts``: a name or number of the new texts is missing: capitalized words
   inside a sentence (``Maya``, ``Google``, ``February``) and digits (``22``,
-  ``2024``; not times of day);
+  ``2024``; not times of day); or the reply keeps none of the words the new texts
+  add to the current summary (an earlier summary copied, the new memory lost);
 * ``shorter``: the reply has at least as many words as its inputs together (the
   current summary and the new texts): it summarizes nothing.
 
@@ -126,6 +127,11 @@ def _stated(text: str) -> set[str]:
     return words | {_number(digits) for digits in _DIGITS.findall(text)}
 
 
+def _content_words(text: str) -> set[str]:
+    """Words of four letters or more other than function words: what a text is about."""
+    return {word for word in _stated(text) if len(word) >= 4 and word not in _NOT_NAMES and not word.isdigit()}
+
+
 def _possessive(word: str) -> str:
     word = word.replace("’", "'")
     return word[:-2] if word.endswith("'s") else word
@@ -180,10 +186,14 @@ def check_summary(
         return GuardVerdict("echo", "the reply repeats the prompt's instructions")
     if len(triples) >= _MIN_COPIED_TRIPLES and len(triples & _triples(_words(prompt))) >= 0.9 * len(triples):
         return GuardVerdict("echo", "the reply is pieces of the prompt pasted together")
-    missing = sorted(set().union(*(key_facts(text) for text in new_texts)) - _stated(reply))
+    stated = _stated(reply)
+    missing = sorted(set().union(*(key_facts(text) for text in new_texts)) - stated)
     if missing:
         shown = ", ".join(repr(fact) for fact in missing[:5]) + (" …" if len(missing) > 5 else "")
         return GuardVerdict("facts", f"drops {shown} of the new texts")
+    novel = _content_words(" ".join(new_texts)) - _content_words(summary)
+    if novel and not novel & stated:
+        return GuardVerdict("facts", "keeps none of the words the new texts add to the summary")
     inputs = count_words(summary) + sum(count_words(text) for text in new_texts)
     if count_words(reply) >= inputs:
         return GuardVerdict("shorter", f"the reply has {count_words(reply)} words, its inputs {inputs}")

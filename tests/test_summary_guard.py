@@ -79,6 +79,12 @@ def test_each_guard_rejects_its_kind_of_bad_reply(reply: str, options: dict[str,
     assert verdict(reply, **options) == guard
 
 
+def test_a_reply_that_keeps_the_old_summary_and_loses_the_new_memory_fails_facts() -> None:
+    same_day = "14 January 2024 Maya: The glazing workshop was fun."  # no name or date the summary lacks
+    assert verdict("Maya started a pottery class on 14 January 2024.", new_texts=(same_day,)) == "facts"
+    assert verdict("On 14 January 2024 Maya started pottery and a glazing workshop.", new_texts=(same_day,)) is None
+
+
 def test_the_facts_verdict_names_what_was_dropped() -> None:
     aggregator = LLMAggregator(lambda prompt: "unused")
     found = check_summary(
