@@ -26,7 +26,7 @@ from typing import Any, Literal, TextIO, TypeVar
 import numpy as np
 
 from memtree import backup, calibration
-from memtree.aggregate import Aggregator, ExtractiveAggregator, LLMAggregator
+from memtree.aggregate import Aggregator, LLMAggregator
 from memtree.config import RETRIEVAL_MODES, MemTreeConfig
 from memtree.deferral import FlushPlan, PendingSummaries
 from memtree.embed import Embedder, Matrix, check_embeddings
@@ -1572,9 +1572,7 @@ def _resolve_models(embedder: Any, aggregator: Any, llm: Any) -> tuple[Embedder,
         chosen: Aggregator = aggregator
     else:
         chosen = LLMAggregator(llm) if llm is not None else default_aggregator()
-    if isinstance(chosen, ExtractiveAggregator):
-        chosen = chosen.bound_to(resolved)
-    return resolved, chosen
+    return resolved, chosen.bound_to(resolved)
 
 
 def _query_row(vector: Any) -> Any:

@@ -83,6 +83,19 @@ EmbedderOption = Annotated[
         show_default=False,
     ),
 ]
+LlmOption = Annotated[
+    str | None,
+    typer.Option(
+        "--llm",
+        envvar="MEMTREE_LLM",
+        help=(
+            "Summary writer: `openai[:MODEL]` (needs OPENAI_API_KEY) or `llama-cpp:PATH` (a local .gguf model run in "
+            "process; experimental, needs the `llamacpp` extra; replies failing a guard fall back to the offline "
+            "summary). Default: memtree's default (OpenAI when OPENAI_API_KEY is set, else offline extractive)."
+        ),
+        show_default=False,
+    ),
+]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 _state = {"verbose": False}
@@ -222,6 +235,22 @@ def parse_embedder(spec: str | None) -> Embedder | None:
         ) from None
 
 
+LLM_SCHEMES = ("openai", "llama-cpp")
+
+
+def parse_llm(spec: str | None) -> str | None:
+    """The ``--llm`` value checked against the names the engine resolves (``None``:
+    memtree's default); the model itself is made by ``MemTree(llm=...)``."""
+    if spec is None or not spec.strip():
+        return None
+    kind, _, argument = spec.strip().partition(":")
+    if kind not in LLM_SCHEMES:
+        raise CliError(f"unknown --llm {spec!r}; use openai, openai:MODEL or llama-cpp:PATH_TO_GGUF")
+    if kind == "llama-cpp" and not argument.strip():
+        raise CliError("--llm llama-cpp needs the model file: --llm llama-cpp:/path/to/model.gguf")
+    return spec.strip()
+
+
 def parse_pairs(pairs: list[str] | None, option: str) -> dict[str, Any]:
     """``["speaker=Maya", "session=3"]`` -> ``{"speaker": "Maya", "session": 3}``.
 
@@ -247,9 +276,16 @@ def is_postgres(db: str) -> bool:
 
 @contextmanager
 def open_memory(
-    db: str, namespace: str, embedder: str | None = None, *, create: bool = False, writes: bool = False
+    db: str,
+    namespace: str,
+    embedder: str | None = None,
+    *,
+    create: bool = False,
+    writes: bool = False,
+    llm: str | None = None,
 ) -> Iterator[MemTree]:
-    """The memory at ``db`` (closed afterwards).
+    """The memory at ``db`` (closed afterwards), writing summaries with ``llm`` (an
+    ``--llm`` value) when given.
 
     Without ``create``, a SQLite file that does not exist is an error rather than
     a new empty database, so a mistyped ``--db`` is caught. A command that changes
@@ -285,6 +321,9 @@ def open_memory(
     options: dict[str, Any] = {"namespace": key}
     if chosen is not None:
         options["embedder"] = chosen
+    chosen_llm = parse_llm(llm)
+    if chosen_llm is not None:
+        options["llm"] = chosen_llm
     with sqlite_errors_named(db):
         memory, store = _open(db, options, read_only=read_only)
         try:
