@@ -39,7 +39,8 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +49,9 @@ EXIT_FLUSH_SECONDS = 10.0
 
 IDLE_SECONDS = 30.0
 """A worker with nothing to do for this long ends (the next insert starts another)."""
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 _STOP = object()
 """Queued to wake a waiting worker so that it sees it must stop."""
@@ -89,6 +93,11 @@ class BackgroundSummaries:
         self.failures = 0
         """Flushes that raised (their summaries stayed stale and pending)."""
         _LIVE.add(self)
+
+    def is_worker_thread(self) -> bool:
+        """Whether the calling thread is this worker (its model calls then run in
+        daemon threads, see :func:`map_in_daemon_threads`)."""
+        return self._thread is threading.current_thread()
 
     @property
     def stopping(self) -> bool:
@@ -192,6 +201,42 @@ class BackgroundSummaries:
 
 
 _LIVE: weakref.WeakSet[BackgroundSummaries] = weakref.WeakSet()
+
+
+def map_in_daemon_threads(function: Callable[[T], R], items: Sequence[T], limit: int) -> list[R]:
+    """``[function(item) for item in items]`` on at most ``limit`` daemon threads.
+
+    The worker's model calls run here rather than in a ``ThreadPoolExecutor``:
+    interpreter exit joins every executor thread, so one model call that hangs
+    would hold the process for as long as it hangs, whatever the bounded wait at
+    exit says. Daemon threads end with the process. Where no thread can be started
+    (Python >= 3.12 at exit) the items run one after another in the caller.
+    """
+    results: list[R | None] = [None] * len(items)
+    order = iter(range(len(items)))
+    lock = threading.Lock()
+
+    def work() -> None:
+        while True:
+            with lock:
+                index = next(order, None)
+            if index is None:
+                return
+            results[index] = function(items[index])
+
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(min(limit, len(items)))]
+    started = []
+    for thread in threads:
+        try:
+            thread.start()
+        except RuntimeError:
+            break
+        started.append(thread)
+    if not started:
+        work()
+    for thread in started:
+        thread.join()
+    return results  # type: ignore[return-value] - every index was filled
 
 
 def flush_all_at_exit(timeout: float | None = None) -> int:

@@ -27,7 +27,7 @@ import numpy as np
 
 from memtree import backup, calibration
 from memtree.aggregate import Aggregator, ExtractiveAggregator, LLMAggregator
-from memtree.background import BackgroundSummaries
+from memtree.background import BackgroundSummaries, map_in_daemon_threads
 from memtree.config import AGGREGATION_MODES, RETRIEVAL_MODES, Aggregation, MemTreeConfig
 from memtree.deferral import FlushPlan, PendingSummaries
 from memtree.embed import Embedder, Matrix, check_embeddings
@@ -361,13 +361,15 @@ class MemTree:
         rewrites each touched summary once with all its new texts in one model call:
         the same leaves for far fewer calls (the default inside a :meth:`deferred`
         block). ``"background"`` commits every leaf and returns; the worker thread
-        writes the summaries the same way. Left out: ``config.aggregation``.
+        writes the summaries the same way. Left out: ``config.aggregation``, where
+        ``"deferred"`` means the memory's (the summaries wait for :meth:`flush` or
+        :meth:`close`, as for :meth:`add`), not this call's.
         """
         mode = self._aggregation_mode(aggregation)
         items = _make_items(texts, metadata, timestamps, source_ids)
         stored = self._stored_mask(items)
         vectors = _fill_in(stored, self._drive(self._embed_steps(_unstored_texts(items, stored))))
-        if mode != "deferred" or self._is_deferring():
+        if aggregation is None or mode != "deferred" or self._is_deferring():
             ids = self._insert_all(items, vectors, defer=mode != "eager")
             self._after_insert(mode)
             return ids
@@ -388,7 +390,7 @@ class MemTree:
         items = _make_items(texts, metadata, timestamps, source_ids)
         stored = self._stored_mask(items)
         vectors = _fill_in(stored, await self._adrive(self._embed_steps(_unstored_texts(items, stored))))
-        if mode != "deferred" or self._is_deferring():
+        if aggregation is None or mode != "deferred" or self._is_deferring():
             ids = await self._ainsert_all(items, vectors, defer=mode != "eager")
             self._after_insert(mode)
             return ids
@@ -1516,10 +1518,9 @@ class MemTree:
         self._count_aggregations(request.jobs)
         if len(request.jobs) == 1 and not self.aggregator.calls_model:
             return [self._aggregate_one(request.jobs[0])]  # CPU-bound: no thread hop
-        try:
-            return list(self._thread_pool().map(self._aggregate_one, request.jobs))
-        except RuntimeError:  # the pool refuses work at interpreter exit: the last flush runs here
-            return [self._aggregate_one(job) for job in request.jobs]
+        if self._background.is_worker_thread():  # threads that never hold up interpreter exit
+            return map_in_daemon_threads(self._aggregate_one, request.jobs, self.config.max_concurrency)
+        return list(self._thread_pool().map(self._aggregate_one, request.jobs))
 
     async def _answer_async(self, request: _Request) -> Any:
         if isinstance(request, _Embed):
