@@ -236,7 +236,7 @@ def map_in_daemon_threads(function: Callable[[T], R], items: Sequence[T], limit:
         work()
     for thread in started:
         thread.join()
-    return results  # type: ignore[return-value] - every index was filled
+    return results  # type: ignore[return-value]  # every index was filled
 
 
 def flush_all_at_exit(timeout: float | None = None) -> int:
