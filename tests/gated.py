@@ -64,8 +64,13 @@ def summaries_cover_exactly_their_leaves(memory: MemTree) -> bool:
         if node.id == ROOT_ID or node.is_leaf:
             continue
         summaries += 1
-        below = {memory.get(leaf).text for leaf in memory.leaf_ids_under(node.id)}
-        pieces = {piece for line in node.text.split("\n") for piece in line.split(SEP)}
-        if pieces != below:
+        below = set().union(*(_pieces(memory.get(leaf).text) for leaf in memory.leaf_ids_under(node.id)))
+        if _pieces(node.text) != below:
             return False
     return summaries > 0
+
+
+def _pieces(text: str) -> set[str]:
+    """The lines of the texts a summary joined ("\n": a new parent's text before its
+    first summary is its two leaves, one per line)."""
+    return {piece for line in text.split("\n") for piece in line.split(SEP)}
