@@ -57,15 +57,22 @@ _STOP = object()
 """Queued to wake a waiting worker so that it sees it must stop."""
 
 
+class KeptConflicting(Exception):
+    """A background flush lost every optimistic attempt to concurrent inserts; the
+    worker plans it again rather than hold the store's lock through model calls."""
+
+
 class BackgroundSummaries:
     """The worker that writes one memory's pending summaries (thread-safe).
 
-    ``flush`` writes every pending summary and returns how many (the memory's
-    :meth:`~memtree.MemTree.flush`); ``pending`` says how many are waiting.
+    ``flush(last)`` writes every pending summary and returns how many; it raises
+    :class:`KeptConflicting` when inserts kept changing what it planned, unless
+    ``last`` (the flush before the worker ends, which may then wait for the store's
+    lock as a plain ``flush()`` does). ``pending`` says how many are waiting.
 
     Example (what :class:`~memtree.MemTree` does in background mode)::
 
-        worker = BackgroundSummaries(memory.flush, lambda: len(memory._pending), queue_size=1024)
+        worker = BackgroundSummaries(flush, lambda: len(memory._pending), queue_size=1024)
         worker.notify()   # after each committed insert
         worker.wait()     # block until everything notified so far is written
         worker.stop()     # last flush, then the thread ends
@@ -73,7 +80,7 @@ class BackgroundSummaries:
 
     def __init__(
         self,
-        flush: Callable[[], int],
+        flush: Callable[[bool], int],
         pending: Callable[[], int],
         *,
         queue_size: int,
@@ -92,6 +99,8 @@ class BackgroundSummaries:
         """Notifications dropped because the queue was full (their work was not)."""
         self.failures = 0
         """Flushes that raised (their summaries stayed stale and pending)."""
+        self.conflicts = 0
+        """Flushes planned again because inserts changed what they had planned."""
         _LIVE.add(self)
 
     def is_worker_thread(self) -> bool:
@@ -181,7 +190,7 @@ class BackgroundSummaries:
             with self._lock:
                 covered = self._notified  # every insert counted here is in the ledger
                 stopping = self._stopping
-            self._flush_safely()
+            self._flush_safely(last=stopping)
             with self._lock:
                 self._finished = max(self._finished, covered)
                 if (stopping or self._stopping) and not (self._notified > covered and self._pending()):
@@ -192,12 +201,20 @@ class BackgroundSummaries:
                     return
                 self._lock.notify_all()
 
-    def _flush_safely(self) -> None:
-        try:
-            self._flush()
-        except Exception:  # the worker must outlive a failed flush
-            self.failures += 1
-            logger.exception("background flush failed; %d summaries stay stale until the next flush", self._pending())
+    def _flush_safely(self, *, last: bool) -> None:
+        while True:
+            try:
+                self._flush(last or self._stopping)
+            except KeptConflicting:
+                # Never wait for the model under the store's lock: that would make the
+                # caller's next insert wait for it. Plan again from the newer tree.
+                self.conflicts += 1
+                continue
+            except Exception:  # the worker must outlive a failed flush
+                self.failures += 1
+                left = self._pending()
+                logger.exception("background flush failed; %d summaries stay stale until the next flush", left)
+            return
 
 
 _LIVE: weakref.WeakSet[BackgroundSummaries] = weakref.WeakSet()

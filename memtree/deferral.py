@@ -36,6 +36,10 @@ class PendingSummary:
     new_leaves: list[str] = field(default_factory=list)
     rebuild: bool = False
     """Rebuild from the children instead of merging (the base no longer tells the story)."""
+    stale_base: bool = False
+    """The summary was already stale when the entry was made, so its text may miss
+    leaves: rebuild it too, unless the entry joins one a flush had taken (see
+    :meth:`PendingSummaries.restore`)."""
 
 
 @dataclass
@@ -68,7 +72,9 @@ class PendingSummaries:
         entries = []
         for node_id in plan.route.path:
             current = state.nodes[node_id]
-            entries.append((node_id, PendingSummary(current.text, current.leaf_count, [plan.leaf.id], current.stale)))
+            entries.append(
+                (node_id, PendingSummary(current.text, current.leaf_count, [plan.leaf.id], stale_base=current.stale))
+            )
         if plan.new_parent is not None:
             split_leaf = plan.moved[0]
             entries.append((plan.new_parent, PendingSummary(split_leaf.text, 1, [plan.leaf.id])))
@@ -108,7 +114,7 @@ class PendingSummaries:
             if node is None or not node.stale:
                 continue
             alive = [leaf for leaf in entry.new_leaves if leaf in state.nodes]
-            if entry.rebuild or not alive or node.leaf_count != entry.base_count + len(alive):
+            if entry.rebuild or entry.stale_base or not alive or node.leaf_count != entry.base_count + len(alive):
                 rebuilds.append(node_id)
             else:
                 merges[node_id] = (entry.base_text, entry.base_count, [state.nodes[leaf].text for leaf in alive])
@@ -125,7 +131,15 @@ class PendingSummaries:
 
     def restore(self, plan: FlushPlan) -> None:
         """Put back the entries of a flush that was not committed (entries added
-        since stay, after the restored ones)."""
+        since stay, after the restored ones).
+
+        An entry added since saw its summary stale because this flush had taken it
+        (``stale_base``): the restored entry's base still covers it, so that alone is
+        no reason to rebuild. (Should anything else have rewritten the summary
+        meanwhile, :meth:`take`'s leaf count check turns the merge into a rebuild.)
+        Without this, with inserts arriving while the background worker's flushes
+        run, every conflict would turn merges into rebuilds, one model round per
+        level, and make the next flush longer and likelier to conflict again."""
         with self._lock:
             for node_id, entry in plan.entries.items():
                 newer = self._entries.get(node_id)

@@ -27,7 +27,7 @@ import numpy as np
 
 from memtree import backup, calibration
 from memtree.aggregate import Aggregator, ExtractiveAggregator, LLMAggregator
-from memtree.background import BackgroundSummaries, map_in_daemon_threads
+from memtree.background import BackgroundSummaries, KeptConflicting, map_in_daemon_threads
 from memtree.config import AGGREGATION_MODES, RETRIEVAL_MODES, Aggregation, MemTreeConfig
 from memtree.deferral import FlushPlan, PendingSummaries
 from memtree.embed import Embedder, Matrix, check_embeddings
@@ -163,7 +163,7 @@ class MemTree:
         self._deferring = 0
         self._deferring_lock = threading.Lock()
         self._background = BackgroundSummaries(
-            self.flush,
+            self._background_flush,
             lambda: len(self._pending),
             queue_size=self.config.background_queue_size,
             name=f"memtree-background-{'/'.join(self.namespace) or 'root'}",
@@ -502,6 +502,13 @@ class MemTree:
         if aggregation == "background" and self._is_deferring():
             return "deferred"  # the block's end writes them; a worker would race it
         return aggregation
+
+    def _background_flush(self, last: bool) -> int:
+        """The worker's flush: optimistic only (see :class:`~memtree.background.KeptConflicting`)
+        except for the ``last`` one."""
+        if not len(self._pending):
+            return 0
+        return self._write(self._flush_steps, plan_under_lock=last)
 
     def _after_insert(self, mode: str) -> None:
         """Hand a committed background insert's summaries to the worker."""
@@ -1002,11 +1009,12 @@ class MemTree:
     def _check_vectors(self, vectors: Any, count: int) -> Matrix:
         return check_embeddings(vectors, count, self._state.info.dimension, type(self.embedder).__name__)
 
-    def _write(self, procedure: Callable[[], _Steps[PreparedWrite[T]]]) -> T:
+    def _write(self, procedure: Callable[[], _Steps[PreparedWrite[T]]], *, plan_under_lock: bool = True) -> T:
         """Plan a write and make its model calls outside the store's writer lock, then
         commit it under the lock if nothing it depends on changed meanwhile (else plan
         again; see :mod:`memtree.optimistic`). After ``OPTIMISTIC_ATTEMPTS`` conflicts
-        the write is planned under the lock, which then waits for its model calls."""
+        the write is planned under the lock, which then waits for its model calls
+        (``plan_under_lock=False`` raises :class:`KeptConflicting` instead)."""
         for _ in range(OPTIMISTIC_ATTEMPTS):
             self._maybe_refresh()
             prepared = self._drive(procedure())
@@ -1016,6 +1024,8 @@ class MemTree:
                 if self._commit_prepared(transaction, prepared):
                     return prepared.result
             self._counters.add("write_conflicts")
+        if not plan_under_lock:
+            raise KeptConflicting(f"{OPTIMISTIC_ATTEMPTS} plans in a row conflicted with other writes")
         with self.store.write(self.namespace) as transaction:
             self._catch_up(transaction.read_changes)
             prepared = self._drive(procedure())
