@@ -29,7 +29,7 @@ from memtree import backup, calibration
 from memtree.aggregate import Aggregator, ExtractiveAggregator, LLMAggregator
 from memtree.background import BackgroundSummaries, KeptConflicting, map_in_daemon_threads
 from memtree.config import AGGREGATION_MODES, RETRIEVAL_MODES, Aggregation, MemTreeConfig
-from memtree.deferral import FlushPlan, PendingSummaries
+from memtree.deferral import FlushPlan, PendingSummaries, flush_base, rebase_flush
 from memtree.embed import Embedder, Matrix, check_embeddings
 from memtree.gcpause import paused_gc
 from memtree.index import VectorIndex
@@ -1070,7 +1070,7 @@ class MemTree:
                     prepared.result = answer
                     prepared.abandon()
                     return True
-            if not still_valid(self._state, prepared):
+            if not still_valid(self._state, prepared) and not (prepared.rebase is not None and prepared.rebase()):
                 prepared.abandon()
                 return False
             info = prepared.info(self._state.info) if prepared.info is not None else None
@@ -1315,6 +1315,7 @@ class MemTree:
             nodes = {node_id: self._state.nodes[node_id].copy() for node_id in [*plan.merges, *plan.rebuilds]}
             footprint = footprint_of(self._state, nodes)
             children = {node_id: self._state.children_of(node_id) for node_id in plan.rebuilds}
+            written_from = flush_base(self._state, nodes, (kid for kids in children.values() for kid in kids))
         if not nodes:
             return PreparedWrite(0, base)
         try:
@@ -1324,12 +1325,15 @@ class MemTree:
             self._pending.restore(plan)  # nothing was written: the next flush tries them all again
             raise
 
+        grown_bases: dict[str, tuple[str, int]] = {}
+
         def committed() -> None:
             with self._rw.read():
                 self._pending.put_back((node_id for node_id, node in nodes.items() if node.stale), self._state)
+            self._pending.rebase(grown_bases)
             self._counters.add("flushes")
 
-        return PreparedWrite(
+        prepared = PreparedWrite(
             sum(1 for node in nodes.values() if not node.stale),
             base,
             list(nodes.values()),
@@ -1338,6 +1342,20 @@ class MemTree:
             committed=committed,
             abandoned=lambda: self._pending.restore(plan),
         )
+
+        def rebase() -> bool:  # under the lock, caught up: inserts came in while the models ran
+            if self._state.generation != base[1]:
+                return False
+            rebased = rebase_flush(self._state, nodes.values(), written_from, self._pending.arrivals())
+            if rebased is None:
+                return False
+            prepared.upserts, bases = rebased
+            grown_bases.update(bases)
+            self._counters.add("flush_rebases")
+            return True
+
+        prepared.rebase = rebase
+        return prepared
 
     def _merge_then_rebuild(
         self, plan: FlushPlan, nodes: dict[str, Node], children: Mapping[str, list[Node]]

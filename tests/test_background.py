@@ -225,3 +225,20 @@ def test_interpreter_exit_writes_pending_summaries_within_a_bounded_wait(
         memory.close()
     finally:
         store.close()
+
+
+def test_a_flush_that_inserts_overtook_is_rebased_not_planned_again() -> None:
+    aggregator = GatedAggregator()
+    memory = gated_memory(aggregator, aggregation="background")
+    memory.add_many(TEXTS[:6])
+    assert aggregator.entered.wait(30)  # the worker's flush waits for the model...
+    late = [memory.add(text) for text in TEXTS[6:9]]  # ...while inserts commit through its summaries
+    assert [memory.get(i).text for i in late] == TEXTS[6:9]
+    aggregator.gate.set()
+    assert memory.wait_for_summaries(timeout=30)
+    stats = memory.stats()
+    assert stats.extra.get("flush_rebases", 0) >= 1  # committed on the newer tree, not thrown away
+    assert stats.stale == 0 and stats.pending == 0
+    assert summaries_cover_exactly_their_leaves(memory)
+    assert memory.check_integrity() == []
+    memory.close()
