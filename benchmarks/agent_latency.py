@@ -6,8 +6,8 @@ A scripted conversation of ``--turns`` user messages goes through a real
 the session; ``eager``, inside the turn), side by side in one run.
 
 Both the agent's chat model and the memory's are the OpenAI-compatible test server
-(tests/openai_server.py) reached over HTTP with the real ``openai`` client, each on
-its own server so their requests are counted apart; every chat request is answered
+(tests/openai_server.py), run in a separate process and reached over HTTP with the
+real ``openai`` client, each on its own server so their requests are counted apart; every chat request is answered
 after ``--delay`` seconds (300 ms by default). The memory embeds through the memory
 server's embeddings endpoint (answered at once) and keeps its tree in a SQLite file.
 
@@ -57,7 +57,6 @@ from langchain_core.language_models import BaseChatModel  # noqa: E402
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage  # noqa: E402
 from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
-from openai_server import FakeOpenAIServer  # noqa: E402
 
 from langchain_memtree import MemTreeMemoryMiddleware  # noqa: E402
 from memtree import ROOT_ID, MemTree, MemTreeConfig  # noqa: E402
@@ -220,6 +219,52 @@ def _client(base_url: str, api_key: str) -> Any:
     return _CLIENTS[base_url]
 
 
+SERVERS = """
+import sys
+from openai_server import FakeOpenAIServer
+
+delay = float(sys.argv[1])
+with FakeOpenAIServer(chat_delay=delay) as agent, FakeOpenAIServer(chat_delay=delay) as memory:
+    print(agent.url, memory.url, agent.api_key, flush=True)
+    for line in sys.stdin:  # "count": chat requests so far; end of input: stop
+        print(agent.count("chat"), memory.count("chat"), flush=True)
+"""
+
+
+class Servers:
+    """The agent's and the memory's test servers, in their own process: their work
+    (HTTP, hashing embeddings) then competes with the agent for CPU as a remote API
+    would, not for this process's interpreter lock."""
+
+    def __init__(self, delay: float) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", SERVERS, str(delay)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        assert self._process.stdout is not None
+        self.agent_url, self.memory_url, self.api_key = self._process.stdout.readline().split()
+
+    def counts(self) -> tuple[int, int]:
+        """Chat requests the agent's and the memory's server have received."""
+        assert self._process.stdin is not None and self._process.stdout is not None
+        self._process.stdin.write("count\n")
+        self._process.stdin.flush()
+        agent, memory = self._process.stdout.readline().split()
+        return int(agent), int(memory)
+
+    def memory_options(self) -> dict[str, str]:
+        return {"base_url": self.memory_url, "api_key": self.api_key}
+
+    def close(self) -> None:
+        assert self._process.stdin is not None
+        self._process.stdin.close()
+        self._process.wait(timeout=30)
+
+
 class TimedChatModel(OpenAIChatModel):
     """The memory's chat model, noting when each request started and ended."""
 
@@ -236,13 +281,17 @@ class TimedChatModel(OpenAIChatModel):
 
 
 class TimedMiddleware(MemTreeMemoryMiddleware):
-    """The middleware, noting when each recording hook started and ended."""
+    """The middleware, noting when each recording hook started and ended, and
+    calling ``before_record`` (outside the timed window) just before recording."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.windows: list[tuple[float, float]] = []
+        self.before_record: Any = None
 
     def after_model(self, state: Any, runtime: Any) -> Any:
+        if self.before_record is not None:
+            self.before_record()
         start = time.perf_counter()
         try:
             return super().after_model(state, runtime)
@@ -268,16 +317,17 @@ def written_leaves(memory: MemTree) -> set[str]:
 def run_mode(mode: str | None, messages: Sequence[str], delay: float, workdir: Path) -> dict[str, Any]:
     """One session: ``mode`` None is the agent without memory."""
     retry = RetryPolicy(timeout=60.0)
-    with FakeOpenAIServer(chat_delay=delay) as agent_server, FakeOpenAIServer(chat_delay=delay) as memory_server:
-        model = ServerChatModel(base_url=agent_server.url, api_key=agent_server.api_key)
+    servers = Servers(delay)
+    try:
+        model = ServerChatModel(base_url=servers.agent_url, api_key=servers.api_key)
         memory: MemTree | None = None
         middleware: TimedMiddleware | None = None
         llm: TimedChatModel | None = None
         if mode is not None:
-            llm = TimedChatModel(**memory_server.client_options(), retry=retry)
+            llm = TimedChatModel(**servers.memory_options(), retry=retry)
             memory = MemTree.open(
                 workdir / f"{mode}.db",
-                embedder=OpenAIEmbedder(**memory_server.client_options(), retry=retry),
+                embedder=OpenAIEmbedder(**servers.memory_options(), retry=retry),
                 llm=llm,
                 config=MemTreeConfig(theta0=0.3),
             )
@@ -293,39 +343,56 @@ def run_mode(mode: str | None, messages: Sequence[str], delay: float, workdir: P
         agent.invoke({"messages": [HumanMessage("Hello!")]}, config={"configurable": {"thread_id": "warm-up"}})
         if memory is not None:
             memory.wait_for_summaries()
-        memory_before = memory_server.count("chat")
+        memory_before = servers.counts()[1]
         if llm is not None:
             llm.windows.clear()
         if middleware is not None:
             middleware.windows.clear()
         latencies, agent_requests = [], []
         warm_up_leaves = {leaf.id for leaf in memory.leaves()} if memory is not None else set()
-        inserted_at: dict[str, int] = {}
-        written_at: dict[str, int] = {}
+        inserted_at: dict[str, tuple[int, float]] = {}
+        written_at: dict[str, tuple[int, float]] = {}
+        turn = 0
+        looking = [0.0]  # seconds spent looking inside the current turn (not the turn's cost)
+
+        def look(label: int) -> None:
+            """Note the leaves whose summaries are all written, as of turn ``label``."""
+            assert memory is not None
+            now = time.perf_counter()
+            for leaf_id in written_leaves(memory) - written_at.keys():
+                if leaf_id in inserted_at:
+                    written_at[leaf_id] = (label, now)
+            looking[0] += time.perf_counter() - now
+
+        if middleware is not None:
+            # Just before a turn records (after its model call): the summaries of the
+            # exchanges before it had that turn's time to be written. Looking only at
+            # turn ends would always find the newest exchange's path stale.
+            middleware.before_record = lambda: look(turn)
         for turn, message in enumerate(messages):
-            before = agent_server.count("chat")
+            before = servers.counts()[0]
+            looking[0] = 0.0
             start = time.perf_counter()
             agent.invoke({"messages": [HumanMessage(message)]}, config=config)
-            latencies.append(time.perf_counter() - start)
-            agent_requests.append(agent_server.count("chat") - before)
+            latencies.append(time.perf_counter() - start - looking[0])
+            agent_requests.append(servers.counts()[0] - before)
             if memory is not None:
                 for leaf in memory.leaves():
                     if leaf.id not in warm_up_leaves:
-                        inserted_at.setdefault(leaf.id, turn)
-                for leaf_id in written_leaves(memory) - written_at.keys():
-                    written_at[leaf_id] = turn
+                        inserted_at.setdefault(leaf.id, (turn, time.perf_counter()))
+                look(turn)
         session_end = 0.0
         end_requests = 0
         if memory is not None:
             assert llm is not None and middleware is not None
-            before_end = memory_server.count("chat")
+            before_end = servers.counts()[1]
             start = time.perf_counter()
             memory.close()  # the session's end: what is still pending is written now
             session_end = time.perf_counter() - start
-            end_requests = memory_server.count("chat") - before_end
-            reopened = MemTree.open(workdir / f"{mode}.db", embedder=OpenAIEmbedder(**memory_server.client_options()))
+            end_requests = servers.counts()[1] - before_end
+            reopened = MemTree.open(workdir / f"{mode}.db", embedder=OpenAIEmbedder(**servers.memory_options()))
             for leaf_id in written_leaves(reopened) - written_at.keys():
-                written_at[leaf_id] = len(messages)
+                written_at[leaf_id] = (len(messages), time.perf_counter())
             stale_after_close = reopened.stats().stale
             leaves_after_close = len(reopened) - len(warm_up_leaves)
             reopened.close()
@@ -344,8 +411,9 @@ def run_mode(mode: str | None, messages: Sequence[str], delay: float, workdir: P
             return result
         assert llm is not None and middleware is not None
         in_turn = sum(1 for start, end in llm.windows if any(a <= start and end <= b for a, b in middleware.windows))
-        memory_total = memory_server.count("chat") - memory_before
-        lags = [written_at[leaf] - turn for leaf, turn in inserted_at.items() if leaf in written_at]
+        memory_total = servers.counts()[1] - memory_before
+        lags = [written_at[leaf][0] - turn for leaf, (turn, _) in inserted_at.items() if leaf in written_at]
+        lag_seconds = [written_at[leaf][1] - when for leaf, (_, when) in inserted_at.items() if leaf in written_at]
         result.update(
             {
                 "memory_requests_in_turns": in_turn,
@@ -356,6 +424,7 @@ def run_mode(mode: str | None, messages: Sequence[str], delay: float, workdir: P
                 "summary_lag_turns": lags,
                 "summary_lag_mean": statistics.fmean(lags) if lags else None,
                 "summary_lag_max": max(lags) if lags else None,
+                "summary_lag_seconds_median": statistics.median(lag_seconds) if lag_seconds else None,
                 "summaries_never_written": len(inserted_at) - len(lags),
                 "session_end_s": session_end,
                 "stale_after_close": stale_after_close,
@@ -363,6 +432,49 @@ def run_mode(mode: str | None, messages: Sequence[str], delay: float, workdir: P
             }
         )
         return result
+    finally:
+        servers.close()
+
+
+def combined(sessions: list[dict[str, Any]]) -> dict[str, Any]:
+    """One mode's sessions as one row: turns pooled, counts added, per-turn rates averaged."""
+    first = sessions[0]
+    latencies = [latency for session in sessions for latency in session["latencies_s"]]
+    out: dict[str, Any] = {
+        "mode": first["mode"],
+        "sessions": len(sessions),
+        "turns": first["turns"],
+        "latencies_s": latencies,
+        "latency_mean_s": statistics.fmean(latencies),
+        "latency_median_s": statistics.median(latencies),
+        "latency_p95_s": sorted(latencies)[max(0, round(0.95 * len(latencies)) - 1)],
+        "session_latency_means_s": [session["latency_mean_s"] for session in sessions],
+        "latency_by_turn_s": [
+            statistics.fmean(session["latencies_s"][turn] for session in sessions) for turn in range(first["turns"])
+        ],
+    }
+    for key in (
+        "agent_requests_per_turn",
+        "turn_requests_per_turn",
+        "memory_requests_per_turn_outside",
+        "session_end_s",
+    ):
+        if key in first:
+            out[key] = statistics.fmean(session[key] for session in sessions)
+    for key in ("memory_requests_in_turns", "memory_requests_outside_turns", "memory_requests_at_session_end"):
+        if key in first:
+            out[key] = sum(session[key] for session in sessions)
+    if "summary_lag_turns" in first:
+        lags = [lag for session in sessions for lag in session["summary_lag_turns"]]
+        out["summary_lag_turns"] = lags
+        out["summary_lag_mean"] = statistics.fmean(lags) if lags else None
+        out["summary_lag_max"] = max(lags) if lags else None
+        seconds = [s["summary_lag_seconds_median"] for s in sessions if s["summary_lag_seconds_median"] is not None]
+        out["summary_lag_seconds_median"] = statistics.median(seconds) if seconds else None
+        out["summaries_never_written"] = sum(session["summaries_never_written"] for session in sessions)
+        out["stale_after_close"] = max(session["stale_after_close"] for session in sessions)
+        out["leaves_after_close"] = min(session["leaves_after_close"] for session in sessions)
+    return out
 
 
 def report(out: Path, args: argparse.Namespace, command: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -381,7 +493,13 @@ def report(out: Path, args: argparse.Namespace, command: str, runs: list[dict[st
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "commit": _commit(),
         "machine": machine,
-        "settings": {"turns": args.turns, "delay_s": args.delay, "store": "sqlite", "embeddings": "server"},
+        "settings": {
+            "turns": args.turns,
+            "sessions_per_mode": args.rounds,
+            "delay_s": args.delay,
+            "store": "sqlite",
+            "embeddings": "test server (answered at once)",
+        },
         "targets": {"latency_ratio": LATENCY_TARGET, "request_ratio": REQUEST_TARGET},
         "runs": runs,
     }
@@ -389,7 +507,8 @@ def report(out: Path, args: argparse.Namespace, command: str, runs: list[dict[st
     lines = [
         "# Agent turn latency with memtree's middleware",
         "",
-        f"{args.turns}-turn scripted conversation through `create_agent`; agent and memory chat models on the "
+        f"{args.turns}-turn scripted conversation through `create_agent`, {args.rounds} sessions per mode in "
+        "alternating order (rows pool their turns); agent and memory chat models on the "
         f"OpenAI-compatible test server, {args.delay * 1000:.0f} ms per chat request; the memory embeds through the "
         "server (answered at once) and keeps its tree in SQLite. Produced by `benchmarks/agent_latency.py`.",
         "",
@@ -399,7 +518,7 @@ def report(out: Path, args: argparse.Namespace, command: str, runs: list[dict[st
         "",
         "| mode | turn latency mean / median / p95 (s) | latency ÷ no memory | chat requests per turn "
         "(on the turn's path) | requests ÷ no memory | memory chat requests per turn, outside turns | "
-        "summary lag in turns (mean / max) | session end: close() (s, requests) |",
+        "summary lag in turns (mean / max; median s) | session end: close() (s, requests) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
@@ -408,7 +527,9 @@ def report(out: Path, args: argparse.Namespace, command: str, runs: list[dict[st
             lines.append(f"| no memory | {latency} | 1.00 | {run['turn_requests_per_turn']:.2f} | 1.00 | – | – | – |")
             continue
         lag = (
-            f"{run['summary_lag_mean']:.1f} / {run['summary_lag_max']}" if run["summary_lag_mean"] is not None else "–"
+            f"{run['summary_lag_mean']:.1f} / {run['summary_lag_max']}; {run['summary_lag_seconds_median']:.2f} s"
+            if run["summary_lag_mean"] is not None
+            else "–"
         )
         lines.append(
             f"| {run['mode']} | {latency} | {run['latency_ratio']:.2f} | {run['turn_requests_per_turn']:.2f} | "
@@ -442,12 +563,14 @@ def plot(out: Path, delay: float, runs: list[dict[str, Any]]) -> None:
     figure, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
     colors = {"no memory": "#444", "background": "#2a7", "deferred": "#37c", "eager": "#d54"}
     for run in runs:
-        left.plot(range(1, run["turns"] + 1), run["latencies_s"], label=run["mode"], color=colors[run["mode"]], lw=1.2)
+        left.plot(
+            range(1, run["turns"] + 1), run["latency_by_turn_s"], label=run["mode"], color=colors[run["mode"]], lw=1.2
+        )
     left.axhline(
         runs[0]["latency_mean_s"] * LATENCY_TARGET, color="#999", ls="--", lw=0.8, label="target (1.10 × no memory)"
     )
     left.set_xlabel("turn")
-    left.set_ylabel("turn latency (s)")
+    left.set_ylabel(f"turn latency (s), mean of {runs[0]['sessions']} sessions")
     left.set_title(f"Turn latency, {delay * 1000:.0f} ms per chat request")
     left.legend(fontsize=8)
     names = [run["mode"] for run in runs]
@@ -476,22 +599,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--turns", type=int, default=50, help="user messages in the session")
     parser.add_argument("--delay", type=float, default=0.3, help="seconds before each chat reply")
+    parser.add_argument("--rounds", type=int, default=2, help="sessions per mode, in alternating order")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     args.out.mkdir(parents=True, exist_ok=True)
     command = "python benchmarks/agent_latency.py " + " ".join(sys.argv[1:])
     messages = script(args.turns)
-    runs = []
-    with tempfile.TemporaryDirectory() as workdir:
-        for mode in (None, *MODES):
-            runs.append(run_mode(mode, messages, args.delay, Path(workdir)))
-            run = runs[-1]
+    sessions: dict[str, list[dict[str, Any]]] = {}
+    order: list[str | None] = [None, *MODES]
+    for round_number in range(args.rounds):
+        # Alternate the order so that no mode always runs first (or while the machine is busiest).
+        for mode in order if round_number % 2 == 0 else order[::-1]:
+            with tempfile.TemporaryDirectory() as workdir:
+                run = run_mode(mode, messages, args.delay, Path(workdir))
+            sessions.setdefault(run["mode"], []).append(run)
             print(
-                f"{run['mode']}: mean turn {run['latency_mean_s']:.3f} s, "
+                f"round {round_number + 1}, {run['mode']}: mean turn {run['latency_mean_s']:.3f} s, "
                 f"{run['turn_requests_per_turn']:.2f} requests per turn",
                 flush=True,
             )
+    runs = [combined(sessions[name]) for name in ("no memory", *MODES)]
     report(args.out, args, command, runs)
     plot(args.out, args.delay, runs)
 
