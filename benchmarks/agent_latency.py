@@ -518,7 +518,7 @@ def report(out: Path, args: argparse.Namespace, command: str, runs: list[dict[st
         "",
         "| mode | turn latency mean / median / p95 (s) | latency ÷ no memory | chat requests per turn "
         "(on the turn's path) | requests ÷ no memory | memory chat requests per turn, outside turns | "
-        "summary lag in turns (mean / max; median s) | session end: close() (s, requests) |",
+        "summary lag in turns (mean / max; median s) | session end: close() per session (s, requests) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
@@ -534,7 +534,7 @@ def report(out: Path, args: argparse.Namespace, command: str, runs: list[dict[st
         lines.append(
             f"| {run['mode']} | {latency} | {run['latency_ratio']:.2f} | {run['turn_requests_per_turn']:.2f} | "
             f"{run['request_ratio']:.2f} | {run['memory_requests_per_turn_outside']:.2f} | {lag} | "
-            f"{run['session_end_s']:.2f}, {run['memory_requests_at_session_end']} |"
+            f"{run['session_end_s']:.2f}, {run['memory_requests_at_session_end'] / run['sessions']:.0f} |"
         )
     lines += [
         "",
