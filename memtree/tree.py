@@ -21,14 +21,15 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Se
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal, TextIO, TypeVar
+from typing import Any, TextIO, TypeVar
 
 import numpy as np
 
 from memtree import backup, calibration
 from memtree.aggregate import Aggregator, LLMAggregator
-from memtree.config import RETRIEVAL_MODES, MemTreeConfig
-from memtree.deferral import FlushPlan, PendingSummaries
+from memtree.background import BackgroundSummaries, KeptConflicting, map_in_daemon_threads
+from memtree.config import AGGREGATION_MODES, RETRIEVAL_MODES, Aggregation, MemTreeConfig
+from memtree.deferral import FlushPlan, PendingSummaries, flush_base, rebase_flush
 from memtree.embed import Embedder, Matrix, check_embeddings
 from memtree.gcpause import paused_gc
 from memtree.index import VectorIndex
@@ -105,8 +106,7 @@ class _Embed:
 _Request = _Aggregate | _Embed
 _Steps = Generator[_Request, Any, T]
 
-Aggregation = Literal["eager", "deferred"]
-AGGREGATION_MODES: tuple[str, ...] = ("eager", "deferred")
+__all__ = ["AGGREGATION_MODES", "Aggregation", "DeferredAggregation", "MemTree"]
 
 
 class MemTree:
@@ -163,6 +163,12 @@ class MemTree:
         self._pending = PendingSummaries()
         self._deferring = 0
         self._deferring_lock = threading.Lock()
+        self._background = BackgroundSummaries(
+            self._background_flush,
+            lambda: len(self._pending),
+            queue_size=self.config.background_queue_size,
+            name=f"memtree-background-{'/'.join(self.namespace) or 'root'}",
+        )
         self._last_refresh = 0.0
         self._closed = False
         self._owns_store = owns_store
@@ -255,15 +261,24 @@ class MemTree:
         return existed
 
     def close(self) -> None:
-        """Stop worker threads, and close the store if this memory opened it
-        (:meth:`open`); a store passed in is the caller's to close.
+        """Write the summaries still pending (background or deferred aggregation),
+        here and in the namespaces opened with :meth:`sibling`, stop worker threads,
+        and close the store if this memory opened it (:meth:`open`); a store passed
+        in is the caller's to close.
 
-        Summaries still waiting for a deferred aggregation are not written (they stay
-        stale in the store; ``repair()`` rewrites them later)."""
-        pending = len(self._pending)
-        if pending and not self._closed:
-            logger.warning("closing with %d summaries still deferred; call flush() first or repair() later", pending)
-        self._closed = True
+        A summary that cannot be written (the model fails) stays stale in the store;
+        ``repair()`` rewrites it later. No leaf depends on it."""
+        if not self._closed:
+            self._closed = True
+            with self._siblings_lock:
+                siblings = list(self._siblings.values())
+            for sibling in siblings:
+                sibling.close()
+            self._background.stop()
+            try:
+                self.flush()  # writes that arrived while the worker stopped
+            except Exception:  # closing must go on; the summaries stay stale
+                logger.exception("flushing pending summaries on close failed; they stay stale: call repair() later")
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
@@ -286,18 +301,26 @@ class MemTree:
         metadata: Mapping[str, Any] | None = None,
         timestamp: TimeLike | None = None,
         source_id: str | None = None,
+        aggregation: Aggregation | None = None,
     ) -> str:
         """Remember one text; return its leaf id (an identical stored text's id if
         ``config.deduplicate``). ``timestamp`` is when the event happened; ``source_id``
-        is your id for it (message id, document node id). Inside a
-        :meth:`deferred` block the summaries above it are written at the block's end."""
+        is your id for it (message id, document node id).
+
+        ``aggregation`` says when the summaries above it are written (default:
+        ``config.aggregation``; inside a :meth:`deferred` block, at the block's end).
+        With ``"deferred"`` or ``"background"`` the leaf is stored and searchable when
+        this returns, and no model call but its embedding is made here; see
+        :class:`~memtree.MemTreeConfig`."""
         item = make_item(text, metadata, timestamp, source_id)
-        defer = self._is_deferring()
+        mode = self._aggregation_mode(aggregation)
         existing = self._stored_duplicate(item.text)
         if existing is not None:
             return existing
         vectors = self._drive(self._embed_steps([item.text]))
-        return self._write(lambda: self._insert_steps(item, vectors[0], defer=defer))
+        leaf_id = self._write(lambda: self._insert_steps(item, vectors[0], defer=mode != "eager"))
+        self._after_insert(mode)
+        return leaf_id
 
     async def aadd(
         self,
@@ -306,15 +329,19 @@ class MemTree:
         metadata: Mapping[str, Any] | None = None,
         timestamp: TimeLike | None = None,
         source_id: str | None = None,
+        aggregation: Aggregation | None = None,
     ) -> str:
-        """Async :meth:`add`: aggregations run on the event loop (``aaggregate``)."""
+        """Async :meth:`add`: aggregations run on the event loop (``aaggregate``);
+        in background mode the worker thread writes them."""
         item = make_item(text, metadata, timestamp, source_id)
-        defer = self._is_deferring()
+        mode = self._aggregation_mode(aggregation)
         existing = self._stored_duplicate(item.text)
         if existing is not None:
             return existing
         vectors = await self._adrive(self._embed_steps([item.text]))
-        return await self._awrite(lambda: self._insert_steps(item, vectors[0], defer=defer))
+        leaf_id = await self._awrite(lambda: self._insert_steps(item, vectors[0], defer=mode != "eager"))
+        self._after_insert(mode)
+        return leaf_id
 
     def add_many(
         self,
@@ -330,18 +357,23 @@ class MemTree:
         Every item is checked before anything is stored, so one bad item stores
         nothing. Each item is then routed and committed in turn.
 
-        ``aggregation="eager"`` (the default outside a :meth:`deferred` block)
-        rewrites the summaries on each item's path as it goes, as in the paper.
-        ``"deferred"`` commits every leaf first and then rewrites each touched
-        summary once with all its new texts in one model call: the same leaves for
-        far fewer calls (the default inside a :meth:`deferred` block).
+        ``aggregation="eager"`` rewrites the summaries on each item's path as it
+        goes, as in the paper. ``"deferred"`` commits every leaf first and then
+        rewrites each touched summary once with all its new texts in one model call:
+        the same leaves for far fewer calls (the default inside a :meth:`deferred`
+        block). ``"background"`` commits every leaf and returns; the worker thread
+        writes the summaries the same way. Left out: ``config.aggregation``, where
+        ``"deferred"`` means the memory's (the summaries wait for :meth:`flush` or
+        :meth:`close`, as for :meth:`add`), not this call's.
         """
-        deferred = self._aggregation_mode(aggregation) == "deferred"
+        mode = self._aggregation_mode(aggregation)
         items = _make_items(texts, metadata, timestamps, source_ids)
         stored = self._stored_mask(items)
         vectors = _fill_in(stored, self._drive(self._embed_steps(_unstored_texts(items, stored))))
-        if not deferred:
-            return self._insert_all(items, vectors, defer=False)
+        if aggregation is None or mode != "deferred" or self._is_deferring():
+            ids = self._insert_all(items, vectors, defer=mode != "eager")
+            self._after_insert(mode)
+            return ids
         with self.deferred():
             return self._insert_all(items, vectors, defer=True)
 
@@ -355,12 +387,14 @@ class MemTree:
         aggregation: Aggregation | None = None,
     ) -> list[str]:
         """Async :meth:`add_many`."""
-        deferred = self._aggregation_mode(aggregation) == "deferred"
+        mode = self._aggregation_mode(aggregation)
         items = _make_items(texts, metadata, timestamps, source_ids)
         stored = self._stored_mask(items)
         vectors = _fill_in(stored, await self._adrive(self._embed_steps(_unstored_texts(items, stored))))
-        if not deferred:
-            return await self._ainsert_all(items, vectors, defer=False)
+        if aggregation is None or mode != "deferred" or self._is_deferring():
+            ids = await self._ainsert_all(items, vectors, defer=mode != "eager")
+            self._after_insert(mode)
+            return ids
         async with self.deferred():
             return await self._ainsert_all(items, vectors, defer=True)
 
@@ -455,12 +489,32 @@ class MemTree:
             self._deferring -= 1
             return self._deferring == 0
 
+    def wait_for_summaries(self, timeout: float | None = None) -> bool:
+        """Block until the background worker has written the summaries of every
+        insert made so far; return ``False`` if ``timeout`` seconds passed first.
+        Summaries a failing model could not write stay stale (see ``stats().stale``)."""
+        return self._background.wait(timeout)
+
     def _aggregation_mode(self, aggregation: str | None) -> str:
         if aggregation is None:
-            return "deferred" if self._is_deferring() else "eager"
+            return "deferred" if self._is_deferring() else self.config.aggregation
         if aggregation not in AGGREGATION_MODES:
             raise ValueError(f"aggregation must be one of: {', '.join(AGGREGATION_MODES)}; got {aggregation!r}")
+        if aggregation == "background" and self._is_deferring():
+            return "deferred"  # the block's end writes them; a worker would race it
         return aggregation
+
+    def _background_flush(self, last: bool) -> int:
+        """The worker's flush: optimistic only (see :class:`~memtree.background.KeptConflicting`)
+        except for the ``last`` one."""
+        if not len(self._pending):
+            return 0
+        return self._write(self._flush_steps, plan_under_lock=last)
+
+    def _after_insert(self, mode: str) -> None:
+        """Hand a committed background insert's summaries to the worker."""
+        if mode == "background":
+            self._background.notify()
 
     # -- retrieving -----------------------------------------------------------------
 
@@ -956,11 +1010,12 @@ class MemTree:
     def _check_vectors(self, vectors: Any, count: int) -> Matrix:
         return check_embeddings(vectors, count, self._state.info.dimension, type(self.embedder).__name__)
 
-    def _write(self, procedure: Callable[[], _Steps[PreparedWrite[T]]]) -> T:
+    def _write(self, procedure: Callable[[], _Steps[PreparedWrite[T]]], *, plan_under_lock: bool = True) -> T:
         """Plan a write and make its model calls outside the store's writer lock, then
         commit it under the lock if nothing it depends on changed meanwhile (else plan
         again; see :mod:`memtree.optimistic`). After ``OPTIMISTIC_ATTEMPTS`` conflicts
-        the write is planned under the lock, which then waits for its model calls."""
+        the write is planned under the lock, which then waits for its model calls
+        (``plan_under_lock=False`` raises :class:`KeptConflicting` instead)."""
         for _ in range(OPTIMISTIC_ATTEMPTS):
             self._maybe_refresh()
             prepared = self._drive(procedure())
@@ -970,6 +1025,8 @@ class MemTree:
                 if self._commit_prepared(transaction, prepared):
                     return prepared.result
             self._counters.add("write_conflicts")
+        if not plan_under_lock:
+            raise KeptConflicting(f"{OPTIMISTIC_ATTEMPTS} plans in a row conflicted with other writes")
         with self.store.write(self.namespace) as transaction:
             self._catch_up(transaction.read_changes)
             prepared = self._drive(procedure())
@@ -1014,7 +1071,7 @@ class MemTree:
                     prepared.result = answer
                     prepared.abandon()
                     return True
-            if not still_valid(self._state, prepared):
+            if not still_valid(self._state, prepared) and not (prepared.rebase is not None and prepared.rebase()):
                 prepared.abandon()
                 return False
             info = prepared.info(self._state.info) if prepared.info is not None else None
@@ -1259,6 +1316,7 @@ class MemTree:
             nodes = {node_id: self._state.nodes[node_id].copy() for node_id in [*plan.merges, *plan.rebuilds]}
             footprint = footprint_of(self._state, nodes)
             children = {node_id: self._state.children_of(node_id) for node_id in plan.rebuilds}
+            written_from = flush_base(self._state, nodes, (kid for kids in children.values() for kid in kids))
         if not nodes:
             return PreparedWrite(0, base)
         try:
@@ -1268,12 +1326,15 @@ class MemTree:
             self._pending.restore(plan)  # nothing was written: the next flush tries them all again
             raise
 
+        grown_bases: dict[str, tuple[str, int]] = {}
+
         def committed() -> None:
             with self._rw.read():
                 self._pending.put_back((node_id for node_id, node in nodes.items() if node.stale), self._state)
+            self._pending.rebase(grown_bases)
             self._counters.add("flushes")
 
-        return PreparedWrite(
+        prepared = PreparedWrite(
             sum(1 for node in nodes.values() if not node.stale),
             base,
             list(nodes.values()),
@@ -1282,6 +1343,20 @@ class MemTree:
             committed=committed,
             abandoned=lambda: self._pending.restore(plan),
         )
+
+        def rebase() -> bool:  # under the lock, caught up: inserts came in while the models ran
+            if self._state.generation != base[1]:
+                return False
+            rebased = rebase_flush(self._state, nodes.values(), written_from, self._pending.arrivals())
+            if rebased is None:
+                return False
+            prepared.upserts, bases = rebased
+            grown_bases.update(bases)
+            self._counters.add("flush_rebases")
+            return True
+
+        prepared.rebase = rebase
+        return prepared
 
     def _merge_then_rebuild(
         self, plan: FlushPlan, nodes: dict[str, Node], children: Mapping[str, list[Node]]
@@ -1472,6 +1547,8 @@ class MemTree:
         self._count_aggregations(request.jobs)
         if len(request.jobs) == 1 and not self.aggregator.calls_model:
             return [self._aggregate_one(request.jobs[0])]  # CPU-bound: no thread hop
+        if self._background.is_worker_thread():  # threads that never hold up interpreter exit
+            return map_in_daemon_threads(self._aggregate_one, request.jobs, self.config.max_concurrency)
         return list(self._thread_pool().map(self._aggregate_one, request.jobs))
 
     async def _answer_async(self, request: _Request) -> Any:

@@ -340,7 +340,8 @@ def test_traversal_search_and_unknown_modes() -> None:
 def test_traversal_search_fills_the_limit_beam_first_and_filters_work() -> None:
     words = ["dog", "cat", "ramen", "cello", "nurse", "oslo", "lisbon", "bike", "tram"]
     words += ["bakery", "tea", "coffee", "rain", "snow", "sun", "moon", "river", "hill"]
-    store = MemTreeStore(hashing_memory(), index={"fields": ["text"]}, mode="traversal")
+    # Eager: the scores compared below must not move while a background worker rewrites summaries.
+    store = MemTreeStore(hashing_memory(), index={"fields": ["text"]}, mode="traversal", aggregation="eager")
     for i in range(40):  # every text a different 4-word pick: a tree several levels deep
         text = " ".join(words[(i * j + i // 7) % len(words)] for j in (1, 3, 5, 7))
         store.put(("n",), f"k{i}", {"text": text, "i": i})
