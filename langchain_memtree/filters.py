@@ -2,40 +2,46 @@
 
 ``filter`` follows LangGraph's stores: each key names a field of the item's value;
 a plain value must equal it (nested dicts match field by field, lists element by
-element), and a dict of operators compares it: ``$eq``, ``$ne``, ``$gt``,
-``$gte``, ``$lt``, ``$lte``. Namespace conditions match a path from the start
-(``prefix``) or the end (``suffix``) with ``"*"`` matching any one label.
+element), and a dict of operators compares it. The operators are the engine's
+(:mod:`memtree.where`, the same rules as ``MemTree.retrieve(where=...)``): ``$eq``,
+``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte`` as in LangGraph, plus ``$in`` and
+``$nin``. A missing field counts as ``None``, as LangGraph has it. Namespace
+conditions match a path from the start (``prefix``) or the end (``suffix``) with
+``"*"`` matching any one label.
 """
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from langgraph.store.base import MatchCondition
 
-_ORDER: dict[str, Callable[[Any, Any], bool]] = {
-    "$gt": operator.gt,
-    "$gte": operator.ge,
-    "$lt": operator.lt,
-    "$lte": operator.le,
-}
-OPERATORS = ("$eq", "$ne", *_ORDER)
+from memtree.where import COMPARISONS, satisfies
+
+OPERATORS = COMPARISONS
 
 
 def check_filter(filter: Mapping[str, Any] | None) -> None:
-    """Raise ``ValueError`` for an unknown ``$`` operator anywhere in ``filter``."""
+    """Raise ``ValueError`` for an unknown ``$`` operator anywhere in ``filter``, or an
+    operand of the wrong kind (``$in`` without a list, ``$gt`` with a list)."""
     if filter is None:
         return
     if not isinstance(filter, Mapping):
         raise TypeError(f"filter must be a dict of field values, got {type(filter).__name__}")
-    for value in filter.values():
+    for field, value in filter.items():
         if isinstance(value, Mapping):
-            for key in value:
-                if key.startswith("$") and key not in OPERATORS:
-                    raise ValueError(f"unsupported filter operator {key!r}; use one of: {', '.join(OPERATORS)}")
+            for key, operand in value.items():
+                if key.startswith("$"):
+                    _check_operator(field, key, operand)
             check_filter({k: v for k, v in value.items() if not k.startswith("$")})
+
+
+def _check_operator(field: str, op: str, operand: Any) -> None:
+    if op not in OPERATORS:
+        raise ValueError(f"unsupported filter operator {op!r}; use one of: {', '.join(OPERATORS)}")
+    if op in ("$in", "$nin") and (isinstance(operand, (str, bytes, Mapping)) or not isinstance(operand, list | tuple)):
+        raise ValueError(f"filter {field!r}: {op} takes a list of values, got {operand!r}")
 
 
 def matches(value: Mapping[str, Any], filter: Mapping[str, Any] | None) -> bool:
@@ -58,21 +64,9 @@ def _compare(actual: Any, wanted: Any) -> bool:
 
 
 def _apply(actual: Any, op: str, operand: Any) -> bool:
-    if op == "$eq":
-        return bool(actual == operand)
-    if op == "$ne":
-        return bool(actual != operand)
-    compare = _ORDER.get(op)
-    if compare is None:
+    if op not in OPERATORS:
         raise ValueError(f"unsupported filter operator {op!r}; use one of: {', '.join(OPERATORS)}")
-    numbers = (int, float)
-    if isinstance(actual, bool) or isinstance(operand, bool):
-        return False
-    if isinstance(actual, numbers) and isinstance(operand, numbers):
-        return compare(actual, operand)
-    if isinstance(actual, str) and isinstance(operand, str):
-        return compare(actual, operand)
-    return False  # a missing field or mismatched types never satisfy an order
+    return satisfies(actual, op, operand)
 
 
 def namespace_matches(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:

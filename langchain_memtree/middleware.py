@@ -10,6 +10,13 @@ Two hooks, both thin calls into the engine:
   the exchange (the user's latest message and that answer, as
   ``"User: ...\\nAssistant: ..."``) in the user's memory.
 
+Recording stores the exchange as a leaf, searchable at once, and by default
+(``aggregation="background"``) leaves the summaries above it to the memory's
+background worker: a turn waits for one embedding, never for a chat request.
+``"deferred"`` keeps them for one rewrite at the end of the session
+(:meth:`MemTreeMemoryMiddleware.flush`, ``memory.close()`` or interpreter exit);
+``"eager"`` writes them inside the turn, as the paper does.
+
 The memory's namespace can be fixed or chosen per run from the LangGraph runtime
 (``namespace=lambda runtime: ("users", runtime.context.user_id)``).
 """
@@ -18,6 +25,8 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import weakref
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -30,7 +39,7 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 from langchain_memtree._calls import Call, Procedure, arun, run
 from langchain_memtree.messages import closes_round, exchange_text, latest_human_text, role, text_parts
 from memtree import MemTree, RetrievedNode
-from memtree.config import RetrievalMode
+from memtree.config import AGGREGATION_MODES, Aggregation, RetrievalMode
 from memtree.inputs import TimeLike
 from memtree.store import Namespace, namespace_key
 
@@ -72,6 +81,21 @@ class MemTreeMemoryMiddleware(AgentMiddleware):
     ``config.token_counter``); ``mode`` and ``min_score`` tune retrieval.
     ``record=False`` only recalls; ``recall=False`` only records.
 
+    ``aggregation`` says when the summaries above a recorded exchange are written
+    (the exchange itself is stored and searchable before the turn ends, whatever
+    the choice):
+
+    * ``"background"`` (default): by the memory's worker thread, soon after the
+      turn. No chat request is added to a turn; a summary lags by about one model
+      call, and the worker's calls still cost tokens.
+    * ``"deferred"``: once per summary at the end of the session (:meth:`flush`,
+      ``memory.close()`` or interpreter exit), with all the exchanges since: the
+      fewest chat requests, but summaries stay stale until then (retrieval still
+      finds every exchange).
+    * ``"eager"``: inside the turn, before the agent answers: summaries are current
+      at once, and each turn waits for the model about once more (the summaries on a
+      path are written concurrently).
+
     Example::
 
         agent = create_agent(
@@ -94,10 +118,13 @@ class MemTreeMemoryMiddleware(AgentMiddleware):
         record: bool = True,
         recall: bool = True,
         clock: Callable[[], TimeLike] | None = None,
+        aggregation: Aggregation = "background",
     ) -> None:
         super().__init__()
         if not isinstance(memory, MemTree):
             raise TypeError(f"memory must be a memtree.MemTree, got {type(memory).__name__}")
+        if aggregation not in AGGREGATION_MODES:
+            raise ValueError(f"aggregation must be one of: {', '.join(AGGREGATION_MODES)}; got {aggregation!r}")
         if namespace is not None and not callable(namespace):
             namespace_key(namespace)  # a bad fixed namespace fails now, not mid-run
         # refuse bad retrieval options now rather than in the middle of a run
@@ -112,6 +139,9 @@ class MemTreeMemoryMiddleware(AgentMiddleware):
         self.record = record
         self.recall = recall
         self.clock: Callable[[], TimeLike] = clock or (lambda: datetime.now(UTC))
+        self.aggregation: Aggregation = aggregation
+        self._recorded: weakref.WeakSet[MemTree] = weakref.WeakSet()  # namespaces' handles come and go
+        self._recorded_lock = threading.Lock()
 
     # -- recall: before each model call ---------------------------------------------
 
@@ -167,12 +197,42 @@ class MemTreeMemoryMiddleware(AgentMiddleware):
         if answer.id is not None and (yield Call(memory, "find", kwargs={"source_id": answer.id})):
             return  # already recorded (a resumed or replayed run)
         ids = [m.id for m in (question, answer) if m is not None and m.id]
+        with self._recorded_lock:
+            self._recorded.add(memory)
         yield Call(
             memory,
             "add",
             (text,),
-            {"metadata": {"message_ids": ids}, "timestamp": self.clock(), "source_id": answer.id},
+            {
+                "metadata": {"message_ids": ids},
+                "timestamp": self.clock(),
+                "source_id": answer.id,
+                "aggregation": self.aggregation,
+            },
         )
+
+    # -- summaries written outside the turn ------------------------------------------
+
+    def flush(self) -> int:
+        """Write now every summary still pending in the memories this middleware
+        recorded into (the end of a session with ``aggregation="deferred"``); return
+        how many were written. A summary the model cannot write stays stale for
+        ``memory.repair()``."""
+        return sum(memory.flush() for memory in self._memories())
+
+    async def aflush(self) -> int:
+        """Async :meth:`flush`."""
+        return sum([await memory.aflush() for memory in self._memories()])
+
+    def wait_for_summaries(self, timeout: float | None = None) -> bool:
+        """Block until the background worker has written the summaries of every
+        exchange recorded so far (``aggregation="background"``); ``False`` if
+        ``timeout`` seconds passed first."""
+        return all(memory.wait_for_summaries(timeout) for memory in self._memories())
+
+    def _memories(self) -> list[MemTree]:
+        with self._recorded_lock:
+            return list(self._recorded)
 
     # -- namespaces ------------------------------------------------------------------
 

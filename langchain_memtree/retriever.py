@@ -29,8 +29,9 @@ class MemTreeRetriever(BaseRetriever):
 
     Fields (each overridable per call as a keyword of ``invoke``/``ainvoke``):
     ``k`` (default: the memory's ``config.k``), ``token_budget``, ``mode``
-    (``"collapsed"`` or ``"traversal"``), ``leaves_only``, ``where`` (leaf
-    metadata equality), ``time_range`` (``(start, end)`` on event time) and
+    (``"collapsed"`` or ``"traversal"``), ``leaves_only``, ``where`` (a leaf
+    metadata filter, ``{"topic": "dog", "year": {"$gte": 2024}}``: see
+    :mod:`memtree.where`), ``time_range`` (``(start, end)`` on event time) and
     ``min_score``.
 
     Document metadata: ``id``, ``score``, ``depth``, ``is_leaf``, ``timestamp``

@@ -47,7 +47,7 @@ from langchain_memtree._calls import Call, Procedure, WriteLock, arun, run
 from langchain_memtree._text import storable
 from langchain_memtree.filters import check_filter, matches, namespace_matches
 from memtree import MemTree
-from memtree.config import RetrievalMode
+from memtree.config import Aggregation, RetrievalMode
 from memtree.store import Namespace, NamespaceKey, namespace_key
 
 logger = logging.getLogger(__name__)
@@ -71,7 +71,11 @@ class MemTreeStore(BaseStore):
     (``"collapsed"`` or ``"traversal"``; default: the memory's) is how searches
     walk each tree. A traversal search lists first the items its beam reaches,
     best first, then the other matching items by collapsed score, so ``limit``
-    and ``filter`` behave as in collapsed mode.
+    and ``filter`` behave as in collapsed mode. ``aggregation`` is when the
+    summaries above an indexed text are written: by the memory's background worker
+    (default: a put waits for embeddings only, never for a chat request),
+    ``"deferred"`` to ``flush()`` / ``close()`` of the memory, or ``"eager"``
+    inside the put (see :class:`memtree.MemTreeConfig`).
 
     Example::
 
@@ -90,13 +94,14 @@ class MemTreeStore(BaseStore):
         index: IndexConfig | None = None,
         prefix: Namespace = ("store",),
         mode: RetrievalMode | None = None,
+        aggregation: Aggregation = "background",
     ) -> None:
         if not isinstance(memory, MemTree):
             raise TypeError(f"memory must be a memtree.MemTree, got {type(memory).__name__}")
         self.prefix: NamespaceKey = namespace_key(prefix)
         # Items are indexed independently: equal texts of two items are two leaves
         # (no de-duplication), and search must see every leaf (no sentence dropping).
-        config = memory.config.with_options(deduplicate=False, drop_repeated_sentences=False)
+        config = memory.config.with_options(deduplicate=False, drop_repeated_sentences=False, aggregation=aggregation)
         if mode is not None:
             config.with_options(mode=mode)  # refuses an unknown mode now, not at the first search
         self.memory = memory

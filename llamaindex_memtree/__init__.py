@@ -1,13 +1,17 @@
 """LlamaIndex adapters for memtree: an index, a retriever and a memory block.
 
-Importing this package registers the ``"memtree"`` index type with LlamaIndex, so
-``load_index_from_storage`` can give back a :class:`MemTreeIndex`.
+Importing this package registers the MemTreeIndex type with LlamaIndex, so
+``load_index_from_storage`` can give back a :class:`MemTreeIndex` (LlamaIndex has
+no plugin registry for index types: without the import, it raises a ``KeyError``
+whose text says to import this package). :func:`open_memory` opens a durable
+memory with LlamaIndex's ``Settings`` models.
 """
 
 from llamaindex_memtree.index import MemTreeIndex
 from llamaindex_memtree.memory import MemTreeMemoryBlock
 from llamaindex_memtree.persist import TreeSnapshotStore
 from llamaindex_memtree.retriever import MemTreeRetriever
+from llamaindex_memtree.settings import open_memory
 from llamaindex_memtree.struct import MEMTREE_INDEX_TYPE, MemTreeIndexStruct
 
 __all__ = [
@@ -17,4 +21,5 @@ __all__ = [
     "MemTreeMemoryBlock",
     "MemTreeRetriever",
     "TreeSnapshotStore",
+    "open_memory",
 ]

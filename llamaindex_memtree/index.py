@@ -27,7 +27,7 @@ from llamaindex_memtree.engines import engine_options
 from llamaindex_memtree.nodes import holds, leaf_item, without_empty_documents, without_empty_nodes
 from llamaindex_memtree.persist import attach_snapshot, check_embedder, new_snapshot_key, restore_snapshot
 from llamaindex_memtree.retriever import MemTreeRetriever
-from llamaindex_memtree.settings import memory_from_settings
+from llamaindex_memtree.settings import memory_from_settings, open_memory
 from llamaindex_memtree.struct import (
     SAMPLED_SOURCE_IDS,
     MemTreeIndexStruct,
@@ -36,8 +36,8 @@ from llamaindex_memtree.struct import (
     stored_config,
 )
 from memtree import InMemoryStore, MemTree, MemTreeConfig
+from memtree.config import AGGREGATION_MODES, Aggregation
 from memtree.inputs import Item
-from memtree.writer import AGGREGATION_MODES, Aggregation
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,9 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
 
     ``memory`` is the tree to build in: by default an in-memory one using
     LlamaIndex's ``Settings.embed_model`` / ``Settings.llm`` when you set them, else
-    the offline defaults; pass ``MemTree.open(path_or_dsn)`` for a durable tree.
+    the offline defaults. For a durable tree pass a SQLite path or PostgreSQL DSN
+    (opened with ``Settings``' models too, see :func:`~llamaindex_memtree.open_memory`)
+    or a memory you opened, ``MemTree.open(path_or_dsn, embedder=...)``.
     ``timestamp_key`` names a node metadata key holding each chunk's event time
     (a datetime, date, POSIX number or ISO 8601 string), used by time-range filters.
     ``aggregation="deferred"`` writes the summaries touched by one batch of nodes
@@ -79,7 +81,8 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
     StorageContext.from_defaults(persist_dir=dir))`` gives both back, embedding
     with ``Settings.embed_model`` (or the offline default), which must be the model
     the tree was built with. Pass ``memory=`` to choose the models and config
-    yourself, or to reopen a durable tree: the memory must hold this index's tree.
+    yourself, or to reopen a durable tree: the memory must hold this index's tree
+    (a path or DSN opens it in the index's namespace with its stored config).
     Import ``llamaindex_memtree`` first so LlamaIndex knows the index type.
 
     Example::
@@ -100,7 +103,7 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
         transformations: list[TransformComponent] | None = None,
         show_progress: bool = False,
         *,
-        memory: MemTree | None = None,
+        memory: MemTree | str | os.PathLike[str] | None = None,
         timestamp_key: str | None = None,
         aggregation: Aggregation | None = None,
         **kwargs: Any,
@@ -112,8 +115,13 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
                 f"this storage holds {_describe(index_struct)}, not a MemTreeIndex; load it with "
                 "llama_index.core.load_index_from_storage, or build a MemTreeIndex with from_documents"
             )
+        if isinstance(memory, (str, os.PathLike)):  # a SQLite path or a PostgreSQL DSN
+            memory = _open(memory, index_struct)
         if memory is not None and not isinstance(memory, MemTree):
-            raise TypeError(f"memory must be a memtree.MemTree, got {type(memory).__name__}")
+            raise TypeError(
+                f"memory must be a memtree.MemTree, or a SQLite path or PostgreSQL DSN to open, "
+                f"got {type(memory).__name__}"
+            )
         storage_context = storage_context or StorageContext.from_defaults()
         self._timestamp_key = timestamp_key
         self._aggregation = aggregation
@@ -171,7 +179,7 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
         persist_dir: str | os.PathLike[str],
         *,
         index_id: str | None = None,
-        memory: MemTree | None = None,
+        memory: MemTree | str | os.PathLike[str] | None = None,
         **kwargs: Any,
     ) -> MemTreeIndex:
         """Load a MemTreeIndex that ``storage_context.persist(persist_dir)`` saved.
@@ -210,7 +218,7 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
 
     def _build_index_from_nodes(self, nodes: Sequence[BaseNode], **build_kwargs: Any) -> MemTreeIndexStruct:
         memory = self._memory
-        snapshot = new_snapshot_key() if isinstance(memory.store, InMemoryStore) else None
+        snapshot = new_snapshot_key(self._storage_context) if isinstance(memory.store, InMemoryStore) else None
         struct = MemTreeIndexStruct(
             namespace=list(memory.namespace),
             store=type(memory.store).__name__,
@@ -381,6 +389,7 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
             mode=mode,
             similarity_top_k=similarity_top_k,
             token_budget=token_budget,
+            timestamp_key=self._timestamp_key,
             docstore=self.docstore,
             callback_manager=kwargs.get("callback_manager") or self._callback_manager,
             object_map=self._object_map,
@@ -394,6 +403,15 @@ def _describe(struct: IndexStruct) -> str:
     index_cls = INDEX_STRUCT_TYPE_TO_INDEX_CLASS.get(kind)
     name = index_cls.__name__ if index_cls is not None else type(struct).__name__
     return f"a {name} (index type {getattr(kind, 'value', kind)!r})"
+
+
+def _open(location: str | os.PathLike[str], struct: IndexStruct | None) -> MemTree:
+    """The durable memory at ``location`` with ``Settings``' models: for a stored
+    index, in its namespace with its stored config; for a new one, with the
+    index's default config."""
+    if isinstance(struct, MemTreeIndexStruct):
+        return open_memory(location, namespace=tuple(struct.namespace), config=stored_config(struct) or INDEX_CONFIG)
+    return open_memory(location, config=INDEX_CONFIG)
 
 
 def _reopen(struct: MemTreeIndexStruct, storage_context: StorageContext, memory: MemTree | None) -> MemTree:

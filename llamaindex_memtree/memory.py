@@ -9,14 +9,20 @@ within the block's own token limit.
 
 from __future__ import annotations
 
+import logging
+import os
 from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage, TextBlock
 from llama_index.core.bridge.pydantic import Field, field_validator
 from llama_index.core.memory.memory import BaseMemoryBlock
 
-from llamaindex_memtree.settings import memory_from_settings
+from llamaindex_memtree.settings import memory_from_settings, open_memory
 from memtree import MemTree
+from memtree.inputs import make_item
+from memtree.text import preview, storable_text, unstorable
+
+logger = logging.getLogger(__name__)
 
 
 class MemTreeMemoryBlock(BaseMemoryBlock[str]):
@@ -30,7 +36,10 @@ class MemTreeMemoryBlock(BaseMemoryBlock[str]):
     the memory's ``config.token_counter``), one per line.
 
     ``memory`` defaults to an in-memory tree with ``Settings``' models when set,
-    else the offline defaults; pass ``MemTree.open(path)`` to keep it across runs.
+    else the offline defaults. To keep it across runs pass a SQLite path or a
+    PostgreSQL DSN (``memory="chat.db"``), opened with ``Settings``' models too (see
+    :func:`~llamaindex_memtree.open_memory`), or a memory you opened yourself,
+    ``MemTree.open(path, embedder=..., llm=...)``.
 
     ``Memory`` reads the block for its ``session_id``. As with LlamaIndex's
     ``VectorMemoryBlock``, a block shared by several sessions then returns only the
@@ -40,7 +49,7 @@ class MemTreeMemoryBlock(BaseMemoryBlock[str]):
 
     Example::
 
-        block = MemTreeMemoryBlock(memory=MemTree.open("chat.db"), token_limit=400)
+        block = MemTreeMemoryBlock(memory="chat.db", token_limit=400)
         chat_memory = Memory.from_defaults(token_limit=4000, memory_blocks=[block])
     """
 
@@ -58,8 +67,13 @@ class MemTreeMemoryBlock(BaseMemoryBlock[str]):
     @field_validator("memory", mode="before")
     @classmethod
     def _check_memory(cls, value: Any) -> MemTree:
+        if isinstance(value, (str, os.PathLike)):  # a SQLite path or a PostgreSQL DSN
+            return open_memory(value)
         if not isinstance(value, MemTree):
-            raise TypeError(f"memory must be a memtree.MemTree, got {type(value).__name__}")
+            raise TypeError(
+                f"memory must be a memtree.MemTree, or a SQLite path or PostgreSQL DSN to open, "
+                f"got {type(value).__name__}"
+            )
         return value
 
     async def _aget(
@@ -83,16 +97,43 @@ class MemTreeMemoryBlock(BaseMemoryBlock[str]):
         return "\n".join(hit.context for hit in hits)
 
     async def _aput(self, messages: list[ChatMessage]) -> None:
-        """Remember each message that has text, in order, as one leaf."""
+        """Remember each message that has text, in order, as one leaf.
+
+        A message the engine would refuse (a NUL character, a lone surrogate) is
+        cleaned, with a warning naming it, and one it still refuses is skipped with a
+        warning: ``Memory`` flushes many messages at once, and one bad message must
+        not lose the others or make ``Memory.put()`` raise.
+        """
         texts: list[str] = []
         metadata: list[dict[str, Any]] = []
-        for message in messages:
+        for position, message in enumerate(messages, start=1):
             text = _text_of(message)
             if not text.strip():
                 continue
             role = message.role.value
-            texts.append(f"{role}: {text}")
-            metadata.append({"role": role, "session_id": message.additional_kwargs.get("session_id")})
+            session = message.additional_kwargs.get("session_id")
+            where = f"message {position} of {len(messages)}"
+            problem = unstorable(text)
+            if problem:
+                text = storable_text(text)
+                logger.warning(
+                    "%s (%s: %r): its text %s, which memtree cannot store; remembered without it "
+                    "(NUL characters removed, invalid characters replaced by '?')",
+                    where,
+                    role,
+                    preview(text, 60),
+                    problem,
+                )
+            if isinstance(session, str) and unstorable(session):
+                session = storable_text(session)
+                logger.warning("%s: its session_id could not be stored as it is; stored as %r", where, session)
+            try:
+                item = make_item(f"{role}: {text}", {"role": role, "session_id": session})
+            except (TypeError, ValueError) as error:
+                logger.warning("%s (%s: %r) was not remembered: %s", where, role, preview(text, 60), error)
+                continue
+            texts.append(item.text)
+            metadata.append(item.metadata)
         if texts:
             await self.memory.aadd_many(texts, metadata=metadata)
 

@@ -7,7 +7,8 @@ is the only hook that runs at persist time and is read again on load without ext
 arguments, so an index whose tree is held in memory registers a
 :class:`TreeSnapshotStore` there: at persist time it takes the engine's exact JSONL
 export of the tree (``MemTree.export_jsonl``) and writes it, inside an ordinary
-``SimpleVectorStore`` file, next to the docstore. Loading imports those lines into
+``SimpleVectorStore`` file, ``memtree_tree__vector_store.json``, next to the
+docstore. Loading imports those lines into
 a fresh memory (``MemTree.import_jsonl``). Trees in a durable engine store (SQLite,
 PostgreSQL) need no snapshot: the index reopens the store.
 """
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import io
 import json
-import uuid
 from typing import Any
 
 from llama_index.core.bridge.pydantic import PrivateAttr
@@ -29,10 +29,28 @@ SNAPSHOT_FORMAT = "memtree.jsonl"
 """Marks the metadata entry that holds a tree export."""
 
 
-def new_snapshot_key() -> str:
-    """A ``vector_stores`` key for one index's tree (no ``__``: LlamaIndex splits
-    persisted file names there)."""
-    return f"memtree-{uuid.uuid4().hex}"
+SNAPSHOT_KEY = "memtree_tree"
+"""The ``vector_stores`` key of an index's tree, so ``persist`` names its file
+``memtree_tree__vector_store.json`` (LlamaIndex appends ``__vector_store.json`` to
+the key). Directories persisted before used ``memtree-<uuid>``; the index struct
+records the key, so they load as they are."""
+
+
+def new_snapshot_key(storage_context: StorageContext) -> str:
+    """A free ``vector_stores`` key for one index's tree: :data:`SNAPSHOT_KEY`, or
+    ``memtree_tree_2``, ``_3``… when other MemTreeIndexes share the storage context
+    (no ``__``: LlamaIndex splits persisted file names there)."""
+    taken = set(storage_context.vector_stores)
+    taken.update(
+        str(snapshot)
+        for struct in storage_context.index_store.index_structs()
+        if (snapshot := getattr(struct, "snapshot", None)) is not None
+    )
+    key, number = SNAPSHOT_KEY, 1
+    while key in taken:
+        number += 1
+        key = f"{SNAPSHOT_KEY}_{number}"
+    return key
 
 
 class TreeSnapshotStore(SimpleVectorStore):

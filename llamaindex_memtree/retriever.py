@@ -14,11 +14,12 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.schema import NodeWithScore, QueryBundle
 from llama_index.core.storage.docstore.types import BaseDocumentStore
-from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
+from llama_index.core.vector_stores.types import MetadataFilters
 
+from llamaindex_memtree.filters import narrowed_time_range, translate_filters
 from llamaindex_memtree.nodes import to_node_with_score
 from memtree import MemTree, RetrievedNode
-from memtree.inputs import TimeLike
+from memtree.inputs import TimeLike, to_time_range
 
 
 class MemTreeRetriever(BaseRetriever):
@@ -27,9 +28,13 @@ class MemTreeRetriever(BaseRetriever):
     ``similarity_top_k`` is the number of results, ``mode`` ``"collapsed"`` (every
     node scored at once) or ``"traversal"`` (beam descent), ``token_budget`` caps the
     tokens of the joined results (the last one is cut to fit). ``filters`` are
-    LlamaIndex ``MetadataFilters`` of equality conditions joined by AND (they keep
-    leaves whose metadata match); ``time_range=(start, end)`` keeps nodes whose event
-    time lies inside. Unset options take the memory's ``config`` defaults.
+    LlamaIndex ``MetadataFilters`` (operators ``==``, ``!=``, ``>``, ``>=``, ``<``,
+    ``<=``, ``in``, ``nin``; conditions ``AND``, ``OR``, ``NOT``, nested), kept as the
+    engine's ``where`` (they keep leaves whose metadata pass);
+    ``time_range=(start, end)`` keeps nodes whose event time lies inside, and so do
+    top-level ``AND`` conditions on ``timestamp_key`` (the index's, when the
+    retriever comes from ``MemTreeIndex.as_retriever``), compared as times. Unset
+    options take the memory's ``config`` defaults.
 
     Leaves come back as their original nodes when ``docstore`` holds them, summaries
     as ``TextNode`` s whose ``CHILD`` relationships name the nodes they summarize.
@@ -54,6 +59,7 @@ class MemTreeRetriever(BaseRetriever):
         filters: MetadataFilters | None = None,
         time_range: tuple[TimeLike | None, TimeLike | None] | None = None,
         min_score: float | None = None,
+        timestamp_key: str | None = None,
         docstore: BaseDocumentStore | None = None,
         callback_manager: CallbackManager | None = None,
         object_map: dict[str, Any] | None = None,
@@ -66,8 +72,11 @@ class MemTreeRetriever(BaseRetriever):
         self.mode = mode
         self.token_budget = token_budget
         self.leaves_only = leaves_only
-        self.where = where_from_filters(filters)
-        self.time_range = time_range
+        translated = translate_filters(filters, timestamp_key)
+        self.where = translated.where
+        self.time_range = narrowed_time_range(to_time_range(time_range), translated.time_range)
+        start, end = self.time_range or (None, None)
+        self._matches_nothing = start is not None and end is not None and start > end  # contradicting times
         self.min_score = min_score
         self.docstore = docstore
         super().__init__(callback_manager=callback_manager, object_map=object_map, verbose=verbose)
@@ -84,41 +93,16 @@ class MemTreeRetriever(BaseRetriever):
         }
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        if self._matches_nothing:
+            return []
         return self._convert(self.memory.retrieve(query_bundle.query_str, **self._options()))
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        if self._matches_nothing:
+            return []
         return self._convert(await self.memory.aretrieve(query_bundle.query_str, **self._options()))
 
     def _convert(self, hits: Sequence[RetrievedNode]) -> list[NodeWithScore]:
         summarized = {leaf_id for hit in hits if not hit.is_leaf for leaf_id in hit.leaf_ids}
         source_ids = {leaf_id: leaf.source_id for leaf_id, leaf in self.memory.get_many(summarized).items()}
         return [to_node_with_score(hit, self.docstore, source_ids) for hit in hits]
-
-
-def where_from_filters(filters: MetadataFilters | None) -> dict[str, Any] | None:
-    """LlamaIndex metadata filters as the engine's ``where`` (metadata equality, AND).
-
-    Raises ``ValueError`` naming what the engine cannot filter on: another operator,
-    an OR / NOT condition, nested filter groups, or two values for one key.
-    """
-    if filters is None:
-        return None
-    if not isinstance(filters, MetadataFilters):
-        raise TypeError(f"filters must be llama_index MetadataFilters, got {type(filters).__name__}")
-    if filters.condition not in (None, FilterCondition.AND) and len(filters.filters) > 1:
-        raise ValueError(
-            f"memtree filters support only equality conditions joined by AND, got condition {filters.condition!r}"
-        )
-    where: dict[str, Any] = {}
-    for condition in filters.filters:
-        if not isinstance(condition, MetadataFilter):
-            raise ValueError("memtree filters do not support nested MetadataFilters; flatten them into one AND list")
-        if condition.operator != FilterOperator.EQ:
-            raise ValueError(
-                f"memtree filters support only equality (FilterOperator.EQ), got {condition.operator!r} "
-                f"for key {condition.key!r}"
-            )
-        if condition.key in where and where[condition.key] != condition.value:
-            raise ValueError(f"two different values for metadata key {condition.key!r} can never both match")
-        where[condition.key] = condition.value
-    return where or None

@@ -1,5 +1,8 @@
 """Which models a memory built by this package uses: the user's LlamaIndex ones, if set.
 
+Both the in-memory trees the adapters make (:func:`memory_from_settings`) and the
+durable ones they open from a path or DSN (:func:`open_memory`) use them.
+
 LlamaIndex's ``Settings.embed_model`` and ``Settings.llm`` resolve lazily to OpenAI
 defaults the first time they are *read*, which fails without an API key. Reading
 the private fields instead tells whether the user set them without triggering that
@@ -20,6 +23,7 @@ purpose still works through ``MemTree(llm=MockLLM())`` / ``MemTree(embedder=...)
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Any
 
@@ -28,6 +32,7 @@ from llama_index.core.embeddings import MockEmbedding
 from llama_index.core.llms import MockLLM
 
 from memtree import ExtractiveAggregator, LocalEmbedder, MemTree, MemTreeConfig
+from memtree.store.base import Namespace
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +84,52 @@ def memory_from_settings(config: MemTreeConfig | None = None) -> MemTree:
     """An in-memory :class:`~memtree.MemTree` using ``Settings``' models when set,
     else the engine's defaults."""
     return MemTree(config=config, **models_from_settings())
+
+
+def open_memory(location: str | os.PathLike[str], *, namespace: Namespace = "default", **kwargs: Any) -> MemTree:
+    """A durable memory (a SQLite path or a PostgreSQL DSN, as :meth:`MemTree.open
+    <memtree.MemTree.open>`) using ``Settings``' models when set.
+
+    ``MemTree.open`` is the engine's and knows nothing of LlamaIndex: it takes the
+    models passed to it, else its own defaults. This passes ``Settings.embed_model``
+    and ``Settings.llm`` (as :func:`models_from_settings` reads them) unless
+    ``embedder=`` / ``llm=`` / ``aggregator=`` are given; the adapters call it when
+    given a path or DSN as ``memory=``.
+
+    A memory that already holds vectors of another model is refused with a
+    ``ValueError`` naming both models: its stored vectors could not be compared with
+    the new ones. The memory owns the store: ``memory.close()`` closes it.
+
+    Example::
+
+        Settings.embed_model = HuggingFaceEmbedding("BAAI/bge-small-en-v1.5")
+        memory = open_memory("chat.db")  # embeds with bge-small, now and when reopened
+    """
+    chosen = models_from_settings()
+    if "embedder" in kwargs:
+        chosen.pop("embedder", None)
+    if "llm" in kwargs or "aggregator" in kwargs:
+        chosen.pop("llm", None)
+        chosen.pop("aggregator", None)
+    memory = MemTree.open(location, namespace=namespace, **chosen, **kwargs)
+    stored = memory.stored_embedder
+    if stored is not None and stored != memory.embedder.name:
+        memory.close()
+        source = "the embedder= given" if "embedder" in kwargs else _embedder_source(chosen)
+        raise ValueError(
+            f"{os.fspath(location)!r} (namespace {memory.namespace!r}) holds vectors of {stored}, but "
+            f"{source} is {memory.embedder.name}; their vectors cannot be compared. Set Settings.embed_model "
+            "to the model the memory was built with, or pass embedder=<that model>"
+        )
+    return memory
+
+
+def _embedder_source(chosen: dict[str, Any]) -> str:
+    if "embedder" not in chosen:
+        return "the engine's default embedder (Settings.embed_model is not set)"
+    if isinstance(chosen["embedder"], LocalEmbedder):
+        return "the offline embedder (Settings.embed_model is switched off)"
+    return "Settings.embed_model"
 
 
 def _log_once(kind: str, message: str) -> None:

@@ -9,7 +9,8 @@ the memory's config (its plain fields) and a few of the index's leaves. The tree
 itself is never copied into the struct: it is the engine's.
 
 :func:`register` adds the type to LlamaIndex's two registries, so that
-``load_index_from_storage`` gives back a MemTreeIndex.
+``load_index_from_storage`` gives back a MemTreeIndex once ``llamaindex_memtree``
+is imported (see :data:`MEMTREE_INDEX_TYPE` for what happens before).
 """
 
 from __future__ import annotations
@@ -27,8 +28,17 @@ from memtree import MemTreeConfig
 
 logger = logging.getLogger(__name__)
 
-MEMTREE_INDEX_TYPE = "memtree"
-"""The struct type string written to ``index_store.json``."""
+MEMTREE_INDEX_TYPE = "memtree (import llamaindex_memtree before loading)"
+"""The struct type string written to ``index_store.json``.
+
+LlamaIndex finds index classes in two plain dicts filled at import time and has no
+plugin (entry point) registry for them, so ``load_index_from_storage`` in a process
+that has not imported ``llamaindex_memtree`` fails with ``KeyError: <this string>``.
+The string is written to say how to fix that, since it is all the error shows."""
+
+LEGACY_INDEX_TYPES: tuple[str, ...] = ("memtree",)
+"""Type strings written by earlier versions; loaded as MemTreeIndexes too (and
+written with :data:`MEMTREE_INDEX_TYPE` when persisted again)."""
 
 UNSTORED_CONFIG_FIELDS = frozenset({"token_counter"})
 """Config fields that are code, not data: a loaded memory gets their defaults."""
@@ -105,7 +115,9 @@ def stored_config(struct: MemTreeIndexStruct) -> MemTreeConfig | None:
 
 
 def register(index_cls: type[Any]) -> None:
-    """Map the ``"memtree"`` struct type to its struct class and ``index_cls``."""
-    key = cast(IndexStructType, MEMTREE_INDEX_TYPE)
-    INDEX_STRUCT_TYPE_TO_INDEX_STRUCT_CLASS[key] = MemTreeIndexStruct
-    INDEX_STRUCT_TYPE_TO_INDEX_CLASS[key] = index_cls
+    """Map the memtree struct types (this one and earlier ones) to the struct class
+    and ``index_cls``."""
+    for name in (MEMTREE_INDEX_TYPE, *LEGACY_INDEX_TYPES):
+        key = cast(IndexStructType, name)
+        INDEX_STRUCT_TYPE_TO_INDEX_STRUCT_CLASS[key] = MemTreeIndexStruct
+        INDEX_STRUCT_TYPE_TO_INDEX_CLASS[key] = index_cls

@@ -9,12 +9,14 @@ Entry points
   cli, commands/   the ``memtree`` command, one module per sub-command (bench: finds memtree_bench)
   demo             the offline demo conversation, its tree and answers
   tree             MemTree: the public API, a facade delegating each operation in one step
+  siblings         the handles a memory keeps open to other namespaces of its store (sibling())
   backup           JSONL export and import of one namespace (no pickle, no re-embedding)
 Writing
   writer           where a text enters once and leaves committed: entry points, optimistic commit loop
   procedures       insert, flush, delete, repair, restore as sans-IO steps returning a PreparedWrite
   summaries        aggregation and embedding rounds the procedures share; failures mark nodes stale
   model_calls      the steps' model requests and their sync (threads) and async (event loop) drivers
+  background       aggregation="background": the worker thread that writes pending summaries
   optimistic       footprints: is a plan made outside the store's lock still valid at commit?
   deferral         which summaries wait for a deferred rewrite, and with which texts
   planning         what an insert or delete changes in the tree, before any model is called
@@ -27,15 +29,17 @@ Reading
   stats            TreeStats and the cost counters
   viz/             pictures of the tree: outline, Mermaid, DOT (PNG/SVG via Graphviz), HTML page
   state            TreeState: the in-process tree and its lookups, changed only by change batches
+  where            the metadata filter of retrieve (Mongo-style operators), parsed and matched
   index            the incremental FAISS index (exact inner product) over a namespace's nodes
   lexical          the incremental BM25 index beside it, for hybrid scores
   spare_core       runs the BM25 search on a spare core while the caller scans vectors
 Models
   model_choice     which embedder and summary writer a memory uses (OpenAI with a key, else offline)
   aggregate        Aggregator: LLM summaries (the paper's prompt) and offline extractive ones
-  models/          OpenAI, LangChain and LlamaIndex adapters and the resolver of what callers pass
+  models/          OpenAI, LangChain, LlamaIndex and llama.cpp adapters; the resolver of what callers pass
   embed            Embedder: local sentence-transformers, hashing (tests); vector checks
   llm              ChatModel: what memtree asks of a language model; plain callables
+  summary_guard    checks on a model-written summary before the tree stores it
   retry            backoff with jitter, Retry-After and per-call timeouts for every model call
   model_usage      usage reports: adapters say what a call cost, the calling memory counts it
 Storage
@@ -45,6 +49,7 @@ Foundations
   inputs           checks and conversions of what callers pass (metadata, times)
   node             Node and RetrievedNode, the records a memory hands out
   text             sentences, words, token counts, text checks
+  output_file      writing a file the user named as shell redirection would, without its risks
   version          the package version, also written into backups
 """
 

@@ -7,7 +7,8 @@ after a deletion. Two implementations:
 
 * :class:`ExtractiveAggregator`, the offline default: picks central, diverse
   sentences of the leaves; no model call, every word traceable to a leaf.
-* :class:`LLMAggregator`: asks a chat model to merge the texts.
+* :class:`LLMAggregator`: asks a chat model to merge the texts; its replies can be
+  checked by :mod:`memtree.summary_guard`, with the extractive summary as fallback.
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ from typing import Any
 import numpy as np
 
 from memtree.embed import Embedder, Matrix, check_embeddings
-from memtree.llm import ChatModel
+from memtree.llm import ChatModel, Completion
 from memtree.model_usage import report
 from memtree.models.resolve import resolve_chat_model
 from memtree.node import Vector
-from memtree.retry import ModelResponseError
+from memtree.retry import EmptyReplyError, ModelResponseError
+from memtree.summary_guard import GuardVerdict, SummaryRejectedError, check_summary, clean_reply
 from memtree.text import count_words, fold, split_sentences
 
 
@@ -56,6 +58,11 @@ class Aggregator(ABC):
     def calls_model(self) -> bool:
         """Whether aggregation costs a model call (the engine reports these)."""
         return True
+
+    def bound_to(self, embedder: Embedder) -> Aggregator:
+        """This aggregator, ready to use ``embedder`` where it needs one and has none
+        (the memory calls it with its own embedder); by default unchanged."""
+        return self
 
 
 class ExtractiveAggregator(Aggregator):
@@ -224,16 +231,39 @@ class LLMAggregator(Aggregator):
     ``MemTree(llm=...)`` accepts (a LangChain or LlamaIndex model, a callable
     ``prompt -> text``, sync or async); it is wrapped once, so retries, timeouts and
     token usage work the same for every kind. ``prompt`` may replace
-    :data:`AGGREGATE_PROMPT`; it must use the same placeholders. An empty reply is
-    retried by the model and then raised, so the engine keeps the old summary
-    (stale) instead of storing nothing.
+    :data:`AGGREGATE_PROMPT`; it must use the same placeholders.
+
+    ``guarded`` checks every reply with :func:`~memtree.summary_guard.check_summary`
+    (empty, truncated, an echo of the prompt, a dropped name or number, not shorter
+    than its inputs). ``None``, the default, follows the model's
+    :attr:`~memtree.llm.ChatModel.guard_summaries`: on for the local llama.cpp model,
+    off for hosted ones, whose summaries at higher levels are asked to favour themes
+    over details. A rejected reply is replaced by ``fallback``'s summary (the offline
+    :class:`ExtractiveAggregator` unless given), or with ``strict=True`` raised as
+    :class:`~memtree.summary_guard.SummaryRejectedError`, so the engine keeps the
+    node's old text and marks it stale for :meth:`~memtree.MemTree.repair`. Either
+    way the memory's ``stats().extra`` counts it: ``summaries_checked``,
+    ``summary_guard_<guard>`` per failed guard, ``summary_fallbacks``.
+    ``max_words`` caps a guarded reply's length in words. Unguarded, an empty reply
+    is retried by the model and then raised (the node goes stale, nothing empty is
+    stored).
 
     Example::
 
         LLMAggregator(lambda prompt: my_client.complete(prompt))
+        LLMAggregator("llama-cpp:/models/qwen2.5-1.5b-instruct-q4_k_m.gguf", strict=True)
     """
 
-    def __init__(self, llm: Any, *, prompt: str = AGGREGATE_PROMPT) -> None:
+    def __init__(
+        self,
+        llm: Any,
+        *,
+        prompt: str = AGGREGATE_PROMPT,
+        guarded: bool | None = None,
+        strict: bool = False,
+        fallback: Aggregator | None = None,
+        max_words: int | None = 200,
+    ) -> None:
         try:
             prompt.format(summary="", count=0, new_texts="", guidance="")
         except (KeyError, IndexError) as error:
@@ -241,8 +271,30 @@ class LLMAggregator(Aggregator):
                 f"prompt uses an unknown placeholder {error}; "
                 "allowed: {summary}, {count}, {new_texts}, {guidance}"
             ) from None
+        if max_words is not None and max_words < 1:
+            raise ValueError(f"max_words must be a positive number of words or None, got {max_words}")
         self.model: ChatModel = resolve_chat_model(llm)
         self.prompt = prompt
+        self.guarded = self.model.guard_summaries if guarded is None else guarded
+        self.strict = strict
+        self.fallback: Aggregator = fallback if fallback is not None else ExtractiveAggregator()
+        self.max_words = max_words
+
+    def bound_to(self, embedder: Embedder) -> LLMAggregator:
+        """This aggregator with its fallback bound to ``embedder`` (the extractive
+        fallback embeds sentences with the memory's own model)."""
+        bound = self.fallback.bound_to(embedder)
+        if bound is self.fallback:
+            return self
+        copy = LLMAggregator(
+            self.model,
+            prompt=self.prompt,
+            guarded=self.guarded,
+            strict=self.strict,
+            fallback=bound,
+            max_words=self.max_words,
+        )
+        return copy
 
     def build_prompt(self, summary: str, new_texts: Sequence[str], count: int) -> str:
         """The exact prompt sent for one aggregation."""
@@ -255,13 +307,57 @@ class LLMAggregator(Aggregator):
         )
 
     def aggregate(self, summary: str, new_texts: Sequence[str], count: int, *, centroid: Vector | None = None) -> str:
-        return _require_summary(self.model.complete(self.build_prompt(summary, new_texts, count)).text)
+        prompt = self.build_prompt(summary, new_texts, count)
+        if not self.guarded:
+            return _require_summary(self.model.complete(prompt).text)
+        try:
+            completion = self.model.complete(prompt)
+        except EmptyReplyError:
+            completion = Completion("")
+        verdict = self.verdict(completion, summary, new_texts, count)
+        if verdict is None:
+            return clean_reply(completion.text)
+        self._reject(verdict)
+        return self.fallback.aggregate(summary, new_texts, count, centroid=centroid)
 
     async def aaggregate(
         self, summary: str, new_texts: Sequence[str], count: int, *, centroid: Vector | None = None
     ) -> str:
-        completion = await self.model.acomplete(self.build_prompt(summary, new_texts, count))
-        return _require_summary(completion.text)
+        prompt = self.build_prompt(summary, new_texts, count)
+        if not self.guarded:
+            return _require_summary((await self.model.acomplete(prompt)).text)
+        try:
+            completion = await self.model.acomplete(prompt)
+        except EmptyReplyError:
+            completion = Completion("")
+        verdict = self.verdict(completion, summary, new_texts, count)
+        if verdict is None:
+            return clean_reply(completion.text)
+        self._reject(verdict)
+        return await self.fallback.aaggregate(summary, new_texts, count, centroid=centroid)
+
+    def verdict(
+        self, completion: Completion, summary: str, new_texts: Sequence[str], count: int
+    ) -> GuardVerdict | None:
+        """The guard the model's reply to this aggregation fails, or ``None`` if it
+        may be stored (counted as ``summaries_checked``); whether or not ``guarded``."""
+        report(summaries_checked=1)
+        return check_summary(
+            clean_reply(completion.text),
+            summary=summary,
+            new_texts=new_texts,
+            prompt=self.build_prompt(summary, new_texts, count),
+            instructions=self.build_prompt("", [], count + len(new_texts)).replace(_NO_SUMMARY, ""),
+            truncated=completion.truncated,
+            max_words=self.max_words,
+        )
+
+    def _reject(self, verdict: GuardVerdict) -> None:
+        """Count the failed guard; in strict mode raise, else count the fallback."""
+        report(**{"summary_guard_" + verdict.guard: 1})
+        if self.strict:
+            raise SummaryRejectedError(verdict)
+        report(summary_fallbacks=1)
 
 
 def _require_summary(reply: str) -> str:

@@ -31,7 +31,10 @@ Importing validates the whole file before writing anything and reports problems
 as ``ValueError("line 7: …")``. With ``skip_bad=True`` bad lines are skipped
 (with a warning naming them); top-level branches that lost a node are dropped and
 their surviving leaves are routed in again with their stored embeddings (same
-ids, nothing re-embedded; summaries above them are aggregated anew).
+ids, nothing re-embedded; summaries above them are aggregated anew). A bad header
+is fatal even then (a header whose ``dimension`` no embedding in the file has would
+make every line "bad"), and a backup from which nothing with a vector survives
+records no dimension or embedder for the namespace.
 """
 
 from __future__ import annotations
@@ -41,12 +44,11 @@ import binascii
 import json
 import math
 import os
-import tempfile
 import warnings
+from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
@@ -55,6 +57,7 @@ from memtree.index import VectorIndex
 from memtree.inputs import to_metadata
 from memtree.integrity import integrity_problems
 from memtree.node import ROOT_ID, JSONDict, Node, Vector
+from memtree.output_file import write_output
 from memtree.planning import root_node
 from memtree.state import TreeState
 from memtree.store.base import ChangeBatch, NamespaceInfo, NamespaceKey, Store, check_record_name, namespace_key
@@ -77,8 +80,10 @@ _MAX_SHOWN = 20
 
 def export_jsonl(store: Store, namespace: NamespaceKey, target: str | os.PathLike[str] | TextIO) -> int:
     """Write ``namespace`` of ``store`` to ``target`` (a path or a text stream); return the
-    number of nodes written. A path is written to a temporary file first and renamed,
-    so an interrupted export never leaves a half backup under the name.
+    number of nodes written. A regular file is written beside itself and renamed, so an
+    interrupted export never leaves half a backup under the name; a pipe or a device is
+    written through, a symbolic link followed, a file's mode kept
+    (:func:`~memtree.output_file.write_output`).
 
     Tree and records are read from the store in one snapshot
     (:meth:`~memtree.store.Store.read_snapshot`), so a backup taken while other
@@ -104,7 +109,7 @@ def export_jsonl(store: Store, namespace: NamespaceKey, target: str | os.PathLik
     }
     lines = _lines(header, nodes, records)
     if isinstance(target, (str, os.PathLike)):
-        _write_atomically(Path(target), lines)
+        write_output(target, lines)
     else:
         for line in lines:
             target.write(line)
@@ -147,21 +152,6 @@ def _b64(vector: Vector | None) -> str | None:
     return None if data is None else base64.b64encode(data).decode("ascii")
 
 
-def _write_atomically(path: Path, lines: Iterable[str]) -> None:
-    folder = path.parent if str(path.parent) else Path(".")
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as stream:
-            for line in lines:
-                stream.write(line)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
 # -- import -------------------------------------------------------------------------------
 
 
@@ -179,6 +169,8 @@ class _Parsed:
     records: dict[tuple[str, str], tuple[int, JSONDict]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     last_line: int = 1
+    embedding_sizes: Counter[int] = field(default_factory=Counter)
+    """How many node lines hold an embedding of each size (float32 values), whatever the header says."""
 
     def bad(self, line: int, message: str) -> None:
         self.problems.append(f"line {line}: {message}")
@@ -194,6 +186,11 @@ def import_jsonl(writer: Writer, source: str | os.PathLike[str] | TextIO, *, ski
     else:
         parsed = _parse(source)
     kept, loose = _check_tree(parsed, writer.config.depth_cap)
+    info = parsed.info
+    if not loose and all(node.embedding is None for node in kept):
+        # Nothing with a vector survives: recording the header's dimension and model
+        # would bind the namespace to a size no stored node has (every add would fail).
+        info = replace(info, dimension=None, embedder=None)
     if parsed.problems and not skip_bad:
         raise ValueError(_summary(parsed.problems, "nothing was imported; fix the file or pass skip_bad=True"))
     if parsed.problems:
@@ -206,7 +203,7 @@ def import_jsonl(writer: Writer, source: str | os.PathLike[str] | TextIO, *, ski
             UserWarning,
             stacklevel=3,
         )
-    writer.restore(kept, parsed.info)
+    writer.restore(kept, info)
     by_kind: dict[str, dict[str, JSONDict]] = {}
     for (kind, key), (_, value) in parsed.records.items():  # file order: the order first written
         by_kind.setdefault(kind, {})[key] = value
@@ -241,6 +238,9 @@ def _parse(stream: Iterable[str]) -> _Parsed:
             kind = value.get("type")
             if kind == "node":
                 node_lines += 1
+                size = _embedding_size(value)
+                if size is not None:
+                    parsed.embedding_sizes[size] += 1
                 node = _node(value, parsed.info.dimension)
                 if node.id in parsed.nodes:
                     raise _BadLine(f"node id {node.id!r} already appeared on line {parsed.nodes[node.id][0]}")
@@ -257,6 +257,7 @@ def _parse(stream: Iterable[str]) -> _Parsed:
         except _BadLine as error:
             parsed.bad(number, str(error))
     parsed.last_line = number
+    _check_dimension(parsed)
     for what, found in (("nodes", node_lines), ("records", record_lines)):
         announced = parsed.header.get(what)
         if announced != found:
@@ -265,6 +266,38 @@ def _parse(stream: Iterable[str]) -> _Parsed:
                 f"the header announces {announced} {what} but the file holds {found} (truncated or edited?)",
             )
     return parsed
+
+
+def _embedding_size(value: JSONDict) -> int | None:
+    """The number of float32 values a node line's embedding holds (``None``: none, or unreadable)."""
+    item = value.get("embedding")
+    if not isinstance(item, str):
+        return None
+    try:
+        data = base64.b64decode(item, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return len(data) // VECTOR_DTYPE.itemsize if len(data) % VECTOR_DTYPE.itemsize == 0 else None
+
+
+def _check_dimension(parsed: _Parsed) -> None:
+    """Refuse a header whose dimension no embedding in the file has.
+
+    Every node line would then be "bad", and skipping them all would import nothing
+    while reporting success, so this is an error of the header, which ``skip_bad``
+    cannot skip.
+    """
+    sizes = parsed.embedding_sizes
+    dimension = parsed.info.dimension
+    if not sizes or dimension in sizes:
+        return
+    found = " or ".join(str(size) for size, _ in sizes.most_common())
+    likely = sizes.most_common(1)[0][0]
+    raise ValueError(
+        f"line 1: the header says dimension {json.dumps(dimension)} but every embedding in the file holds {found} "
+        f"values; the header is wrong (edited, or from another backup), and skip_bad cannot skip the header: set its "
+        f'"dimension" to {likely} and import again'
+    )
 
 
 def _json_line(text: str) -> JSONDict:

@@ -15,7 +15,7 @@ import typer
 
 from memtree.commands import add, backup, query, repair, show, stats
 from memtree.commands.bench import add_bench
-from memtree.commands.common import CliError, cli_errors, set_verbose
+from memtree.commands.common import CliError, LlmOption, cli_errors, parse_llm, set_verbose
 from memtree.commands.files import os_problem, output_problem
 
 app = typer.Typer(
@@ -42,6 +42,7 @@ def demo(
     html: str | None = typer.Option(
         None, "--html", help="Also write the tree as a page to browse, with the questions' results highlighted."
     ),
+    llm: LlmOption = None,
 ) -> None:
     """Build a memory from a sample conversation offline, print its tree and answer three questions."""
     from memtree.demo import load_demo_conversation, run_demo
@@ -50,7 +51,7 @@ def demo(
     problem = output_problem(html, "demo.html") if html is not None else None
     if problem:
         raise CliError(problem)
-    with MemTree() as memory:
+    with MemTree(llm=parse_llm(llm)) as memory:
         run_demo(memory, sys.stdout, k=k, token_budget=budget, max_depth=depth)
         if html is not None:
             _, questions = load_demo_conversation()

@@ -12,6 +12,8 @@ from memtree.text import count_tokens
 RetrievalMode = Literal["collapsed", "traversal"]
 RETRIEVAL_MODES: tuple[str, ...] = ("collapsed", "traversal")
 ParentEmbedding = Literal["text", "mean"]
+Aggregation = Literal["eager", "deferred", "background"]
+AGGREGATION_MODES: tuple[str, ...] = ("eager", "deferred", "background")
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,18 @@ class MemTreeConfig:
     (no discount) and keeps no lexical index. 0.3 is what measured best on LoCoMo
     (benchmarks/results/locomo.md, locomo_variants.md).
 
+    ``aggregation`` says when an insert's summaries are written (``add`` and
+    ``add_many`` can override it per call). ``"eager"`` writes them inside the
+    insert, as the paper does: the caller waits for the model. ``"deferred"``
+    stores the leaf and leaves the summaries stale until :meth:`MemTree.flush`,
+    :meth:`MemTree.close` or interpreter exit (one rewrite per summary for many
+    inserts: the fewest model calls, but summaries lag until then).
+    ``"background"`` stores the leaf the same way and has a worker thread write the
+    summaries soon after (see :mod:`memtree.background`): the caller never waits
+    for the model, and summaries lag by about one model call.
+    ``background_queue_size`` bounds that worker's queue of notifications; a full
+    queue loses nothing (the work itself is kept, coalesced, per summary).
+
     Example::
 
         MemTreeConfig(theta0=0.4, depth_cap=12, parent_embedding="mean")
@@ -67,6 +81,8 @@ class MemTreeConfig:
     drop_repeated_sentences: bool = True
     max_concurrency: int = 8
     aggregation_max_words: int = 2000
+    aggregation: Aggregation = "eager"
+    background_queue_size: int = 1024
     token_counter: Callable[[str], int] = field(default=count_tokens, compare=False)
 
     def __post_init__(self) -> None:
@@ -88,6 +104,9 @@ class MemTreeConfig:
         _check_positive("beam", self.beam)
         _check_positive("max_concurrency", self.max_concurrency)
         _check_positive("aggregation_max_words", self.aggregation_max_words)
+        _check_positive("background_queue_size", self.background_queue_size)
+        if self.aggregation not in AGGREGATION_MODES:
+            raise ValueError(f"aggregation must be one of: {', '.join(AGGREGATION_MODES)}; got {self.aggregation!r}")
         if self.threshold_depth is not None:
             _check_positive("threshold_depth", self.threshold_depth)
         if self.token_budget is not None:

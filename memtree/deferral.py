@@ -23,6 +23,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from memtree.node import Node
 from memtree.planning import InsertPlan
 from memtree.state import TreeState
 
@@ -36,6 +37,10 @@ class PendingSummary:
     new_leaves: list[str] = field(default_factory=list)
     rebuild: bool = False
     """Rebuild from the children instead of merging (the base no longer tells the story)."""
+    stale_base: bool = False
+    """The summary was already stale when the entry was made, so its text may miss
+    leaves: rebuild it too, unless the entry joins one a flush had taken (see
+    :meth:`PendingSummaries.restore`)."""
 
 
 @dataclass
@@ -48,6 +53,58 @@ class FlushPlan:
     """Ids of summaries to rebuild from their children, deepest first."""
     entries: dict[str, PendingSummary] = field(default_factory=dict)
     """The ledger entries the plan was made from (put back if it is not committed)."""
+
+
+@dataclass(frozen=True)
+class FlushBase:
+    """What a flush's texts were written from, to re-apply them on a newer tree."""
+
+    texts: dict[str, str]
+    """node id -> text when planned: the summaries written and the children rebuilds read."""
+    counts: dict[str, int]
+    """summary id -> the leaf count its new text covers."""
+
+
+def flush_base(state: TreeState, nodes: Iterable[str], read: Iterable[Node]) -> FlushBase:
+    """The :class:`FlushBase` of a flush planned on ``state`` (under its read lock)."""
+    summaries = [state.nodes[node_id] for node_id in nodes]
+    texts = {node.id: node.text for node in read}
+    texts.update((node.id, node.text) for node in summaries)
+    return FlushBase(texts, {node.id: node.leaf_count for node in summaries})
+
+
+def rebase_flush(
+    state: TreeState, written: Iterable[Node], base: FlushBase, arrivals: dict[str, int]
+) -> tuple[list[Node], dict[str, tuple[str, int]]] | None:
+    """A flush's summaries re-applied on ``state``, if all that changed below them since
+    the flush was planned is inserts whose leaves wait in the ledger (``arrivals``:
+    summary id -> leaves recorded since); ``None`` otherwise (plan again).
+
+    Each summary keeps the structure it has now (leaf count, leaf sum, place) and
+    takes the flush's text and embedding. One that gained leaves meanwhile stays
+    stale, and its ledger entry is rebased (the second value: id -> new text and
+    the count it covers) so the next flush merges just those leaves into it.
+    Without this, with inserts arriving while a flush waits for the model (the
+    background worker's case), nearly every flush would conflict and start over.
+    """
+    for node_id, text in base.texts.items():
+        current = state.nodes.get(node_id)
+        if current is None or current.text != text:  # deleted, or rewritten by another write
+            return None
+    rebased: list[Node] = []
+    grown_bases: dict[str, tuple[str, int]] = {}
+    for node in written:
+        current = state.nodes[node.id]
+        grown = current.leaf_count - base.counts[node.id]
+        if grown != arrivals.get(node.id, 0) or current.depth != node.depth or current.parent != node.parent:
+            return None  # something else than recorded inserts changed it (a delete, an eager insert)
+        copy = current.copy()
+        copy.text, copy.embedding, copy.updated_at = node.text, node.embedding, node.updated_at
+        copy.stale = node.stale or grown > 0
+        if grown and not node.stale:
+            grown_bases[node.id] = (node.text, base.counts[node.id])
+        rebased.append(copy)
+    return rebased, grown_bases
 
 
 class PendingSummaries:
@@ -68,7 +125,9 @@ class PendingSummaries:
         entries = []
         for node_id in plan.route.path:
             current = state.nodes[node_id]
-            entries.append((node_id, PendingSummary(current.text, current.leaf_count, [plan.leaf.id], current.stale)))
+            entries.append(
+                (node_id, PendingSummary(current.text, current.leaf_count, [plan.leaf.id], stale_base=current.stale))
+            )
         if plan.new_parent is not None:
             split_leaf = plan.moved[0]
             entries.append((plan.new_parent, PendingSummary(split_leaf.text, 1, [plan.leaf.id])))
@@ -108,7 +167,7 @@ class PendingSummaries:
             if node is None or not node.stale:
                 continue
             alive = [leaf for leaf in entry.new_leaves if leaf in state.nodes]
-            if entry.rebuild or not alive or node.leaf_count != entry.base_count + len(alive):
+            if entry.rebuild or entry.stale_base or not alive or node.leaf_count != entry.base_count + len(alive):
                 rebuilds.append(node_id)
             else:
                 merges[node_id] = (entry.base_text, entry.base_count, [state.nodes[leaf].text for leaf in alive])
@@ -123,9 +182,32 @@ class PendingSummaries:
         rebuilds.sort(key=lambda node_id: state.nodes[node_id].depth, reverse=True)
         return FlushPlan(merges, rebuilds, entries)
 
+    def arrivals(self) -> dict[str, int]:
+        """Summary id -> how many leaves wait in its entry (after a :meth:`take`: the
+        inserts committed since)."""
+        with self._lock:
+            return {node_id: len(entry.new_leaves) for node_id, entry in self._entries.items()}
+
+    def rebase(self, bases: dict[str, tuple[str, int]]) -> None:
+        """After a rebased flush: the entries of summaries it wrote now start from the
+        text it wrote (and the leaf count that text covers)."""
+        with self._lock:
+            for node_id, (text, count) in bases.items():
+                entry = self._entries.get(node_id)
+                if entry is not None:
+                    entry.base_text, entry.base_count, entry.stale_base = text, count, False
+
     def restore(self, plan: FlushPlan) -> None:
         """Put back the entries of a flush that was not committed (entries added
-        since stay, after the restored ones)."""
+        since stay, after the restored ones).
+
+        An entry added since saw its summary stale because this flush had taken it
+        (``stale_base``): the restored entry's base still covers it, so that alone is
+        no reason to rebuild. (Should anything else have rewritten the summary
+        meanwhile, :meth:`take`'s leaf count check turns the merge into a rebuild.)
+        Without this, with inserts arriving while the background worker's flushes
+        run, every conflict would turn merges into rebuilds, one model round per
+        level, and make the next flush longer and likelier to conflict again."""
         with self._lock:
             for node_id, entry in plan.entries.items():
                 newer = self._entries.get(node_id)

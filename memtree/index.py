@@ -187,9 +187,12 @@ class VectorIndex:
         leaves_only: bool = False,
         time_range: tuple[float | None, float | None] | None = None,
         ids: Iterable[str] | None = None,
+        excluded: Iterable[str] | None = None,
     ) -> Mask | None:
-        """A row mask for these filters, or ``None`` when nothing is filtered."""
-        if not leaves_only and time_range is None and ids is None:
+        """A row mask for these filters, or ``None`` when nothing is filtered: rows
+        of leaves (``leaves_only``), with an event time in ``time_range``, among
+        ``ids`` (when given) and not among ``excluded``."""
+        if not leaves_only and time_range is None and ids is None and excluded is None:
             return None
         allowed = np.ones(len(self._ids), dtype=bool)
         if leaves_only:
@@ -208,6 +211,9 @@ class VectorIndex:
             slots = [self._slot[node_id] for node_id in ids if node_id in self._slot]
             subset[slots] = True
             allowed &= subset
+        if excluded is not None:
+            slots = [self._slot[node_id] for node_id in excluded if node_id in self._slot]
+            allowed[slots] = False
         return allowed
 
     def search(self, query: Vector, k: int, allowed: Mask | None = None) -> list[tuple[str, float]]:

@@ -24,16 +24,21 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from memtree import model_usage as usage
-from memtree.retry import ModelResponseError, RetryPolicy
+from memtree.retry import EmptyReplyError, RetryPolicy
 
 
 @dataclass(frozen=True)
 class Completion:
-    """A model's reply and, when the API reported them, the tokens it used."""
+    """A model's reply and, when the API reported them, the tokens it used.
+
+    ``truncated`` says the reply stopped at the output-token cap rather than where the
+    model ended it, so it may be cut mid-sentence (summary guards reject it).
+    """
 
     text: str
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    truncated: bool = False
 
 
 class ChatModel(ABC):
@@ -60,6 +65,10 @@ class ChatModel(ABC):
 
     retry: RetryPolicy = RetryPolicy()
     handles_timeout: bool = False
+    guard_summaries: bool = False
+    """Whether :class:`~memtree.aggregate.LLMAggregator` checks this model's summaries
+    by default (see :mod:`memtree.summary_guard`): on for small local models, whose
+    replies often drop facts or echo the prompt; off for hosted ones unless asked."""
 
     @abstractmethod
     def _complete(self, prompt: str, timeout: float | None) -> Completion:
@@ -97,7 +106,7 @@ class ChatModel(ABC):
             raise TypeError(f"{self.name}._complete returned {type(completion).__name__}, expected a Completion")
         usage.report(prompt_tokens=completion.prompt_tokens, completion_tokens=completion.completion_tokens)
         if not completion.text.strip():
-            raise ModelResponseError(f"{self.name} returned an empty reply")
+            raise EmptyReplyError(f"{self.name} returned an empty reply")
         return completion
 
 

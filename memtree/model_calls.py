@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from memtree.aggregate import Aggregator
+from memtree.background import map_in_daemon_threads
 from memtree.embed import Embedder, Matrix
 from memtree.model_usage import recording
 from memtree.planning import AggregationJob
@@ -94,6 +95,9 @@ class ModelCalls:
         self.max_concurrency = max_concurrency
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
+        self.in_worker_thread: Callable[[], bool] = lambda: False
+        """Whether the calling thread is the background worker, whose model calls run
+        in daemon threads (which never hold up interpreter exit)."""
 
     def close(self) -> None:
         """Stop the worker threads (started again if a call comes later)."""
@@ -139,6 +143,8 @@ class ModelCalls:
         self._count_aggregations(request.jobs)
         if len(request.jobs) == 1 and not self.aggregator.calls_model:
             return [self._aggregate_one(request.jobs[0])]  # CPU-bound: no thread hop
+        if self.in_worker_thread():
+            return map_in_daemon_threads(self._aggregate_one, request.jobs, self.max_concurrency)
         return list(self._thread_pool().map(self._aggregate_one, request.jobs))
 
     async def _answer_async(self, request: Request) -> Any:

@@ -40,6 +40,4 @@ def choose_models(embedder: Any, aggregator: Any, llm: Any) -> tuple[Embedder, A
         chosen: Aggregator = aggregator
     else:
         chosen = LLMAggregator(llm) if llm is not None else default_aggregator()
-    if isinstance(chosen, ExtractiveAggregator):
-        chosen = chosen.bound_to(resolved)
-    return resolved, chosen
+    return resolved, chosen.bound_to(resolved)

@@ -52,8 +52,12 @@ class PreparedWrite(Generic[T]):
     namespace info to commit from the info current at commit time (``None``: keep
     it), so concurrent writers' settings are merged, not overwritten. ``recheck``
     may answer the write without committing anything, from the tree as caught up
-    under the lock (an identical text stored meanwhile). ``committed`` and
-    ``abandoned`` are called after a commit, or when the plan is thrown away.
+    under the lock (an identical text stored meanwhile). ``rebase``, called under
+    the lock when what the plan depends on did change, may re-apply the plan to the
+    tree as caught up (setting ``upserts``) and return ``True`` to commit that
+    instead of planning again (a flush rebases on inserts that came in meanwhile).
+    ``committed`` and ``abandoned`` are called after a commit, or when the plan is
+    thrown away.
     """
 
     result: T
@@ -63,6 +67,7 @@ class PreparedWrite(Generic[T]):
     footprint: Footprint = field(default_factory=Footprint)
     info: Callable[[NamespaceInfo], NamespaceInfo] | None = None
     recheck: Callable[[], T | None] | None = None
+    rebase: Callable[[], bool] | None = None
     committed: Callable[[], None] | None = None
     abandoned: Callable[[], None] | None = None
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from memtree import calibration
 from memtree.config import MemTreeConfig
-from memtree.deferral import PendingSummaries
+from memtree.deferral import PendingSummaries, flush_base, rebase_flush
 from memtree.embed import Matrix, check_embeddings
 from memtree.inputs import Item
 from memtree.model_calls import ModelCalls, Steps, embed_steps
@@ -159,6 +159,7 @@ class Procedures:
             nodes = {node_id: state.nodes[node_id].copy() for node_id in [*plan.merges, *plan.rebuilds]}
             footprint = footprint_of(state, nodes)
             children = {node_id: state.children_of(node_id) for node_id in plan.rebuilds}
+            written_from = flush_base(state, nodes, (kid for kids in children.values() for kid in kids))
         if not nodes:
             return PreparedWrite(0, base)
         try:
@@ -168,12 +169,15 @@ class Procedures:
             self.pending.restore(plan)  # nothing was written: the next flush tries them all again
             raise
 
+        grown_bases: dict[str, tuple[str, int]] = {}
+
         def committed() -> None:
             with self.replica.lock.read():
                 self.pending.put_back((node_id for node_id, node in nodes.items() if node.stale), state)
+            self.pending.rebase(grown_bases)
             self.calls.counters.add("flushes")
 
-        return PreparedWrite(
+        prepared = PreparedWrite(
             sum(1 for node in nodes.values() if not node.stale),
             base,
             list(nodes.values()),
@@ -182,6 +186,20 @@ class Procedures:
             committed=committed,
             abandoned=lambda: self.pending.restore(plan),
         )
+
+        def rebase() -> bool:  # under the lock, caught up: inserts came in while the models ran
+            if state.generation != base[1]:
+                return False
+            rebased = rebase_flush(state, nodes.values(), written_from, self.pending.arrivals())
+            if rebased is None:
+                return False
+            prepared.upserts, bases = rebased
+            grown_bases.update(bases)
+            self.calls.counters.add("flush_rebases")
+            return True
+
+        prepared.rebase = rebase
+        return prepared
 
     def delete(self, node_ids: list[str]) -> Steps[PreparedWrite[None]]:
         """Remove leaves; every ancestor is rebuilt from what remains."""

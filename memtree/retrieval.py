@@ -30,20 +30,26 @@ from memtree.lexical import LexicalQuery as PreparedQuery
 from memtree.node import ROOT_ID, RetrievedNode, Vector
 from memtree.replica import Replica
 from memtree.spare_core import IN_TURN, SEARCHES, Overlap
-from memtree.state import TreeState, metadata_key
+from memtree.state import TreeState
 from memtree.text import fold, require_text, split_sentences
+from memtree.where import Selection, Where, parse_where
 
 Ranked = list[tuple[str, float]]
 
 
 @dataclass(frozen=True)
 class Filters:
-    """What a result may be: only leaves, leaf metadata equal to ``where``, an event
-    time inside ``time_range`` (inclusive; ``None`` leaves a side open)."""
+    """What a result may be: only leaves, leaves whose metadata pass ``where`` (see
+    :mod:`memtree.where`), an event time inside ``time_range`` (inclusive; ``None``
+    leaves a side open)."""
 
     leaves_only: bool = False
-    where: Mapping[str, Any] | None = None
+    where: Where | None = None
     time_range: tuple[float | None, float | None] | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.where, Mapping):  # a where dict, not yet parsed
+            object.__setattr__(self, "where", parse_where(self.where))
 
     @property
     def active(self) -> bool:
@@ -111,11 +117,16 @@ def rank_collapsed(
     The BM25 search runs on a spare core during the vector scan (``overlap``; by
     default :data:`memtree.spare_core.SEARCHES` on memories of :data:`OVERLAP_MIN_NODES`
     nodes or more, else the calling thread does both in turn)."""
-    allowed_ids = state.leaves_matching(filters.where) if filters.where else None
-    mask = index.mask(leaves_only=filters.leaves_only, time_range=filters.time_range, ids=allowed_ids)
+    selection = state.leaves_matching(filters.where) if filters.where else None
+    mask = index.mask(
+        leaves_only=filters.leaves_only or (selection is not None and selection.negated),
+        time_range=filters.time_range,
+        ids=selection.ids if selection is not None and not selection.negated else None,
+        excluded=selection.ids if selection is not None and selection.negated else None,
+    )
     if lexical is None or lexical.weight <= 0 or state.lexical is None:
         return index.search(query, limit, mask)
-    allowed = (lambda node_id: _allowed(state, node_id, filters)) if filters.active else None
+    allowed = (lambda node_id: _allowed(state, node_id, filters, selection)) if filters.active else None
     if overlap is None:
         overlap = SEARCHES if len(index) >= OVERLAP_MIN_NODES else IN_TURN
     return _rank_hybrid(index, state, query, limit, mask, allowed, lexical, overlap)
@@ -203,17 +214,16 @@ def rank_traversal(
         kept.extend(level)
         frontier = [node_id for node_id, _ in level if not state.nodes[node_id].is_leaf]
     kept.sort(key=lambda pair: -pair[1])
-    return [pair for pair in kept if _allowed(state, pair[0], filters)]
+    selection = state.leaves_matching(filters.where) if filters.where else None
+    return [pair for pair in kept if _allowed(state, pair[0], filters, selection)]
 
 
-def _allowed(state: TreeState, node_id: str, filters: Filters) -> bool:
+def _allowed(state: TreeState, node_id: str, filters: Filters, selection: Selection | None) -> bool:
+    """Whether a node passes the filters; ``selection`` is what ``filters.where`` keeps."""
     node = state.nodes[node_id]
     if filters.leaves_only and not node.is_leaf:
         return False
-    if filters.where and any(  # JSON equality, as the metadata index has it: 1 == 1.0, but 1 != True
-        key not in node.metadata or metadata_key(node.metadata[key]) != metadata_key(value)
-        for key, value in filters.where.items()
-    ):
+    if selection is not None and not (node.is_leaf and node_id in selection):
         return False
     if filters.time_range is not None:
         start, end = filters.time_range
@@ -364,11 +374,9 @@ def check_query(
     mode = config.mode if mode is None else mode
     if mode not in RETRIEVAL_MODES:
         raise ValueError(f"unknown mode {mode!r}; choose one of: {', '.join(RETRIEVAL_MODES)}")
-    if where is not None and not isinstance(where, Mapping):
-        raise TypeError(f"where must be a dict of metadata values, got {type(where).__name__}")
     threshold = config.retrieve_threshold if min_score is None else float(min_score)
     packing = Packing(k, budget, threshold, config.drop_repeated_sentences, config.token_counter)
-    filters = Filters(leaves_only, dict(where) if where else None, to_time_range(time_range))
+    filters = Filters(leaves_only, parse_where(where), to_time_range(time_range))
     weight = config.lexical_weight if lexical_weight is None else lexical_weight
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight <= 10:
         raise ValueError(f"lexical_weight must be a number between 0 and 10, got {weight!r}")

@@ -65,6 +65,14 @@ class ModelResponseError(RuntimeError):
     empty reply. Retried like a server error."""
 
 
+class EmptyReplyError(ModelResponseError):
+    """A model answered with nothing but whitespace (after its retries).
+
+    Its own class so a caller that guards replies (:class:`~memtree.aggregate.LLMAggregator`)
+    can count an empty reply as a failed guard and fall back, while other unusable
+    replies keep the default handling."""
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """How model calls are retried and timed out.

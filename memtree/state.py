@@ -14,40 +14,20 @@ from __future__ import annotations
 
 import bisect
 import gc
-import json
-import math
 from collections import Counter, deque
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from operator import attrgetter
-from typing import Any
 
 from memtree.lexical import LexicalIndex
 from memtree.node import ROOT_ID, Node
 from memtree.store.base import ChangeBatch, NamespaceInfo
+from memtree.where import MetadataIndex, Selection, Where, metadata_key
+
+__all__ = ["JOURNAL_LENGTH", "TreeState", "metadata_key"]
 
 JOURNAL_LENGTH = 4096
 """Change batches remembered for :meth:`TreeState.changes_since` (optimistic writes)."""
-
-
-def metadata_key(value: Any) -> Hashable:
-    """A dict key for a metadata value: equal JSON values get equal keys, others not.
-
-    Strings are their own key; numbers, booleans and null a tagged tuple (so ``1`` and
-    ``1.0`` meet, ``1``, ``True`` and ``"1"`` do not); anything else its canonical JSON
-    text. Reopening a memory computes one key per leaf and metadata field, so the
-    common scalar cases skip ``json.dumps``.
-    """
-    kind = type(value)
-    if kind is str:
-        return value
-    if kind is bool or value is None:
-        return ("literal", value)
-    if kind is int:
-        return ("number", value)
-    if kind is float and math.isfinite(value):
-        return ("number", int(value) if value.is_integer() else value)
-    return ("json", json.dumps(value, sort_keys=True, ensure_ascii=False))
 
 
 class TreeState:
@@ -61,7 +41,7 @@ class TreeState:
         self.info = NamespaceInfo()
         self.leaf_by_text: dict[str, str] = {}
         self.leaves_by_source: dict[str, list[str]] = {}
-        self._by_metadata: dict[str, dict[Hashable, set[str]]] | None = None
+        self._by_metadata: MetadataIndex | None = None
         """Leaf ids by metadata key and value; made by the first ``where`` filter, then
         kept current (a reopen need not index metadata nobody filters on)."""
         self._depths: Counter[int] = Counter()
@@ -193,7 +173,7 @@ class TreeState:
         if node.source_id is not None:
             self.leaves_by_source.setdefault(node.source_id, []).append(node.id)
         if self._by_metadata is not None:
-            _add_metadata(self._by_metadata, node)
+            self._by_metadata.add(node.id, node.metadata)
 
     def _index_all(self, nodes: list[Node]) -> None:
         """:meth:`_index` for every node of a batch loaded into an empty state, with
@@ -210,7 +190,7 @@ class TreeState:
                 by_source.setdefault(node.source_id, []).append(node.id)
         if self._by_metadata is not None:
             for node in leaves:
-                _add_metadata(self._by_metadata, node)
+                self._by_metadata.add(node.id, node.metadata)
 
     def _unindex(self, node: Node) -> None:
         if node.is_root:
@@ -229,16 +209,8 @@ class TreeState:
                 ids.remove(node.id)
             if not ids:
                 self.leaves_by_source.pop(node.source_id, None)
-        by_metadata = self._by_metadata
-        if by_metadata is None:
-            return
-        for key, value in node.metadata.items():
-            values = by_metadata.get(key, {})
-            members = values.get(value_key := metadata_key(value))
-            if members is not None:
-                members.discard(node.id)
-                if not members:
-                    del values[value_key]
+        if self._by_metadata is not None:
+            self._by_metadata.remove(node.id, node.metadata)
 
     # -- reading ---------------------------------------------------------------------
 
@@ -254,22 +226,16 @@ class TreeState:
     def depth_histogram(self) -> dict[int, int]:
         return dict(sorted(self._depths.items()))
 
-    def leaves_matching(self, where: Mapping[str, Any]) -> set[str]:
-        """Ids of leaves whose metadata equals every item of ``where``."""
+    def leaves_matching(self, where: Where) -> Selection:
+        """The leaves whose metadata pass ``where`` (see :mod:`memtree.where`)."""
         by_metadata = self._by_metadata
         if by_metadata is None:  # the first filter: index every leaf's metadata now
-            by_metadata = {}
+            by_metadata = MetadataIndex()
             for node in self.nodes.values():
                 if node.is_leaf and not node.is_root:
-                    _add_metadata(by_metadata, node)
+                    by_metadata.add(node.id, node.metadata)
             self._by_metadata = by_metadata  # one assignment: concurrent readers see all or nothing
-        result: set[str] | None = None
-        for key, value in where.items():
-            members = by_metadata.get(key, {}).get(metadata_key(value), set())
-            result = set(members) if result is None else result & members
-            if not result:
-                return set()
-        return result if result is not None else set()
+        return by_metadata.select(where)
 
     def children_of(self, node_id: str) -> list[Node]:
         """The node's children (the node objects as they are now, in order)."""
@@ -305,19 +271,6 @@ class TreeState:
             node = self.nodes[node.parent]
             out.append(node)
         return out
-
-
-def _add_metadata(index: dict[str, dict[Hashable, set[str]]], node: Node) -> None:
-    """File a leaf under each of its metadata (key, value) pairs."""
-    for key, value in node.metadata.items():
-        values = index.get(key)
-        if values is None:
-            values = index[key] = {}
-        members = values.get(value_key := metadata_key(value))
-        if members is None:
-            values[value_key] = {node.id}
-        else:
-            members.add(node.id)
 
 
 @contextmanager

@@ -55,6 +55,22 @@ def unstorable(value: object) -> str | None:
     return None
 
 
+def storable_text(text: str) -> str:
+    """``text`` with what durable stores cannot hold taken out: NUL characters removed,
+    lone surrogates replaced by ``?``.
+
+    The engine refuses such text (:func:`require_text`); adapters, which remember what
+    people *said*, clean it with this instead of failing a whole conversation.
+    """
+    if "\x00" in text:
+        text = text.replace("\x00", "")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
 def split_sentences(text: str) -> list[str]:
     """Split text into sentences at ., !, ?, … followed by space, and at line breaks.
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TextIO
 
@@ -17,7 +15,7 @@ import numpy as np
 
 from memtree import backup, viz
 from memtree.aggregate import Aggregator
-from memtree.config import MemTreeConfig
+from memtree.config import AGGREGATION_MODES, Aggregation, MemTreeConfig
 from memtree.embed import Embedder
 from memtree.index import VectorIndex
 from memtree.inputs import TimeLike, make_item
@@ -27,15 +25,15 @@ from memtree.model_choice import choose_models
 from memtree.node import Node, RetrievedNode, Vector
 from memtree.replica import Replica
 from memtree.retrieval import answer, check_query
-from memtree.state import TreeState
+from memtree.siblings import Siblings
 from memtree.stats import Counters, TreeStats
 from memtree.store.base import Namespace, NamespaceKey, Store, namespace_key
 from memtree.store.location import as_store, open_store
 from memtree.text import require_text
 from memtree.viz.picture import Direction
-from memtree.writer import Aggregation, DeferredAggregation, Writer, check_leaf_id
+from memtree.writer import DeferredAggregation, Writer, check_leaf_id
 
-__all__ = ["SIBLING_CACHE_SIZE", "DeferredAggregation", "MemTree"]
+__all__ = ["AGGREGATION_MODES", "SIBLING_CACHE_SIZE", "Aggregation", "DeferredAggregation", "MemTree"]
 
 SIBLING_CACHE_SIZE = 256
 """Namespace handles :meth:`MemTree.sibling` keeps open per memory."""
@@ -81,13 +79,13 @@ class MemTree:
         self.namespace: NamespaceKey = namespace_key(namespace)
         self.store, owns_store = as_store(store)
         self._owns_store, self._closed, self._counters = owns_store, False, Counters()
-        self._siblings: OrderedDict[NamespaceKey, MemTree] = OrderedDict()
-        self._siblings_lock = threading.Lock()
+        self._siblings: Siblings[MemTree] = Siblings(self.with_namespace, SIBLING_CACHE_SIZE)
         lexical = self.config.lexical_weight > 0
         try:
             self._replica = Replica(self.store, self.namespace, lexical=lexical, refresh_interval=refresh_interval)
             self._calls = ModelCalls(embedder, aggregator, self._counters, self.config.max_concurrency)
             self._writer = Writer(self._replica, self._calls, self.config)
+            self._state, self._background = self._replica.state, self._writer.background  # (read-only aliases)
             self.refresh(force=True)
         except BaseException:
             if owns_store:
@@ -135,18 +133,7 @@ class MemTree:
         ``SIBLING_CACHE_SIZE`` most recently used kept): for servers and adapters with
         a namespace per user or chat. ``sibling(memory.namespace)`` is the memory."""
         key = namespace_key(namespace)
-        if key == self.namespace:
-            return self
-        with self._siblings_lock:
-            memory = self._siblings.pop(key, None)
-        if memory is None:
-            memory = self.with_namespace(key)  # outside the lock: loading reads the store
-        with self._siblings_lock:
-            memory = self._siblings.setdefault(key, memory)
-            self._siblings.move_to_end(key)
-            while len(self._siblings) > SIBLING_CACHE_SIZE:
-                self._siblings.popitem(last=False)
-        return memory
+        return self if key == self.namespace else self._siblings.get(key)
 
     def namespaces(self, prefix: Namespace | None = None) -> list[NamespaceKey]:
         """Namespaces in this memory's store that hold a tree (optionally under ``prefix``)."""
@@ -161,11 +148,12 @@ class MemTree:
         return existed
 
     def close(self) -> None:
-        """Stop worker threads and close the store if this memory opened it (:meth:`open`).
-        Summaries still deferred stay stale in the store for ``repair()``."""
+        """Write pending summaries (here and in :meth:`sibling` namespaces; one that fails
+        stays stale), stop worker threads, close the store if :meth:`open` opened it."""
         if not self._closed:
-            self._writer.warn_if_pending()
-        self._closed = True
+            self._closed = True
+            self._siblings.close_all()
+            self._writer.stop()
         self._calls.close()
         if self._owns_store:
             self._owns_store = False
@@ -184,12 +172,14 @@ class MemTree:
         metadata: Mapping[str, Any] | None = None,
         timestamp: TimeLike | None = None,
         source_id: str | None = None,
+        aggregation: Aggregation | None = None,
     ) -> str:
         """Remember one text; return its leaf id (an identical stored text's id if
         ``config.deduplicate``). ``timestamp`` is when the event happened; ``source_id``
-        is your id for it (message id, document node id). Inside a
-        :meth:`deferred` block the summaries above it are written at the block's end."""
-        return self._writer.add(make_item(text, metadata, timestamp, source_id))
+        your id for it. ``aggregation`` says when the summaries above it are written
+        (default ``config.aggregation``; in a :meth:`deferred` block, at its end); with
+        ``"deferred"`` or ``"background"`` only its embedding is computed here."""
+        return self._writer.add(make_item(text, metadata, timestamp, source_id), aggregation)
 
     async def aadd(
         self,
@@ -198,9 +188,11 @@ class MemTree:
         metadata: Mapping[str, Any] | None = None,
         timestamp: TimeLike | None = None,
         source_id: str | None = None,
+        aggregation: Aggregation | None = None,
     ) -> str:
-        """Async :meth:`add`: aggregations run on the event loop (``aaggregate``)."""
-        return await self._writer.aadd(make_item(text, metadata, timestamp, source_id))
+        """Async :meth:`add`: aggregations run on the event loop (``aaggregate``);
+        in background mode the worker thread writes them."""
+        return await self._writer.aadd(make_item(text, metadata, timestamp, source_id), aggregation)
 
     def add_many(
         self,
@@ -214,10 +206,11 @@ class MemTree:
         """Remember several texts in order, embedded in batches. Every item is checked
         before anything is stored, so one bad item stores nothing.
 
-        ``aggregation="eager"`` (the default outside a :meth:`deferred` block)
-        rewrites the summaries on each item's path as it goes, as in the paper;
-        ``"deferred"`` commits every leaf first, then rewrites each touched summary
-        once with all its new texts: the same leaves for far fewer model calls.
+        ``"eager"`` rewrites the summaries on each item's path as it goes (the paper);
+        ``"deferred"`` commits every leaf, then rewrites each touched summary once with
+        all its new texts; ``"background"`` commits the leaves and returns, the worker
+        writes the summaries. Left out: ``config.aggregation`` (``"deferred"`` there
+        means the memory's: summaries wait for :meth:`flush` or :meth:`close`).
         """
         return self._writer.add_many((texts, metadata, timestamps, source_ids), aggregation, self.deferred())
 
@@ -250,6 +243,11 @@ class MemTree:
         """Async :meth:`flush`."""
         return await self._writer.aflush()
 
+    def wait_for_summaries(self, timeout: float | None = None) -> bool:
+        """Block until the background worker has written the summaries of every insert
+        so far; ``False`` if ``timeout`` seconds passed first (failed ones stay stale)."""
+        return self._writer.background.wait(timeout)
+
     def retrieve(
         self,
         query: str,
@@ -269,7 +267,9 @@ class MemTree:
         ``mode`` is ``"collapsed"`` (every node scored at once) or ``"traversal"``
         (beam descent from the root). ``token_budget`` caps the tokens of the
         results' ``context`` (the last result is cut to fit). ``where`` keeps leaves
-        whose metadata equals each given item; ``time_range=(start, end)`` keeps
+        whose metadata pass it: ``{"speaker": "Leo"}`` for equality, operators as in
+        ``{"age": {"$gte": 30}, "tag": {"$in": ["a", "b"]}}``, and ``$and`` / ``$or``
+        / ``$not`` (see :mod:`memtree.where`); ``time_range=(start, end)`` keeps
         nodes whose event time lies inside (either side may be ``None``).
         ``query_embedding`` is the query's vector if you already have it (from this
         memory's embedder), e.g. to search many namespaces with one embedding call.
@@ -490,10 +490,6 @@ class MemTree:
 
     def _given(self, query_embedding: Vector | Sequence[float]) -> Vector:
         return self._writer.procedures.check_vectors(np.atleast_2d(query_embedding), 1)[0]
-
-    @property
-    def _state(self) -> TreeState:
-        return self._replica.state
 
     @property
     def _index(self) -> VectorIndex | None:

@@ -18,9 +18,10 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, TypeVar
 
-from memtree.config import MemTreeConfig
+from memtree.background import BackgroundSummaries, KeptConflicting
+from memtree.config import AGGREGATION_MODES, MemTreeConfig
 from memtree.deferral import PendingSummaries
 from memtree.embed import Matrix
 from memtree.inputs import Item, TimeLike, make_item
@@ -38,7 +39,6 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 M = TypeVar("M")
 
-Aggregation = Literal["eager", "deferred"]
 ItemLists = tuple[
     Sequence[str],
     Sequence[Mapping[str, Any] | None] | None,
@@ -46,7 +46,6 @@ ItemLists = tuple[
     Sequence[str | None] | None,
 ]
 """``add_many``'s texts, metadata, timestamps and source ids, not yet checked."""
-AGGREGATION_MODES: tuple[str, ...] = ("eager", "deferred")
 
 
 class Writer:
@@ -61,42 +60,57 @@ class Writer:
         self.procedures = Procedures(replica, calls, config, self.pending)
         self._deferring = 0
         self._deferring_lock = threading.Lock()
+        self.background = BackgroundSummaries(
+            self._background_flush,
+            lambda: len(self.pending),
+            queue_size=config.background_queue_size,
+            name=f"memtree-background-{'/'.join(replica.namespace) or 'root'}",
+        )
+        calls.in_worker_thread = self.background.is_worker_thread
 
     # -- entry points ----------------------------------------------------------------
 
-    def add(self, item: Item) -> str:
-        defer = self.is_deferring()
+    def add(self, item: Item, aggregation: str | None) -> str:
+        mode = self.aggregation_mode(aggregation)
         existing = self.stored_duplicate(item.text)
         if existing is not None:
             return existing
         vectors = self.calls.drive(self.procedures.embed([item.text]))
-        return self.write(lambda: self.procedures.insert(item, vectors[0], defer=defer))
+        leaf_id = self.write(lambda: self.procedures.insert(item, vectors[0], defer=mode != "eager"))
+        self._after_insert(mode)
+        return leaf_id
 
-    async def aadd(self, item: Item) -> str:
-        defer = self.is_deferring()
+    async def aadd(self, item: Item, aggregation: str | None) -> str:
+        mode = self.aggregation_mode(aggregation)
         existing = self.stored_duplicate(item.text)
         if existing is not None:
             return existing
         vectors = await self.calls.adrive(self.procedures.embed([item.text]))
-        return await self.awrite(lambda: self.procedures.insert(item, vectors[0], defer=defer))
+        leaf_id = await self.awrite(lambda: self.procedures.insert(item, vectors[0], defer=mode != "eager"))
+        self._after_insert(mode)
+        return leaf_id
 
     def add_many(self, given: ItemLists, aggregation: str | None, block: DeferredAggregation[Any]) -> list[str]:
-        deferred = self.aggregation_mode(aggregation) == "deferred"
+        mode = self.aggregation_mode(aggregation)
         items = make_items(*given)
         stored = self._stored_mask(items)
         vectors = _fill_in(stored, self.calls.drive(self.procedures.embed(_unstored_texts(items, stored))))
-        if not deferred:
-            return self._insert_all(items, vectors, defer=False)
+        if aggregation is None or mode != "deferred" or self.is_deferring():
+            ids = self._insert_all(items, vectors, defer=mode != "eager")
+            self._after_insert(mode)
+            return ids
         with block:
             return self._insert_all(items, vectors, defer=True)
 
     async def aadd_many(self, given: ItemLists, aggregation: str | None, block: DeferredAggregation[Any]) -> list[str]:
-        deferred = self.aggregation_mode(aggregation) == "deferred"
+        mode = self.aggregation_mode(aggregation)
         items = make_items(*given)
         stored = self._stored_mask(items)
         vectors = _fill_in(stored, await self.calls.adrive(self.procedures.embed(_unstored_texts(items, stored))))
-        if not deferred:
-            return await self._ainsert_all(items, vectors, defer=False)
+        if aggregation is None or mode != "deferred" or self.is_deferring():
+            ids = await self._ainsert_all(items, vectors, defer=mode != "eager")
+            self._after_insert(mode)
+            return ids
         async with block:
             return await self._ainsert_all(items, vectors, defer=True)
 
@@ -182,11 +196,14 @@ class Writer:
         summaries waiting for a flush (``state`` read under the replica's lock)."""
         return tree_stats(state, self.calls.counters.snapshot(), self.procedures.theta0(), pending=len(self.pending))
 
-    def warn_if_pending(self) -> None:
-        """Log the summaries a closing memory leaves deferred (stale until a repair)."""
-        pending = len(self.pending)
-        if pending:
-            logger.warning("closing with %d summaries still deferred; call flush() first or repair() later", pending)
+    def stop(self) -> None:
+        """Stop the background worker and write the summaries still pending; one that
+        cannot be written stays stale for ``repair()`` (closing goes on)."""
+        self.background.stop()
+        try:
+            self.flush()  # writes that arrived while the worker stopped
+        except Exception:  # closing must go on; the summaries stay stale
+            logger.exception("flushing pending summaries on close failed; they stay stale: call repair() later")
 
     # -- deferred aggregation --------------------------------------------------------
 
@@ -206,18 +223,33 @@ class Writer:
 
     def aggregation_mode(self, aggregation: str | None) -> str:
         if aggregation is None:
-            return "deferred" if self.is_deferring() else "eager"
+            return "deferred" if self.is_deferring() else self.config.aggregation
         if aggregation not in AGGREGATION_MODES:
             raise ValueError(f"aggregation must be one of: {', '.join(AGGREGATION_MODES)}; got {aggregation!r}")
+        if aggregation == "background" and self.is_deferring():
+            return "deferred"  # the block's end writes them; a worker would race it
         return aggregation
+
+    def _background_flush(self, last: bool) -> int:
+        """The worker's flush: optimistic only (see :class:`~memtree.background.KeptConflicting`)
+        except for the ``last`` one."""
+        if not len(self.pending):
+            return 0
+        return self.write(self.procedures.flush, plan_under_lock=last)
+
+    def _after_insert(self, mode: str) -> None:
+        """Hand a committed background insert's summaries to the worker."""
+        if mode == "background":
+            self.background.notify()
 
     # -- the optimistic commit loop ----------------------------------------------------
 
-    def write(self, procedure: Callable[[], Steps[PreparedWrite[T]]]) -> T:
+    def write(self, procedure: Callable[[], Steps[PreparedWrite[T]]], *, plan_under_lock: bool = True) -> T:
         """Plan a write and make its model calls outside the store's writer lock, then
         commit it under the lock if nothing it depends on changed meanwhile (else plan
         again; see :mod:`memtree.optimistic`). After ``OPTIMISTIC_ATTEMPTS`` conflicts
-        the write is planned under the lock, which then waits for its model calls."""
+        the write is planned under the lock, which then waits for its model calls
+        (``plan_under_lock=False`` raises :class:`KeptConflicting` instead)."""
         store, namespace = self.replica.store, self.replica.namespace
         for _ in range(OPTIMISTIC_ATTEMPTS):
             self.replica.maybe_refresh()
@@ -228,6 +260,8 @@ class Writer:
                 if self._commit_prepared(transaction, prepared):
                     return prepared.result
             self.calls.counters.add("write_conflicts")
+        if not plan_under_lock:
+            raise KeptConflicting(f"{OPTIMISTIC_ATTEMPTS} plans in a row conflicted with other writes")
         with store.write(namespace) as transaction:
             self.replica.catch_up(transaction.read_changes)
             prepared = self.calls.drive(procedure())
@@ -274,7 +308,7 @@ class Writer:
                     prepared.result = answer
                     prepared.abandon()
                     return True
-            if not still_valid(replica.state, prepared):
+            if not still_valid(replica.state, prepared) and not (prepared.rebase is not None and prepared.rebase()):
                 prepared.abandon()
                 return False
             info = prepared.info(replica.state.info) if prepared.info is not None else None

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from memtree.commands.common import CliError, cli_errors, err, parse_embedder
+from memtree.commands.common import CliError, cli_errors, err, parse_embedder, parse_llm
 from memtree_bench.deps import require_bench_extra
 
 
@@ -33,8 +33,14 @@ def locomo(
         str, typer.Option("--embedder", help="local, openai[:MODEL] or hashing (not semantic; for smoke runs).")
     ] = "local",
     aggregator: Annotated[
-        str, typer.Option("--aggregator", help="extractive (offline) or llm (OpenAI-compatible chat model).")
+        str, typer.Option("--aggregator", help="extractive (offline) or llm (a chat model, see --llm).")
     ] = "extractive",
+    llm: Annotated[
+        str | None,
+        typer.Option(
+            "--llm", help="Chat model of --aggregator llm: openai[:MODEL] (default) or llama-cpp:PATH (implies llm)."
+        ),
+    ] = None,
     aggregation: Annotated[
         str, typer.Option("--aggregation", help="eager (per insert, the paper) or deferred (once per session).")
     ] = "eager",
@@ -60,11 +66,17 @@ def locomo(
     from memtree_bench.locomo_report import write_locomo_report
     from memtree_bench.report import machine_info, machine_lines
 
+    chosen_llm = parse_llm(llm)
+    if chosen_llm is not None:
+        if aggregator not in ("extractive", "llm"):
+            raise CliError(f"unknown --aggregator {aggregator!r}; choose extractive or llm")
+        aggregator = "llm"
     settings = LocomoSettings(
         budgets=_budgets(budgets),
         embedder=embedder,
         aggregator=aggregator,
         aggregation=aggregation,
+        llm=chosen_llm,
         variants=variants,
         raptor=raptor,
         qa_budget=qa_budget,
@@ -83,7 +95,7 @@ def locomo(
     results = run_locomo_bench(chosen, settings, embedder=chosen_embedder, progress=_progress)
     qa_table = _run_qa(results, qa_models, qa_budget) if qa_models else None
     info["embedder"] = chosen_embedder.name
-    info["aggregator"] = f"{aggregator} ({aggregation})"
+    info["aggregator"] = f"{aggregator}{f' {chosen_llm}' if chosen_llm else ''} ({aggregation})"
     paths = write_locomo_report(results, chosen, settings.budgets, machine_lines(info), out, stem=name, qa=qa_table)
     for result in results:
         line = "  ".join(f"{b}: {result.recall(b):.3f}" for b in settings.budgets)

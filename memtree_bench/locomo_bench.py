@@ -50,6 +50,7 @@ class LocomoSettings:
     embedder: str = "local"
     aggregator: str = "extractive"
     aggregation: str = "eager"
+    llm: str | None = None
     variants: bool = False
     raptor: bool = True
     qa_budget: int = 500
@@ -81,13 +82,17 @@ def make_embedder(kind: str) -> Embedder:
     return LocalEmbedder()
 
 
-def make_aggregator_factory(kind: str, embedder: Embedder) -> Callable[[], Aggregator]:
-    """A fresh aggregator per memory (the extractive one caches sentence vectors)."""
-    if kind == "llm":
-        from memtree.models.openai import OpenAIChatModel
+def make_aggregator_factory(kind: str, embedder: Embedder, llm: str | None = None) -> Callable[[], Aggregator]:
+    """A fresh aggregator per memory (the extractive one caches sentence vectors).
 
-        model = OpenAIChatModel()
-        return lambda: LLMAggregator(model)
+    ``llm`` names the chat model as ``MemTree(llm=...)`` does (``openai:MODEL``,
+    ``llama-cpp:PATH``); the default is OpenAI's. One model object serves every
+    memory of the run, so a local model is loaded once."""
+    if kind == "llm":
+        from memtree.models.resolve import resolve_chat_model
+
+        model = resolve_chat_model(llm or "openai")
+        return lambda: LLMAggregator(model).bound_to(embedder)
     return lambda: ExtractiveAggregator(embedder)
 
 
@@ -119,7 +124,7 @@ VARIANT_ROWS: dict[str, dict[str, Any]] = {
 
 def method_factories(settings: LocomoSettings, embedder: Embedder) -> list[Callable[[], Method]]:
     """The rows of the report, in order. Rows that read the same tree share it."""
-    aggregators = make_aggregator_factory(settings.aggregator, embedder)
+    aggregators = make_aggregator_factory(settings.aggregator, embedder, settings.llm)
     builders: dict[str, TreeBuilder] = {}
 
     def builder(config: dict[str, Any]) -> TreeBuilder:

@@ -1,14 +1,18 @@
 """A child process for the crash-safety and concurrency tests.
 
-    python store_worker.py insert LOCATION NAMESPACE PREFIX COUNT
+    python store_worker.py insert LOCATION NAMESPACE PREFIX COUNT [MODE]
         adds COUNT notes and prints "<i> <leaf id>" after each add returns
-        (the insert is then acknowledged: committed and durable).
+        (the insert is then acknowledged: committed and durable). MODE is
+        "eager" (the default: each add writes its summaries), "deferred" (every add
+        inside one ``memory.deferred()`` block, whose flush a kill never reaches) or
+        "slow" (a summary writer that takes a few milliseconds, as a model does, and
+        fails every fifth call, leaving summaries stale).
     python store_worker.py watch LOCATION NAMESPACE EXPECT
         prints "ready", then re-reads the tree until it holds EXPECT leaves,
         checking the invariants of every version it sees; prints one JSON summary.
     python store_worker.py forkserver LOCATION NAMESPACE
         imports memtree once, prints "ready", then serves commands on stdin:
-        "insert PREFIX COUNT PORT" forks a writer that connects to 127.0.0.1:PORT
+        "insert PREFIX COUNT PORT MODE" forks a writer that connects to 127.0.0.1:PORT
         and does what "insert" does, acknowledging on that connection (replies
         "pid N"); "reap N" waits for that writer and replies "status S" (S as
         Popen.returncode: -9 after SIGKILL). A writer then starts in milliseconds
@@ -16,21 +20,26 @@
         can afford many kills. Nothing has run a model or a FAISS search in the
         server before it forks, and each writer opens its own store after the fork.
 
-Models are HashingEmbedder and the extractive aggregator, so the store is what is
-under test.
+Models are HashingEmbedder and the extractive aggregator (slowed down and failing
+now and then in "slow" mode), so the store is what is under test.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import socket
 import sys
+import threading
+import time
 import traceback
+from collections.abc import Sequence
 from typing import TextIO
 
-from memtree import HashingEmbedder, MemTree, MemTreeConfig
+from memtree import Aggregator, ExtractiveAggregator, HashingEmbedder, MemTree, MemTreeConfig
+from memtree.node import Vector
 from memtree.store.location import is_postgres_dsn
 
 VOCABULARY = [
@@ -75,18 +84,49 @@ def note(prefix: str, number: int) -> str:
     return f"{prefix} note {number} mentions {words}."
 
 
-def open_memory(location: str, namespace: str) -> MemTree:
-    return MemTree.open(location, namespace=namespace, embedder=HashingEmbedder(64), config=CONFIG)
+MODES = ("eager", "deferred", "slow")
 
 
-def insert(location: str, namespace: str, prefix: str, count: int, out: TextIO = sys.stdout) -> None:
-    with open_memory(location, namespace) as memory:
-        for number in range(count):
-            leaf_id = memory.add(note(prefix, number), metadata={"writer": prefix, "n": number})
-            # One write per acknowledgement: with PYTHONUNBUFFERED set, print() would
-            # write its pieces separately and a kill could land between them.
-            out.write(f"{number} {leaf_id}\n")
-            out.flush()
+class SlowFlakyAggregator(Aggregator):
+    """Extractive summaries that take a few milliseconds, as a model's round trip
+    does (so a kill often lands while summaries are being written), and fail on
+    every fifth call, as a model that times out does (so summaries go stale)."""
+
+    def __init__(self, embedder: HashingEmbedder) -> None:
+        self.extractive = ExtractiveAggregator(embedder)
+        self.calls = 0
+        self.lock = threading.Lock()
+
+    def aggregate(self, summary: str, new_texts: Sequence[str], count: int, *, centroid: Vector | None = None) -> str:
+        with self.lock:
+            self.calls += 1
+            number = self.calls
+        time.sleep(0.004)  # a slow model, not a timing assumption: nothing waits for it
+        if number % 5 == 0:
+            raise ConnectionError("the model did not answer (every fifth call fails)")
+        return self.extractive.aggregate(summary, new_texts, count, centroid=centroid)
+
+
+def open_memory(location: str, namespace: str, mode: str = "eager") -> MemTree:
+    embedder = HashingEmbedder(64)
+    aggregator = SlowFlakyAggregator(embedder) if mode == "slow" else None
+    return MemTree.open(location, namespace=namespace, embedder=embedder, aggregator=aggregator, config=CONFIG)
+
+
+def insert(
+    location: str, namespace: str, prefix: str, count: int, out: TextIO = sys.stdout, mode: str = "eager"
+) -> None:
+    if mode not in MODES:
+        raise SystemExit(f"unknown insert mode {mode!r}; one of {MODES}")
+    with open_memory(location, namespace, mode) as memory:
+        block = memory.deferred() if mode == "deferred" else contextlib.nullcontext()
+        with block:
+            for number in range(count):
+                leaf_id = memory.add(note(prefix, number), metadata={"writer": prefix, "n": number})
+                # One write per acknowledgement: with PYTHONUNBUFFERED set, print() would
+                # write its pieces separately and a kill could land between them.
+                out.write(f"{number} {leaf_id}\n")
+                out.flush()
 
 
 def forkserver(location: str, namespace: str) -> None:
@@ -97,10 +137,10 @@ def forkserver(location: str, namespace: str) -> None:
     for line in sys.stdin:
         command, *args = line.split()
         if command == "insert":
-            prefix, count, port = args
+            prefix, count, port, *mode = args
             pid = os.fork()
             if pid == 0:
-                _forked_insert(location, namespace, prefix, int(count), int(port))
+                _forked_insert(location, namespace, prefix, int(count), int(port), *mode)
             print(f"pid {pid}", flush=True)
         elif command == "reap":
             _, status = os.waitpid(int(args[0]), 0)
@@ -109,12 +149,12 @@ def forkserver(location: str, namespace: str) -> None:
             raise SystemExit(f"unknown forkserver command {command!r}")
 
 
-def _forked_insert(location: str, namespace: str, prefix: str, count: int, port: int) -> None:
+def _forked_insert(location: str, namespace: str, prefix: str, count: int, port: int, mode: str = "eager") -> None:
     """The forked writer: never returns into the server's loop."""
     code = 1
     try:
         with socket.create_connection(("127.0.0.1", port)) as connection, connection.makefile("w") as out:
-            insert(location, namespace, prefix, count, out)
+            insert(location, namespace, prefix, count, out, mode)
         code = 0
     except BaseException:  # noqa: BLE001 - report anything, then leave by os._exit below
         traceback.print_exc()
@@ -146,7 +186,7 @@ def watch(location: str, namespace: str, expect: int) -> None:
 if __name__ == "__main__":
     command, location, namespace, *rest = sys.argv[1:]
     if command == "insert":
-        insert(location, namespace, rest[0], int(rest[1]))
+        insert(location, namespace, rest[0], int(rest[1]), mode=rest[2] if len(rest) > 2 else "eager")
     elif command == "watch":
         watch(location, namespace, int(rest[0]))
     elif command == "forkserver":

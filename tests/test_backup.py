@@ -256,6 +256,41 @@ def test_a_bad_header_cannot_be_skipped(source: MemTree) -> None:
     assert_untouched(target)
 
 
+@pytest.mark.parametrize(
+    ("dimension", "message"),
+    [
+        (32, r"^line 1: the header says dimension 32 but every embedding in the file holds 64 values"),
+        (None, r"^line 1: the header says dimension null but every embedding in the file holds 64 values"),
+    ],
+)
+def test_a_header_with_the_wrong_dimension_is_fatal_even_with_skip_bad(
+    source: MemTree, dimension: int | None, message: str
+) -> None:
+    """A wrong header makes every node line look bad: skipping them all used to report
+    success and fix the namespace to the header's size, so every later add failed."""
+    target = make()
+    with pytest.raises(ValueError, match=message) as raised:
+        target.import_jsonl(io.StringIO("".join(header(dimension=dimension)(exported(source)))), skip_bad=True)
+    assert "skip_bad cannot skip the header" in str(raised.value)
+    assert_untouched(target)
+    target.add("The memory still takes 64-dimensional embeddings.")
+    assert target.check_integrity() == []
+
+
+def test_a_backup_that_stored_nothing_records_no_dimension(source: MemTree) -> None:
+    """Every node line unreadable (and none embedded at the header's size): nothing is
+    imported, and the header's dimension (32, not this memory's 64) is not recorded."""
+    lines = header(dimension=32)(exported(source))
+    garbled = [line if i < 2 or '"type": "node"' not in line else "garbage\n" for i, line in enumerate(lines)]
+    target = make()
+    with pytest.warns(UserWarning, match="these lines were skipped"):
+        target.import_jsonl(io.StringIO("".join(garbled)), skip_bad=True)
+    assert len(target) == 0
+    assert target.store.read_changes(target.namespace, 0).info.dimension is None
+    target.add("A first memory after an import that brought nothing.")
+    assert len(target) == 1 and target.check_integrity() == []
+
+
 # -- salvage ------------------------------------------------------------------------------------
 
 

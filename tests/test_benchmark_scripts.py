@@ -90,3 +90,32 @@ def test_locomo_research_script_matches_the_engine_and_writes_its_report(tmp_pat
     assert all(row["recall"]["2000"] == 1.0 for row in rows.values())
     assert "| flat hybrid |" in (tmp_path / "research.md").read_text(encoding="utf-8")
     assert (tmp_path / "cache" / "hashing" / "trees" / "default" / "tiny-1.jsonl").is_file()
+
+
+@pytest.mark.slow
+def test_agent_latency_benchmark_compares_the_modes_and_writes_its_report(tmp_path: Path) -> None:
+    """The agent benchmark on 4 turns with a fast model: every mode gets a row, the
+    background and deferred turns wait for no memory chat request, eager ones do,
+    and close() leaves every summary written and every exchange stored."""
+    command = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "agent_latency.py"),
+        "--turns=4",
+        "--delay=0.02",
+        f"--out={tmp_path}",
+    ]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    subprocess.run(command, check=True, cwd=ROOT, env=env, capture_output=True, timeout=600)
+    report = (tmp_path / "agent_latency.md").read_text(encoding="utf-8")
+    for row in ("| no memory |", "| background |", "| deferred |", "| eager |"):
+        assert row in report
+    runs = {run["mode"]: run for run in json.loads((tmp_path / "agent_latency.json").read_text("utf-8"))["runs"]}
+    assert runs["no memory"]["turn_requests_per_turn"] == 1.0
+    assert runs["background"]["memory_requests_in_turns"] == runs["deferred"]["memory_requests_in_turns"] == 0
+    assert runs["eager"]["memory_requests_in_turns"] > 0
+    assert runs["deferred"]["memory_requests_at_session_end"] > 0
+    for mode in ("background", "deferred", "eager"):
+        assert runs[mode]["stale_after_close"] == 0 and runs[mode]["leaves_after_close"] == 4
+        assert runs[mode]["summaries_never_written"] == 0
+    assert runs["eager"]["summary_lag_max"] == 0
+    assert (tmp_path / "agent_latency.png").stat().st_size > 10_000

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import shutil
+import stat
 import subprocess
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -138,6 +141,20 @@ def test_a_damaged_memory_is_named_damaged_with_the_way_back(tmp_path: Path, whe
     assert db.read_bytes() == before
 
 
+def test_reading_commands_refuse_an_empty_file_and_leave_it_empty(tmp_path: Path) -> None:
+    """``query``, ``show``, ``stats`` and ``export`` never write: on a 0-byte file they used
+    to create memtree's tables in it (40,960 bytes). ``add`` may still make it a memory."""
+    db = tmp_path / "empty.db"
+    db.touch()
+    for command in (["query", "greyhound"], ["show"], ["stats"], ["export"], ["export", tmp_path / "b.jsonl"]):
+        message = refused(memtree(*command, db=db), f"{db}: empty file, not a memtree database")
+        assert "bug" not in message, (command, message)
+        assert db.stat().st_size == 0, command
+        assert sorted(path.name for path in tmp_path.iterdir()) == ["empty.db"], command
+    ok(memtree("add", "Maya adopted a greyhound.", db=db))
+    assert as_json(memtree("stats", "--json", db=db))["leaves"] == 1
+
+
 # -- inputs the user cannot read, and imports that fail ----------------------------------------
 
 
@@ -202,6 +219,29 @@ def test_import_speaks_the_command_lines_language(tmp_path: Path) -> None:
     assert "--embedder" in other.stderr and "UserWarning" not in other.stderr
 
 
+def test_import_skip_bad_refuses_a_header_with_the_wrong_embedding_size(tmp_path: Path) -> None:
+    """Every node line looked bad, --skip-bad skipped them all, reported success and fixed
+    the namespace to the header's size: every later add failed."""
+    source = tmp_path / "source.db"
+    make_memory(source)
+    backup = tmp_path / "backup.jsonl"
+    ok(memtree("export", backup, db=source))
+    lines = backup.read_text(encoding="utf-8").splitlines(keepends=True)
+    header = json.loads(lines[0])
+    header["dimension"] = 32  # the memory embeds with hashing:64
+    edited = tmp_path / "edited.jsonl"
+    edited.write_text(json.dumps(header) + "\n" + "".join(lines[1:]), encoding="utf-8")
+    target = tmp_path / "target.db"
+    message = refused(
+        memtree("import", edited, "--skip-bad", db=target),
+        f"{edited}: line 1: the header says dimension 32 but every embedding in the file holds 64 values",
+        "--skip-bad cannot skip the header",
+    )
+    assert " skip_bad " not in message  # the command line's words, not the engine's
+    assert not target.exists()
+    ok(memtree("add", "A fresh memory.", db=target))
+
+
 # -- outputs ------------------------------------------------------------------------------
 
 
@@ -216,6 +256,63 @@ def test_outputs_that_cannot_be_written_are_named_before_any_work(tmp_path: Path
     refused(memtree("show", "--out", tmp_path, "--format", "svg", db=db), "is a folder")
     refused(memtree("demo", "--html", missing / "demo.html"), f"cannot write {missing / 'demo.html'}")
     assert not missing.exists()
+
+
+def without_export_time(text: str) -> list[str]:
+    lines = text.splitlines()
+    return [lines[0].split('"exported_at"')[0], *lines[1:]]
+
+
+def test_export_writes_through_pipes_devices_and_links_and_keeps_modes(tmp_path: Path) -> None:
+    """``memtree export PATH`` acts as ``> PATH``: a named pipe is written to (not replaced by
+    a file), so is a device, a symbolic link keeps pointing at its target, which gets the
+    backup, and an existing file keeps its mode."""
+    db = tmp_path / "m.db"
+    make_memory(db)
+    expected = without_export_time(ok(memtree("export", "-", db=db)).stdout)
+
+    pipe = tmp_path / "backup.pipe"
+    os.mkfifo(pipe)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(pipe.read_bytes()), daemon=True)
+    reader.start()
+    ok(memtree("export", pipe, db=db))
+    reader.join(timeout=60)
+    assert stat.S_ISFIFO(pipe.lstat().st_mode) and without_export_time(received[0].decode()) == expected
+
+    null = tmp_path / "null"  # a private /dev/null: never aim a test that may regress at the real one
+    try:
+        os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except PermissionError:
+        pass  # not root: the pipe above covers writing through
+    else:
+        ok(memtree("export", null, db=db))
+        assert stat.S_ISCHR(null.lstat().st_mode)
+        full = tmp_path / "full"  # a private /dev/full: every write fails with "no space left"
+        os.mknod(full, 0o666 | stat.S_IFCHR, os.makedev(1, 7))
+        refused(memtree("export", full, db=db), f"cannot write {full}: No space left on device")
+        assert stat.S_ISCHR(full.lstat().st_mode), "a failed export must not replace the device either"
+
+    target = tmp_path / "backups" / "latest.jsonl"
+    target.parent.mkdir()
+    target.write_text("old\n", encoding="utf-8")
+    target.chmod(0o644)
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(target)
+    ok(memtree("export", link, db=db))
+    assert link.is_symlink() and without_export_time(target.read_text(encoding="utf-8")) == expected
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+    assert [path.name for path in target.parent.iterdir()] == ["latest.jsonl"]
+
+
+def test_export_to_a_device_needs_no_writable_folder(shared: Path) -> None:
+    """``/dev`` is read-only for a user, but ``/dev/null`` is writable: no temporary file
+    is made beside a device, so the export is not refused."""
+    db = shared / "m.db"
+    make_memory(db)
+    done = ok(memtree("export", os.devnull, db=db, unprivileged=True))
+    assert f"to {os.devnull}" in done.stderr
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,14 @@ WRITERS = 4
 PER_WRITER = 200
 
 
-def run_concurrently(location: str) -> None:
-    total = WRITERS * PER_WRITER
+def run_concurrently(
+    location: str, per_writer: int = PER_WRITER, modes: tuple[str, ...] = ("eager",) * WRITERS
+) -> None:
+    """``len(modes)`` writer processes (one per mode, see store_worker.py) add
+    ``per_writer`` notes each while a reader re-reads the tree; every insert must get
+    its own leaf, every version the reader sees must be whole, and summaries a slow,
+    failing model left stale must be repairable afterwards."""
+    total = len(modes) * per_writer
     watcher = subprocess.Popen(
         [sys.executable, WORKER, "watch", location, "shared", str(total)],
         stdout=subprocess.PIPE,
@@ -28,13 +34,13 @@ def run_concurrently(location: str) -> None:
     assert watcher.stdout.readline().strip() == "ready"  # it has the (empty) tree open
     writers = [
         subprocess.Popen(
-            [sys.executable, WORKER, "insert", location, "shared", f"w{i}", str(PER_WRITER)],
+            [sys.executable, WORKER, "insert", location, "shared", f"w{i}", str(per_writer), mode],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
             env=ENV,
         )
-        for i in range(WRITERS)
+        for i, mode in enumerate(modes)
     ]
     acknowledged: dict[str, str] = {}
     for number, writer in enumerate(writers):
@@ -54,6 +60,9 @@ def run_concurrently(location: str) -> None:
         assert len(memory) == total
         assert {leaf.id: leaf.text for leaf in memory.leaves()} == acknowledged
         assert memory.check_integrity() == []
+        stale = memory.stats().stale
+        assert memory.repair() == stale and memory.stats().stale == 0
+        assert memory.check_integrity() == [] and len(memory) == total
     assert seen["problems"] == []  # every version the reader saw was a whole tree
     counts = seen["counts"]
     assert counts == sorted(counts) and counts[-1] == total  # growing, never going back
@@ -68,3 +77,18 @@ def test_four_sqlite_writers_and_a_reader(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_four_postgres_writers_and_a_reader(postgres_dsn: str) -> None:
     run_concurrently(postgres_dsn)
+
+
+MIXED = ("eager", "deferred", "slow", "eager")
+"""Four writers of different kinds at once: plain adds, a deferred block that flushes
+at its end, and a slow model that fails every fifth call."""
+
+
+@pytest.mark.slow
+def test_four_by_a_hundred_sqlite_writers_of_every_kind_and_a_reader(tmp_path: Path) -> None:
+    run_concurrently(str(tmp_path / "mixed.db"), per_writer=100, modes=MIXED)
+
+
+@pytest.mark.slow
+def test_four_by_a_hundred_postgres_writers_of_every_kind_and_a_reader(postgres_dsn: str) -> None:
+    run_concurrently(postgres_dsn, per_writer=100, modes=MIXED)

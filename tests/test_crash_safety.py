@@ -1,6 +1,11 @@
 """SIGKILL a process in the middle of inserting: nothing acknowledged is lost and the
 tree that remains is whole (design.md §4: the previous or the next tree, never half).
 
+Writers run in three modes (store_worker.py): eager adds, adds inside a
+``deferred()`` block (summaries stale until a flush the kill never reaches) and a
+slow model that fails now and then; afterwards ``repair()`` must rewrite every
+stale summary.
+
 Writers are forked from one fork server (``store_worker.py forkserver``) that has
 imported memtree once, so a kill cycle costs its inserts and a reopen, not an
 interpreter start-up: the test affords 25 kills per store. Each writer is still
@@ -48,10 +53,10 @@ class ForkServer:
         self._listener.settimeout(ACCEPT_TIMEOUT)
         assert self._reply() == "ready"
 
-    def start(self, prefix: str) -> tuple[int, IO[str]]:
+    def start(self, prefix: str, mode: str = "eager") -> tuple[int, IO[str]]:
         """Fork a writer; return its pid and the stream its acknowledgements arrive on."""
         port = self._listener.getsockname()[1]
-        pid = int(self._ask(f"insert {prefix} 100000 {port}").removeprefix("pid "))
+        pid = int(self._ask(f"insert {prefix} 100000 {port} {mode}").removeprefix("pid "))
         connection, _ = self._listener.accept()
         stream = connection.makefile("r")
         connection.close()  # the stream keeps the socket open
@@ -94,7 +99,7 @@ def fork_server(location: str, folder: Path) -> Iterator[ForkServer]:
         server.close()
 
 
-def kill_while_inserting(server: ForkServer, rng: random.Random, prefix: str) -> list[str]:
+def kill_while_inserting(server: ForkServer, rng: random.Random, prefix: str, mode: str = "eager") -> list[str]:
     """Start a writer, let it acknowledge a random number of inserts, SIGKILL it.
 
     Returns the ids it acknowledged. The kill lands after a random count of
@@ -103,7 +108,7 @@ def kill_while_inserting(server: ForkServer, rng: random.Random, prefix: str) ->
     insert: embedding, routing, aggregation, the commit itself.
     """
     target = rng.choice([0, 1, 2, *range(3, 40)])
-    pid, stream = server.start(prefix)
+    pid, stream = server.start(prefix, mode)
     acknowledged: list[str] = []
     with stream:
         while len(acknowledged) < target:
@@ -121,12 +126,16 @@ def kill_while_inserting(server: ForkServer, rng: random.Random, prefix: str) ->
     return acknowledged
 
 
-def crash_repeatedly(location: str, folder: Path, kills: int, seed: int) -> None:
+def crash_repeatedly(location: str, folder: Path, kills: int, seed: int, mode: str = "eager") -> None:
+    """Kill ``kills`` writers (in ``mode``: see store_worker.py) and check after each
+    kill that every acknowledged insert is there and the tree is whole, and that
+    :meth:`~memtree.MemTree.repair` rewrites every summary the writer left stale."""
     rng = random.Random(seed)
     acknowledged: list[str] = []
+    repaired = 0
     with fork_server(location, folder) as server:
         for round_number in range(kills):
-            acknowledged += kill_while_inserting(server, rng, f"r{round_number}")
+            acknowledged += kill_while_inserting(server, rng, f"r{round_number}", mode)
             with open_memory(location, "crash") as memory:
                 stored = {node.id for node in memory.leaves()}
                 lost = [leaf_id for leaf_id in acknowledged if leaf_id not in stored]
@@ -134,7 +143,14 @@ def crash_repeatedly(location: str, folder: Path, kills: int, seed: int) -> None
                 assert memory.check_integrity() == []
                 # Besides them, at most the one insert in flight per kill may have landed.
                 assert len(acknowledged) <= len(stored) <= len(acknowledged) + round_number + 1
+                stale = memory.stats().stale
+                if stale:
+                    assert memory.repair() == stale
+                    assert memory.stats().stale == 0 and memory.check_integrity() == []
+                    repaired += stale
     assert len(acknowledged) > kills  # the kills did land among inserts
+    if mode != "eager":  # killed inside deferred blocks / after failed model calls
+        assert repaired > 0, "the writers should have left stale summaries to repair"
 
 
 @pytest.mark.slow
@@ -145,3 +161,21 @@ def test_sqlite_keeps_every_acknowledged_insert_through_sigkill(tmp_path: Path) 
 @pytest.mark.slow
 def test_postgres_keeps_every_acknowledged_insert_through_sigkill(postgres_dsn: str, tmp_path: Path) -> None:
     crash_repeatedly(postgres_dsn, tmp_path, kills=KILLS, seed=5)
+
+
+MODE_KILLS = 12
+"""Kills per store in the deferred and slow-model modes (each about 0.5 s)."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["deferred", "slow"])
+def test_sqlite_sigkill_inside_deferred_blocks_and_slow_model_calls(tmp_path: Path, mode: str) -> None:
+    crash_repeatedly(str(tmp_path / "crash.db"), tmp_path, kills=MODE_KILLS, seed=6, mode=mode)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["deferred", "slow"])
+def test_postgres_sigkill_inside_deferred_blocks_and_slow_model_calls(
+    postgres_dsn: str, tmp_path: Path, mode: str
+) -> None:
+    crash_repeatedly(postgres_dsn, tmp_path, kills=MODE_KILLS, seed=7, mode=mode)

@@ -270,7 +270,7 @@ def test_big_batches_are_folded_within_the_word_budget() -> None:
 
 def test_bad_aggregation_mode_is_a_value_error() -> None:
     memory = joined_memory()
-    with pytest.raises(ValueError, match="aggregation must be one of: eager, deferred; got 'lazy'"):
+    with pytest.raises(ValueError, match="aggregation must be one of: eager, deferred, background; got 'lazy'"):
         memory.add_many(["a note"], aggregation="lazy")  # type: ignore[arg-type]
     assert len(memory) == 0
 

@@ -168,3 +168,90 @@ def test_keyboard_moves_the_selection_and_opens_nodes(page: Any, made: dict[str,
     assert "open" in summary.get_attribute("class")
     page.keyboard.press("ArrowLeft")
     assert "open" not in summary.get_attribute("class")
+
+
+# -- hostile texts, metadata and namespaces (the adversarial run's payloads) -----------------
+
+PAYLOADS = [
+    "<script>window.pwned = 'script'; document.title = 'pwned'</script>",
+    "\"><img src=x onerror=\"window.pwned = 'img'; document.title = 'pwned'\">",
+    "</script><script>window.pwned = 'json breakout'</script>",
+    "<!--<script>window.pwned = 'comment'</script>-->",
+    "<svg onload=\"window.pwned = 'svg'\"></svg>",
+    "<iframe srcdoc=\"<script>parent.pwned = 'iframe'</script>\"></iframe>",
+    "<a href=\"javascript:window.pwned = 'link'\">click me</a>",
+    "javascript:window.pwned = 'url'",
+    "${window.pwned = 'template'}",
+    "'; window.pwned = 'quote'; '",
+    "{{constructor.constructor('window.pwned = \"angular\"')()}}",
+    "<style>body { display: none }</style><b onmouseover=\"window.pwned = 'hover'\">bold</b>",
+    "line\u2028separator\u2029and <\\/script> escapes \\u003cscript\\u003e",
+    "<script>alert('dialog')</script><img src=x onerror=alert(1)>",
+]
+HOSTILE_NAMESPACE = ("<script>window.pwned = 'namespace'</script>", '"><img src=x onerror="window.pwned = \'ns\'">')
+HOSTILE_TITLE = "</title><script>window.pwned = 'title'</script>"
+
+
+def hostile_page(folder: Path) -> tuple[Path, list[str]]:
+    """A memory whose texts, metadata keys and values, source ids, namespace, queries and
+    title are all payloads; its page; and the texts of its leaves."""
+    from memtree import HashingEmbedder, MemTree, MemTreeConfig
+
+    texts = [f"Payload {i} about greyhound bicycles: {payload}" for i, payload in enumerate(PAYLOADS)]
+    with MemTree(namespace=HOSTILE_NAMESPACE, embedder=HashingEmbedder(64), config=MemTreeConfig(theta0=0.2)) as memory:
+        memory.add_many(
+            texts,
+            metadata=[{payload: payload, "url": "javascript:window.pwned = 'meta url'"} for payload in PAYLOADS],
+            source_ids=PAYLOADS,
+            timestamps=[1_714_521_600 + 3600 * i for i in range(len(PAYLOADS))],
+        )
+        assert memory.stats().summaries > 0, "summaries repeat the payloads too"
+        page = memory.to_html(queries=[PAYLOADS[0], PAYLOADS[2]], title=HOSTILE_TITLE, expand_depth=9)
+    path = folder / "hostile.html"
+    path.write_text(page, encoding="utf-8")
+    return path, texts
+
+
+def test_hostile_texts_metadata_and_namespaces_never_run_in_the_page(browser: Any, tmp_path: Path) -> None:  # noqa: F811
+    path, texts = hostile_page(tmp_path)
+    opened = browser.new_page(viewport={"width": 1400, "height": 900})
+    events: list[str] = []
+    opened.on("dialog", lambda dialog: (events.append(f"dialog: {dialog.message}"), dialog.dismiss()))
+    opened.on("pageerror", lambda error: events.append(f"page error: {error}"))
+    opened.on("request", lambda request: events.append(request.url) if request.url != path.as_uri() else 0)
+    try:
+        opened.set_default_timeout(10_000)
+        opened.goto(path.as_uri())
+        opened.click("#expand-all")
+        # Each click renders that node's text and metadata (clicked by script: a payload
+        # that hid the page must fail the assertions below, not time out here).
+        clicked = opened.evaluate("[...document.querySelectorAll('#tree li.node > .row')].map(r => r.click()).length")
+        assert clicked == len(data(opened)["nodes"]) - 1  # every node but the root
+        opened.locator("#tree li.node.leaf", has_text="Payload 1 about").locator(":scope > .row").click()
+        assert opened.locator("#detail-body .fulltext").text_content() == texts[1]
+        for payload in PAYLOADS:  # typed into the search box, as a user pasting them would
+            opened.fill("#search", payload)
+            opened.press("#search", "Enter")
+        opened.evaluate("document.querySelectorAll('a').forEach(link => link.click())")  # hidden ones too
+
+        assert opened.evaluate("window.pwned") is None and opened.evaluate("window.parent.pwned") is None
+        assert opened.title() == HOSTILE_TITLE, "the title is shown as text"
+        assert opened.evaluate("document.scripts.length") == 2, "only the page's own data and code"
+        assert (
+            opened.evaluate("document.querySelectorAll('img, iframe, object, embed, style:not(head style)').length")
+            == 0
+        )
+        assert opened.evaluate("document.querySelectorAll('svg').length") == 1, "only the page's logo"
+        assert (
+            opened.evaluate(
+                "[...document.querySelectorAll('*')].filter(e => [...e.attributes].some(a => a.name.startsWith('on')))"
+                ".length"
+            )
+            == 0
+        )
+        assert opened.evaluate("document.querySelectorAll('a[href^=\"javascript:\" i]').length") == 0
+        shown = opened.locator("body").text_content()
+        assert HOSTILE_NAMESPACE[0] in shown or "/".join(HOSTILE_NAMESPACE) in shown, "the namespace shows as text"
+    finally:
+        opened.close()
+    assert events == [], "nothing ran, asked, fetched or failed"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
+from gated import GatedAggregator, gated_memory, summaries_cover_exactly_their_leaves
 from langchain.agents import create_agent
 from langchain.agents.structured_output import ProviderStrategy, ToolStrategy
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
@@ -262,3 +263,69 @@ def test_bad_options_fail_at_construction() -> None:
         MemTreeMemoryMiddleware(memory=memory, namespace=())
     with pytest.raises(TypeError, match=r"memory must be a memtree\.MemTree"):
         MemTreeMemoryMiddleware(memory=None)  # type: ignore[arg-type]
+
+
+# -- summaries outside the turn -------------------------------------------------------
+
+EXCHANGES = [
+    ("My greyhound Pepper loves the beach.", "Pepper sounds happy at the beach."),
+    ("My greyhound Pepper hates bicycles.", "Many greyhounds fear bicycles."),
+    ("Pepper the greyhound sleeps all day.", "Greyhounds are famous sleepers."),
+    ("I bake sourdough bread on Sundays.", "Sunday sourdough bread sounds lovely."),
+]
+
+
+def chat(middleware: MemTreeMemoryMiddleware) -> list[str]:
+    """One agent run per exchange; the texts the memory should hold afterwards."""
+    agent = create_agent(scripted(*(answer for _, answer in EXCHANGES)), tools=[], middleware=[middleware])
+    for question, _ in EXCHANGES:
+        agent.invoke({"messages": [HumanMessage(question)]})
+    return [f"User: {question}\nAssistant: {answer}" for question, answer in EXCHANGES]
+
+
+def test_by_default_a_turn_waits_for_no_summary_and_its_exchange_is_searchable_when_it_ends() -> None:
+    aggregator = GatedAggregator()  # the memory's model: every call waits while the gate is closed
+    memory = gated_memory(aggregator)
+    middleware = MemTreeMemoryMiddleware(memory=memory, clock=lambda: "2024-09-01")
+    expected = chat(middleware)  # returns: no turn waited for the (blocked) model
+    assert aggregator.calls == 0
+    assert sorted(leaf.text for leaf in memory.leaves()) == sorted(expected)
+    for text in expected:
+        assert memory.retrieve(text, k=1, leaves_only=True)[0].text == text
+    assert memory.stats().stale > 0
+    aggregator.gate.set()
+    assert middleware.wait_for_summaries(timeout=30)
+    assert memory.stats().stale == 0 and aggregator.calls > 0
+    assert summaries_cover_exactly_their_leaves(memory)
+    memory.close()
+
+
+def test_deferred_summaries_are_written_once_at_the_end_of_the_session() -> None:
+    aggregator = GatedAggregator(open_gate=True)
+    memory = gated_memory(aggregator)
+    maya = memory.sibling(("users", "maya"))
+    middleware = MemTreeMemoryMiddleware(memory=memory, namespace=("users", "maya"), aggregation="deferred")
+    expected = chat(middleware)
+    assert aggregator.calls == 0  # no summary written during the session
+    assert sorted(leaf.text for leaf in maya.leaves()) == sorted(expected)
+    stale = maya.stats().stale
+    assert stale > 0
+    assert middleware.flush() == stale  # the end of the session: each summary written once
+    assert aggregator.calls == stale
+    assert maya.stats().stale == 0
+    assert summaries_cover_exactly_their_leaves(maya)
+    memory.close()
+
+
+def test_eager_summaries_are_written_inside_the_turn() -> None:
+    aggregator = GatedAggregator(open_gate=True)
+    memory = gated_memory(aggregator)
+    expected = chat(MemTreeMemoryMiddleware(memory=memory, aggregation="eager"))
+    assert sorted(leaf.text for leaf in memory.leaves()) == sorted(expected)
+    assert memory.stats().stale == 0 and aggregator.calls > 0
+    assert summaries_cover_exactly_their_leaves(memory)
+
+
+def test_an_unknown_aggregation_choice_fails_at_construction() -> None:
+    with pytest.raises(ValueError, match="aggregation must be one of: eager, deferred, background; got 'lazy'"):
+        MemTreeMemoryMiddleware(memory=hashing_memory(), aggregation="lazy")  # type: ignore[arg-type]

@@ -91,6 +91,15 @@ def test_search_pages_filters_and_respects_namespace_prefixes() -> None:
         (("users", "maya"), "job"),
         (("users", "leo"), "food"),
     }
+    # the engine's $in / $nin (memtree.where), beyond LangGraph's own operators
+    assert {k for k in keys(store.search(("users",), query=query, filter={"year": {"$in": [2021, 2022]}}))} == {
+        (("users", "maya"), "food"),
+        (("users", "leo"), "music"),
+    }
+    assert {k for k in keys(store.search(("users",), filter={"year": {"$nin": [2024, 2022]}}))} == {
+        (("users", "maya"), "job"),
+        (("users", "leo"), "music"),
+    }
     assert store.search(("users",), query=query, limit=0) == []
 
 
@@ -232,8 +241,10 @@ def test_bad_input_is_refused_clearly() -> None:
         store.put(("n",), "k", {"text": "lone \udc80"})
     with pytest.raises(TypeError, match="must be dicts"):
         store.batch([PutOp(("n",), "k", ["not", "a", "dict"])])  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"unsupported filter operator '\$in'"):
-        store.search(("n",), filter={"a": {"$in": [1]}})
+    with pytest.raises(ValueError, match=r"unsupported filter operator '\$regex'; use one of: \$eq, \$ne, \$gt"):
+        store.search(("n",), filter={"a": {"$regex": "x"}})
+    with pytest.raises(ValueError, match=r"filter 'a': \$in takes a list of values, got 'xy'"):
+        store.search(("n",), filter={"a": {"$in": "xy"}})
     with pytest.raises(ValueError, match="takes only 'fields'; drop \\['dims', 'embed'\\]"):
         MemTreeStore(hashing_memory(), index={"dims": 384, "embed": "openai:x", "fields": ["text"]})
     assert store.list_namespaces() == []
@@ -329,7 +340,8 @@ def test_traversal_search_and_unknown_modes() -> None:
 def test_traversal_search_fills_the_limit_beam_first_and_filters_work() -> None:
     words = ["dog", "cat", "ramen", "cello", "nurse", "oslo", "lisbon", "bike", "tram"]
     words += ["bakery", "tea", "coffee", "rain", "snow", "sun", "moon", "river", "hill"]
-    store = MemTreeStore(hashing_memory(), index={"fields": ["text"]}, mode="traversal")
+    # Eager: the scores compared below must not move while a background worker rewrites summaries.
+    store = MemTreeStore(hashing_memory(), index={"fields": ["text"]}, mode="traversal", aggregation="eager")
     for i in range(40):  # every text a different 4-word pick: a tree several levels deep
         text = " ".join(words[(i * j + i // 7) % len(words)] for j in (1, 3, 5, 7))
         store.put(("n",), f"k{i}", {"text": text, "i": i})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 from llama_index.core.base.llms.types import ChatMessage, ImageBlock, TextBlock
@@ -144,3 +145,49 @@ def test_a_session_reads_only_its_own_memories_from_a_shared_block(chat: Memory)
     block.session_scoped, block.token_limit, block.similarity_top_k = False, 400, 20
     shared = asyncio.run(block.aget([ChatMessage(role="user", content=question)], session_id="session-2"))
     assert "Pepper is scared of bicycles" in shared and "Miso" in shared
+
+
+def test_one_message_with_a_nul_byte_does_not_fail_the_flush(caplog: pytest.LogCaptureFixture) -> None:
+    """The engine refuses NUL characters and lone surrogates; the block used to pass the
+    whole flush to it at once, so one such message stored nothing (0 of 4) and
+    ``Memory.put()`` raised. Now the others are stored as they are and the bad one
+    cleaned, with a warning naming it."""
+    block = MemTreeMemoryBlock(memory=make_memory())
+    flushed = [
+        ChatMessage(role="user", content="My greyhound Pepper is scared of bicycles."),
+        ChatMessage(role="assistant", content="Poor\x00 Pepper!"),
+        ChatMessage(role="user", content="I ate ramen in Kyoto \udc80 last spring."),
+        ChatMessage(role="assistant", content="Kyoto ramen sounds delicious."),
+    ]
+    with caplog.at_level(logging.WARNING, logger="llamaindex_memtree"):
+        asyncio.run(block.aput(flushed))
+    assert [leaf.text for leaf in block.memory.leaves()] == [
+        "user: My greyhound Pepper is scared of bicycles.",
+        "assistant: Poor Pepper!",
+        "user: I ate ramen in Kyoto ? last spring.",
+        "assistant: Kyoto ramen sounds delicious.",
+    ]
+    warned = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
+    assert len(warned) == 2
+    assert warned[0].startswith("message 2 of 4 (assistant: 'Poor Pepper!'): its text contains a NUL character")
+    assert warned[1].startswith("message 3 of 4 (user: 'I ate ramen in Kyoto ? last spring.'): its text is not valid")
+
+
+def test_memory_put_does_not_raise_for_a_message_with_a_nul_byte() -> None:
+    block = MemTreeMemoryBlock(memory=make_memory())
+    chat = Memory.from_defaults(
+        session_id="nul\x00session",  # metadata the durable stores cannot hold either
+        token_limit=120,
+        chat_history_token_ratio=0.5,
+        token_flush_size=20,
+        memory_blocks=[block],
+    )
+    conversation = [*CONVERSATION[:2], ("Pepper\x00 got a red collar.", "Red suits her."), *CONVERSATION[3:]]
+    for user, assistant in conversation:
+        chat.put(ChatMessage(role="user", content=user))
+        chat.put(ChatMessage(role="assistant", content=assistant))
+    archived = chat.get_all(status=MessageStatus.ARCHIVED)
+    assert any("\x00" in str(message.content) for message in archived), "the NUL message was flushed"
+    texts = [leaf.text for leaf in block.memory.leaves()]
+    assert len(texts) == len(archived) and "user: Pepper got a red collar." in texts
+    assert {leaf.metadata["session_id"] for leaf in block.memory.leaves()} == {"nulsession"}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -103,7 +105,8 @@ def test_the_tree_is_saved_beside_the_docstore_as_the_engines_jsonl_export(index
         json.loads((tmp_path / "index_store.json").read_text())["index_store/data"][index.index_id]["__data__"]
     )
     assert struct["store"] == "InMemoryStore" and struct["namespace"] == ["default"]
-    snapshot = tmp_path / f"{struct['snapshot']}__vector_store.json"
+    assert struct["snapshot"] == "memtree_tree"
+    snapshot = tmp_path / "memtree_tree__vector_store.json"
     lines = json.loads(snapshot.read_text())["metadata_dict"]["memtree.jsonl"]["lines"]
     leaf_texts = {json.loads(line).get("text") for line in lines}
     assert {leaf.text for leaf in index.memory.leaves()} <= leaf_texts
@@ -124,8 +127,7 @@ def test_a_missing_snapshot_or_a_full_memory_is_a_clear_error(
     index.storage_context.persist(tmp_path)
     with pytest.raises(ValueError, match="already holds 14 leaves; pass an empty memory"):
         MemTreeIndex.from_persist_dir(tmp_path, memory=index.memory)
-    for snapshot in tmp_path.glob("memtree-*__vector_store.json"):
-        snapshot.unlink()
+    (tmp_path / "memtree_tree__vector_store.json").unlink()
     with pytest.raises(ValueError, match="holds a MemTreeIndex but not its tree"):
         MemTreeIndex.from_persist_dir(tmp_path, memory=MemTree(embedder=local_embedder, config=CONFIG))
 
@@ -136,7 +138,7 @@ def test_index_over_a_sqlite_tree_reopens_it(local_embedder, tmp_path: Path) -> 
         index = MemTreeIndex.from_documents(documents()[:4], memory=memory, transformations=[sentence_splitter()])
         index.storage_context.persist(tmp_path / "storage")
         before = tree(memory), results(index)
-    assert not list((tmp_path / "storage").glob("memtree-*"))  # the tree is in the database, not copied
+    assert not list((tmp_path / "storage").glob("memtree*"))  # the tree is in the database, not copied
     storage = StorageContext.from_defaults(persist_dir=str(tmp_path / "storage"))
     with pytest.raises(ValueError, match=r"keeps its tree in a SQLiteStore \(namespace \('docs', 'corpus'\)\)"):
         load_index_from_storage(storage)
@@ -282,3 +284,87 @@ def test_reopening_a_durable_index_with_a_memory_that_lacks_its_tree_is_refused(
             loaded = load_index_from_storage(storage, memory=memory)
         assert any("lacks 1 of 8 sampled nodes" in record.getMessage() for record in caplog.records)
         assert len(loaded.memory) == 13
+
+
+OLD_LAYOUT = Path(__file__).parent / "data" / "llamaindex_persist_before_rename"
+"""A directory persisted by the previous release (index type ``"memtree"``, tree in
+``memtree-<uuid>__vector_store.json``): two documents, 4 leaves, HashingEmbedder(32)."""
+
+
+def old_layout_memory() -> MemTree:
+    return MemTree(embedder=HashingEmbedder(32), config=MemTreeConfig(theta0=0.2, deduplicate=False))
+
+
+def test_a_directory_persisted_before_the_rename_still_loads_and_persists_anew(tmp_path: Path) -> None:
+    assert [path.name for path in OLD_LAYOUT.glob("memtree*")] == [
+        "memtree-50e876280b46432db344c2cf00ee81c1__vector_store.json"
+    ]
+    storage = StorageContext.from_defaults(persist_dir=str(OLD_LAYOUT))
+    loaded = load_index_from_storage(storage, memory=old_layout_memory())
+    assert isinstance(loaded, MemTreeIndex) and loaded.index_id == "notes"
+    assert sorted(leaf.text for leaf in loaded.memory.leaves()) == [
+        "Leo ate tonkotsu ramen in Kyoto.",
+        "Maya adopted a rescue greyhound called Pepper.",
+        "Pepper the greyhound is scared of bicycles.",
+        "The ramen broth in Kyoto was rich.",
+    ]
+    hits = loaded.as_retriever(similarity_top_k=1, leaves_only=True).retrieve("ramen broth Kyoto")
+    assert hits[0].node.get_content() == "The ramen broth in Kyoto was rich."
+    assert hits[0].node.ref_doc_id == "ramen"  # the docstore node, relationships intact
+    again = MemTreeIndex.from_persist_dir(OLD_LAYOUT, memory=old_layout_memory())
+    assert tree(again.memory) == tree(loaded.memory)
+    # persisted again (in place of the old one), it keeps the old key: the struct names its file
+    loaded.storage_context.persist(tmp_path)
+    assert (tmp_path / "memtree-50e876280b46432db344c2cf00ee81c1__vector_store.json").exists()
+    data = json.loads((tmp_path / "index_store.json").read_text())["index_store/data"]["notes"]
+    assert data["__type__"] == "memtree (import llamaindex_memtree before loading)"
+    reloaded = load_index_from_storage(
+        StorageContext.from_defaults(persist_dir=str(tmp_path)), memory=old_layout_memory()
+    )
+    assert tree(reloaded.memory) == tree(loaded.memory)
+
+
+def test_two_indexes_in_one_storage_context_get_numbered_tree_files(tmp_path: Path) -> None:
+    storage = StorageContext.from_defaults()
+    first = MemTreeIndex.from_documents(
+        [Document(text="Pepper fears bicycles.")], storage_context=storage, memory=old_layout_memory()
+    )
+    second = MemTreeIndex.from_documents(
+        [Document(text="Leo ate ramen.")], storage_context=storage, memory=old_layout_memory()
+    )
+    storage.persist(tmp_path)
+    assert sorted(path.name for path in tmp_path.glob("memtree*")) == [
+        "memtree_tree_2__vector_store.json",
+        "memtree_tree__vector_store.json",
+    ]
+    loaded = StorageContext.from_defaults(persist_dir=str(tmp_path))
+    for built in (first, second):
+        back = load_index_from_storage(loaded, index_id=built.index_id, memory=old_layout_memory())
+        assert [leaf.text for leaf in back.memory.leaves()] == [leaf.text for leaf in built.memory.leaves()]
+
+
+LOAD_WITHOUT_IMPORT = """
+import sys
+from llama_index.core import StorageContext, load_index_from_storage
+try:
+    load_index_from_storage(StorageContext.from_defaults(persist_dir=sys.argv[1]))
+except KeyError as error:
+    print(type(error).__name__, error)
+"""
+
+
+@pytest.mark.parametrize("layout", ["current", "before the rename"])
+def test_loading_without_importing_the_package_names_the_missing_import(layout: str, tmp_path: Path) -> None:
+    """LlamaIndex has no plugin registry for index types: the KeyError it raises shows
+    only the type string, so the string says what to do."""
+    if layout == "current":
+        index = MemTreeIndex.from_documents([Document(text="Pepper fears bicycles.")], memory=old_layout_memory())
+        index.storage_context.persist(tmp_path)
+        expected = "KeyError 'memtree (import llamaindex_memtree before loading)'"
+    else:
+        tmp_path = OLD_LAYOUT
+        expected = "KeyError 'memtree'"  # what earlier versions wrote cannot say more
+    done = subprocess.run(
+        [sys.executable, "-c", LOAD_WITHOUT_IMPORT, str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout.strip() == expected, done.stderr

@@ -93,35 +93,132 @@ def test_metadata_filters_keep_matching_leaves(index: MemTreeIndex) -> None:
     assert {r.node.metadata["topic"] for r in results} == {"ramen"}
 
 
+PEOPLE = [
+    ("ana", "Ana hiked the Rota Vicentina trail.", 31, "Lisbon", "2024-03-01"),
+    ("ben", "Ben ran the Porto marathon in the rain.", 25, "Porto", "2024-04-10"),
+    ("caro", "Caro opened a bakery selling custard tarts.", 40, "Lisbon", "2024-05-20"),
+    ("dan", "Dan learned to surf on the Braga coast.", 25.0, "Braga", "2024-06-30"),
+    ("eve", "Eve restored an old fishing boat.", 52, "Porto", "2024-08-15T12:00:00"),
+]
+
+
+@pytest.fixture(scope="module")
+def people() -> MemTreeIndex:
+    nodes = [
+        TextNode(id_=node_id, text=text, metadata={"age": age, "city": city, "date": date})
+        for node_id, text, age, city, date in PEOPLE
+    ]
+    nodes.append(TextNode(id_="note", text="A note without any metadata."))
+    return MemTreeIndex(nodes, memory=make_memory(), timestamp_key="date")
+
+
+def found(index: MemTreeIndex, filters: MetadataFilters, **options: object) -> set[str]:
+    results = index.as_retriever(filters=filters, similarity_top_k=50, min_score=-1.0, **options).retrieve("who")
+    return {r.node.node_id for r in results}
+
+
+def when(key: str, value: object, operator: str = "==") -> MetadataFilter:
+    return MetadataFilter(key=key, value=value, operator=FilterOperator(operator))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("conditions", "condition", "expected"),
+    [
+        ([when("city", "Lisbon")], "and", {"ana", "caro"}),
+        ([when("age", 25)], "and", {"ben", "dan"}),  # 25 and 25.0 are one number
+        ([when("city", "Lisbon", "!=")], "and", {"ben", "dan", "eve", "note"}),  # no key: != holds
+        ([when("age", 31, ">")], "and", {"caro", "eve"}),
+        ([when("age", 31, ">=")], "and", {"ana", "caro", "eve"}),
+        ([when("age", 31, "<")], "and", {"ben", "dan"}),
+        ([when("age", 31, "<=")], "and", {"ana", "ben", "dan"}),
+        ([when("city", ["Porto", "Braga"], "in")], "and", {"ben", "dan", "eve"}),
+        ([when("city", ["Porto", "Braga"], "nin")], "and", {"ana", "caro", "note"}),
+        ([when("age", 25, ">"), when("age", 50, "<")], "and", {"ana", "caro"}),
+        ([when("city", "Braga"), when("age", 50, ">=")], "or", {"dan", "eve"}),
+        ([when("city", "Porto"), when("age", 40)], "not", {"ana", "dan", "note"}),
+        ([when("city", "Porto")], "not", {"ana", "caro", "dan", "note"}),
+    ],
+)
+def test_every_llamaindex_operator_keeps_exactly_its_nodes(
+    people: MemTreeIndex, conditions: list[MetadataFilter], condition: str, expected: set[str]
+) -> None:
+    filters = MetadataFilters(filters=conditions, condition=FilterCondition(condition))  # type: ignore[arg-type]
+    assert found(people, filters) == expected
+    assert found(people, filters, mode="traversal", leaves_only=True) <= expected
+
+
+def test_nested_filter_groups_combine_as_written(people: MemTreeIndex) -> None:
+    lisbon_or_old = MetadataFilters(
+        filters=[when("city", "Lisbon"), when("age", 50, ">")], condition=FilterCondition.OR
+    )
+    young = MetadataFilters(filters=[when("age", 35, "<")])
+    filters = MetadataFilters(filters=[lisbon_or_old, young], condition=FilterCondition.AND)
+    assert found(people, filters) == {"ana"}
+    either = MetadataFilters(filters=[lisbon_or_old, when("city", "Braga")], condition=FilterCondition.OR)
+    assert found(people, either) == {"ana", "caro", "eve", "dan"}
+
+
+@pytest.mark.parametrize(
+    ("conditions", "expected"),
+    [
+        ([when("date", "2024-05-20")], {"caro"}),  # == is the instant
+        ([when("date", "2024-05-20", ">=")], {"caro", "dan", "eve"}),
+        ([when("date", "2024-05-20", ">")], {"dan", "eve"}),  # strict: the instant itself is out
+        ([when("date", "2024-05-20", "<")], {"ana", "ben"}),
+        ([when("date", "2024-05-20", "<=")], {"ana", "ben", "caro"}),
+        ([when("date", "2024-04-01", ">"), when("date", "2024-07-01T00:00:00+00:00", "<")], {"ben", "caro", "dan"}),
+        ([when("date", "2024-04-01", ">"), when("city", "Porto")], {"ben", "eve"}),
+        ([when("date", "2024-06-01", ">"), when("date", "2024-04-01", "<")], set()),  # contradictory
+        ([when("date", 1717200000, ">=")], {"dan", "eve"}),  # POSIX seconds: 2024-06-01
+    ],
+)
+def test_filters_on_the_timestamp_key_are_time_ranges(
+    people: MemTreeIndex, conditions: list[MetadataFilter], expected: set[str]
+) -> None:
+    filters = MetadataFilters(filters=conditions)
+    assert found(people, filters, leaves_only=True) == expected
+
+
+def test_time_filters_narrow_an_explicit_time_range(people: MemTreeIndex) -> None:
+    filters = MetadataFilters(filters=[when("date", "2024-04-01", ">=")])
+    assert found(people, filters, time_range=(None, "2024-06-01"), leaves_only=True) == {"ben", "caro"}
+    results = people.as_retriever(filters=filters, similarity_top_k=50, min_score=-1.0).retrieve("who")
+    assert results and all(r.node.metadata["timestamp"] >= "2024-04-01" for r in results)  # summaries too
+
+
+async def test_async_retrieval_filters_alike(people: MemTreeIndex) -> None:
+    filters = MetadataFilters(filters=[when("age", 30, ">"), when("date", "2024-06-01", "<")])
+    results = await people.as_retriever(filters=filters, similarity_top_k=50, min_score=-1.0).aretrieve("who")
+    assert {r.node.node_id for r in results} == {"ana", "caro"}
+
+
 @pytest.mark.parametrize(
     ("filters", "message"),
     [
         (
-            MetadataFilters(filters=[MetadataFilter(key="topic", value="dog", operator=FilterOperator.NE)]),
-            "only equality",
+            MetadataFilters(filters=[when("city", "Lis", "text_match")]),
+            "memtree filters support the operators '==', '!=', '>', '>=', '<', '<=', 'in', 'nin'; "
+            "got 'text_match' for key 'city'",
+        ),
+        (MetadataFilters(filters=[when("tags", ["a"], "any")]), "got 'any' for key 'tags'"),
+        (MetadataFilters(filters=[when("age", [1, 2], ">")]), r"metadata filters: where\['age'\]\['\$gt'\]"),
+        (
+            MetadataFilters(filters=[when("date", "2024-01-01"), when("city", "x")], condition=FilterCondition.OR),
+            "a filter on the event time \\('date'\\) can only be a top-level condition joined by AND",
         ),
         (
-            MetadataFilters(
-                filters=[MetadataFilter(key="topic", value="dog"), MetadataFilter(key="topic", value="hike")],
-                condition=FilterCondition.OR,
-            ),
-            "joined by AND",
+            MetadataFilters(filters=[when("date", ["2024-01-01"], "in")]),
+            "a filter on the event time \\('date'\\) takes '==', '>', '>=', '<', '<='; got 'in'",
         ),
-        (
-            MetadataFilters(filters=[MetadataFilters(filters=[MetadataFilter(key="topic", value="dog")])]),
-            "nested",
-        ),
-        (
-            MetadataFilters(filters=[MetadataFilter(key="topic", value="dog"), MetadataFilter(key="topic", value="x")]),
-            "two different values",
-        ),
+        (MetadataFilters(filters=[when("date", "soon", ">")]), "the filter on 'date' 'soon' is not an ISO 8601"),
+        (MetadataFilters(filters=[MetadataFilters(filters=[])]), "an empty nested MetadataFilters matches nothing"),
     ],
 )
 def test_filters_the_engine_cannot_apply_are_refused(
-    index: MemTreeIndex, filters: MetadataFilters, message: str
+    people: MemTreeIndex, filters: MetadataFilters, message: str
 ) -> None:
     with pytest.raises(ValueError, match=message):
-        index.as_retriever(filters=filters)
+        people.as_retriever(filters=filters)
 
 
 async def test_aretrieve_matches_retrieve(index: MemTreeIndex) -> None:

@@ -13,6 +13,7 @@ from memtree.commands.common import (
     DbOption,
     EmbedderOption,
     JsonOption,
+    LlmOption,
     NamespaceOption,
     cli_errors,
     err,
@@ -124,6 +125,7 @@ def add(
     db: DbOption = DEFAULT_DB,
     namespace: NamespaceOption = "default",
     embedder: EmbedderOption = None,
+    llm: LlmOption = None,
     as_json: JsonOption = False,
     progress: Annotated[
         bool, typer.Option("--progress/--no-progress", help="Show a progress bar while adding a file.")
@@ -150,7 +152,7 @@ def add(
         items.extend(found.items)
     if not items:
         raise CliError("nothing to add: every line was bad and skipped")
-    with open_memory(db, namespace, embedder, create=True) as memory:
+    with open_memory(db, namespace, embedder, create=True, llm=llm) as memory:
         before = len(memory)
         ids = remember(memory, items, show_progress=progress and file is not None and not as_json)
         added = len(memory) - before

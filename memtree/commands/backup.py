@@ -1,8 +1,9 @@
 """``memtree export`` and ``memtree import``: a namespace as portable JSONL.
 
 Both check their files before touching the memory: ``export`` that it can write its
-target (it is written beside it and renamed, so an interrupted export leaves no half
-backup), ``import`` that it can read its source and that the namespace is empty. An
+target (a regular file is written beside it and renamed, so an interrupted export leaves
+no half backup; a pipe or a device is written through; see :mod:`memtree.output_file`),
+``import`` that it can read its source and that the namespace is empty. An
 import that fails leaves no new database behind; the engine's messages are said in
 the command line's words (``--skip-bad``, not ``skip_bad=True``).
 """
@@ -184,6 +185,7 @@ def print_warning(message: str, source: str) -> None:
 def explain_import_error(message: str, source: str) -> str:
     """The engine's import error as the command line says it."""
     message = message.replace("pass skip_bad=True", "pass --skip-bad to import the good lines and skip these")
+    message = message.replace("skip_bad cannot skip", "--skip-bad cannot skip")
     if NOT_A_BACKUP in message:
         message += (
             "; `memtree import` reads backups written by `memtree export`. To remember the texts of a JSONL "

@@ -28,7 +28,14 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from memtree.commands.files import is_corrupt, needs_write_access, read_problem, sqlite_problem, write_problem
+from memtree.commands.files import (
+    empty_file_problem,
+    is_corrupt,
+    needs_write_access,
+    read_problem,
+    sqlite_problem,
+    write_problem,
+)
 from memtree.embed import Embedder, HashingEmbedder
 from memtree.models.openai import MissingAPIKeyError
 from memtree.models.resolve import resolve_embedder
@@ -72,6 +79,19 @@ EmbedderOption = Annotated[
             "model), `openai[:MODEL]` (needs OPENAI_API_KEY), or `hashing[:DIM]` (instant, NOT semantic: for "
             "trials and tests). Use the same one every time for a given memory. Default: memtree's default "
             "(OpenAI when OPENAI_API_KEY is set, else local)."
+        ),
+        show_default=False,
+    ),
+]
+LlmOption = Annotated[
+    str | None,
+    typer.Option(
+        "--llm",
+        envvar="MEMTREE_LLM",
+        help=(
+            "Summary writer: `openai[:MODEL]` (needs OPENAI_API_KEY) or `llama-cpp:PATH` (a local .gguf model run in "
+            "process; experimental, needs the `llamacpp` extra; replies failing a guard fall back to the offline "
+            "summary). Default: memtree's default (OpenAI when OPENAI_API_KEY is set, else offline extractive)."
         ),
         show_default=False,
     ),
@@ -215,6 +235,22 @@ def parse_embedder(spec: str | None) -> Embedder | None:
         ) from None
 
 
+LLM_SCHEMES = ("openai", "llama-cpp")
+
+
+def parse_llm(spec: str | None) -> str | None:
+    """The ``--llm`` value checked against the names the engine resolves (``None``:
+    memtree's default); the model itself is made by ``MemTree(llm=...)``."""
+    if spec is None or not spec.strip():
+        return None
+    kind, _, argument = spec.strip().partition(":")
+    if kind not in LLM_SCHEMES:
+        raise CliError(f"unknown --llm {spec!r}; use openai, openai:MODEL or llama-cpp:PATH_TO_GGUF")
+    if kind == "llama-cpp" and not argument.strip():
+        raise CliError("--llm llama-cpp needs the model file: --llm llama-cpp:/path/to/model.gguf")
+    return spec.strip()
+
+
 def parse_pairs(pairs: list[str] | None, option: str) -> dict[str, Any]:
     """``["speaker=Maya", "session=3"]`` -> ``{"speaker": "Maya", "session": 3}``.
 
@@ -240,15 +276,23 @@ def is_postgres(db: str) -> bool:
 
 @contextmanager
 def open_memory(
-    db: str, namespace: str, embedder: str | None = None, *, create: bool = False, writes: bool = False
+    db: str,
+    namespace: str,
+    embedder: str | None = None,
+    *,
+    create: bool = False,
+    writes: bool = False,
+    llm: str | None = None,
 ) -> Iterator[MemTree]:
-    """The memory at ``db`` (closed afterwards).
+    """The memory at ``db`` (closed afterwards), writing summaries with ``llm`` (an
+    ``--llm`` value) when given.
 
     Without ``create``, a SQLite file that does not exist is an error rather than
     a new empty database, so a mistyped ``--db`` is caught. A command that changes
     the memory says so with ``writes`` (``create`` implies it): it is refused with a
     clear message when the file or its folder is read-only for the user. A command
-    that only reads opens such a file read-only instead (see
+    that only reads refuses an empty (0-byte) file, which opening would turn into a
+    memory, and opens a read-only file read-only (see
     :mod:`memtree.store.sqlite`), so it works and leaves nothing behind.
     SQLite's errors inside the block are reported naming ``db``.
     """
@@ -266,6 +310,9 @@ def open_memory(
         unreadable = read_problem(path) if path.exists() else None
         if unreadable:
             raise CliError(unreadable)
+        empty = None if create or writes else empty_file_problem(path)
+        if empty:
+            raise CliError(empty)
         unwritable = write_problem(path)
         if unwritable and (create or writes):
             raise CliError(needs_write_access(unwritable) if path.exists() else unwritable)
@@ -274,6 +321,9 @@ def open_memory(
     options: dict[str, Any] = {"namespace": key}
     if chosen is not None:
         options["embedder"] = chosen
+    chosen_llm = parse_llm(llm)
+    if chosen_llm is not None:
+        options["llm"] = chosen_llm
     with sqlite_errors_named(db):
         memory, store = _open(db, options, read_only=read_only)
         try:

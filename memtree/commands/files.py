@@ -12,6 +12,8 @@ import os
 import sqlite3
 from pathlib import Path
 
+from memtree.output_file import resolved_target, writes_through
+
 READ_COMMANDS = "`memtree query`, `show`, `stats` and `export`"
 """The commands that read a memory without changing it (they work on a read-only file)."""
 
@@ -29,6 +31,29 @@ def read_problem(path: Path) -> str | None:
     if not os.access(path, os.R_OK):
         return f"cannot read {path}: permission denied; check the file's permissions (ls -l {path})"
     return None
+
+
+def empty_file_problem(path: Path) -> str | None:
+    """Why a command that only reads refuses ``path``: it is an existing, empty (0-byte) file.
+
+    SQLite takes such a file for an empty database and memtree would create its
+    tables in it, so a mistyped ``--db`` (or a file ``touch`` made) would be written
+    to by a command that promises to read. A WAL beside it with content means the
+    memory lives there until a checkpoint: that file is not empty.
+    """
+    try:
+        if not path.is_file() or path.stat().st_size:
+            return None
+        wal = path.with_name(path.name + "-wal")
+        if wal.exists() and wal.stat().st_size:
+            return None
+    except OSError:
+        return None
+    return (
+        f"{path}: empty file, not a memtree database (0 bytes); {READ_COMMANDS} only read a memory, so they "
+        "left it as it is. Point --db (or MEMTREE_DB) at your memory, or make this file one with `memtree add` "
+        "or `memtree import`"
+    )
 
 
 def write_problem(path: Path) -> str | None:
@@ -103,19 +128,26 @@ def remove_new_database(path: Path) -> None:
 def output_problem(target: str, example: str, *, via_temporary: bool = False) -> str | None:
     """Why the output file ``target`` cannot be written, checked before any work.
 
-    ``via_temporary``: the file is written beside ``target`` and renamed over it,
-    so the folder must be writable even when ``target`` exists. ``example`` is a
+    ``via_temporary``: a regular file is written beside ``target`` (beside the file
+    a symbolic link points to) and renamed over it, so that folder must be writable
+    even when ``target`` exists; a pipe or a device is written through and needs
+    only to be writable itself (see :mod:`memtree.output_file`). ``example`` is a
     file name to suggest when ``target`` is a folder.
     """
     path = Path(target)
-    folder = folder_of(path)
     if path.is_dir():
         return f"{target} is a folder; give a file name, e.g. {path / example}"
+    if writes_through(path):
+        if not os.access(path, os.W_OK):
+            return f"cannot write {target}: it is read-only for you"
+        return None
+    real = resolved_target(path)
+    folder = folder_of(real)
     if not folder.is_dir():
         return f"cannot write {target}: the folder {folder} does not exist (create it first)"
-    if path.exists() and not os.access(path, os.W_OK):
+    if real.exists() and not os.access(real, os.W_OK):
         return f"cannot write {target}: the file is read-only for you"
-    if (via_temporary or not path.exists()) and not _writable_folder(folder):
+    if (via_temporary or not real.exists()) and not _writable_folder(folder):
         return f"cannot write {target}: the folder {folder} is read-only for you"
     return None
 

@@ -10,6 +10,7 @@ from memtree.commands.common import (
     DbOption,
     EmbedderOption,
     JsonOption,
+    LlmOption,
     NamespaceOption,
     cli_errors,
     open_memory,
@@ -22,6 +23,7 @@ def repair(
     db: DbOption = DEFAULT_DB,
     namespace: NamespaceOption = "default",
     embedder: EmbedderOption = None,
+    llm: LlmOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Rewrite the summaries a failed model call left stale, then check the tree.
@@ -29,7 +31,7 @@ def repair(
     Exits with status 1 if summaries are still stale (the model failed again) or the
     tree breaks an invariant (each problem is listed).
     """
-    with open_memory(db, namespace, embedder, writes=True) as memory:
+    with open_memory(db, namespace, embedder, writes=True, llm=llm) as memory:
         fixed = memory.repair()
         still_stale = memory.stats().stale
         problems = memory.check_integrity()

@@ -371,4 +371,5 @@ def _completion(response: Any, name: str) -> Completion:
         content or "",
         prompt_tokens if isinstance(prompt_tokens, int) else None,
         completion_tokens if isinstance(completion_tokens, int) else None,
+        truncated=getattr(choices[0], "finish_reason", None) == "length",
     )

@@ -28,7 +28,8 @@ EMBEDDER_KINDS = (
 )
 LLM_KINDS = (
     "a memtree ChatModel, a LangChain chat model / LLM / runnable, a LlamaIndex LLM, "
-    "a callable prompt -> text (sync or async), or the name 'openai' / 'openai:<model>'"
+    "a callable prompt -> text (sync or async), or the name 'openai' / 'openai:<model>' "
+    "/ 'llama-cpp:<path to .gguf>'"
 )
 
 _announced: set[str] = set()
@@ -108,6 +109,12 @@ def resolve_chat_model(llm: object) -> ChatModel:
             from memtree.models.openai import DEFAULT_CHAT_MODEL, OpenAIChatModel
 
             return OpenAIChatModel(model or DEFAULT_CHAT_MODEL)
+        if scheme == "llama-cpp":
+            if not model.strip():
+                raise ValueError("llm='llama-cpp:' needs the model file: llm='llama-cpp:/path/to/model.gguf'")
+            from memtree.models.llamacpp import LlamaCppChatModel
+
+            return LlamaCppChatModel(model.strip())
     elif is_langchain_runnable(llm):
         from memtree.models.langchain import LangChainChatModel
 

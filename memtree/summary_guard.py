@@ -1,0 +1,200 @@
+"""Checks on a model-written summary before the tree stores it.
+
+A summary node stands in for everything below it, so a bad one hides facts from
+retrieval. Small local models write bad ones often: they drop the date or the name
+of the memory they were asked to fold in, copy an earlier summary word for word,
+repeat the instructions, or stop mid-sentence at the token cap. Hosted models do it
+too, more rarely. :func:`check_summary` catches those replies with cheap, model-free
+tests, so :class:`~memtree.aggregate.LLMAggregator` can fall back to the offline
+summary (or mark the node stale in strict mode) instead of storing them.
+
+The guards, in the order they are tried (the first that fails names the verdict):
+
+* ``empty``: nothing but whitespace or a bare label such as ``Summary:``;
+* ``truncated``: the reply hit the output-token cap (:attr:`Completion.truncated
+  <memtree.llm.Completion.truncated>`), or is longer than ``max_words``;
+* ``echo``: the reply only repeats the prompt: it is a verbatim piece of it (an
+  input copied whole, which loses the others), half its word triples come from
+  the instructions, or 90% of them from the prompt (inputs pasted together);
+* ``facts``: a name or number of the new texts is missing: capitalized words
+  inside a sentence (``Maya``, ``Google``, ``February``) and digits (``22``,
+  ``2024``; not times of day); or the reply keeps none of the words the new texts
+  add to the current summary (an earlier summary copied, the new memory lost);
+* ``shorter``: the reply has at least as many words as its inputs together (the
+  current summary and the new texts): it summarizes nothing.
+
+They are heuristics with known misses: a date rewritten (``2024-02-22`` as
+``22 February``) fails ``facts``; a name that only ever opens a sentence is not
+required; a made-up fact passes. They keep out the replies
+that are surely wrong, not every weak one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from memtree.retry import ModelResponseError
+from memtree.text import count_words, split_sentences
+
+GUARDS = ("empty", "truncated", "echo", "facts", "shorter")
+"""The guards' names, as counted in ``stats().extra`` (``summary_guard_<name>``)."""
+
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
+_NAME = re.compile(r"(?<![\w'’])[A-Z][^\W_]*(?:['’][^\W_]+)*")
+_DIGITS = re.compile(r"\d+")
+_CLOCK = re.compile(r"\b\d{1,2}:\d{2}(?::\d{2})?(?:\s*[ap]\.?m\b\.?)?", re.IGNORECASE)
+_LABEL = re.compile(
+    r"^\s*(?:(?:here\s+is|here's)\b[^:\n]{0,60}:"
+    r"|[*#_\s]*(?:the\s+)?(?:updated\s+|new\s+|merged\s+|cohesive\s+)?summary(?:\s+is)?[*_\s]*:)\s*",
+    re.IGNORECASE,
+)
+
+# Capitalized only because they start a sentence (or are the pronoun I): not names.
+_FUNCTION_WORDS = """
+    a about actually after again all also although always am an and another any anyway are as at back be
+    because been before being both but by can could did do does done during each even ever every finally first
+    for from good great had has have having he her here hers him his how however i i'd i'll i'm i've if in
+    indeed is it it's its just last later let let's like maybe me meanwhile more most much my myself never
+    new next nice no not now of off oh ok okay on once one only or other our ours out over please really same
+    see she should since so some soon still such sure than thank thanks that that's the their theirs them then
+    there there's these they they're this those though through to today together tomorrow too until up us
+    very was we we're well were what what's when where which while who whoa why will with without wow yeah
+    yes yesterday yet you you're your yours hey hi hello haha lol omg congrats congratulations awesome cool
+    definitely absolutely totally right exactly true sounds love glad sorry dear anything something everything
+    nothing anyone someone everyone nobody guess btw take keep make check go look wait
+"""
+_NOT_NAMES = frozenset(_FUNCTION_WORDS.split())
+
+
+_MIN_COPIED_TRIPLES = 8
+"""A reply of at least this many word triples, 90% of them from the prompt, is pasted
+pieces of it (shorter replies reuse the inputs' phrasing legitimately)."""
+
+
+@dataclass(frozen=True)
+class GuardVerdict:
+    """Why a summary was rejected: the guard's name and a sentence for logs."""
+
+    guard: str
+    reason: str
+
+
+class SummaryRejectedError(ModelResponseError):
+    """A model's summary failed a guard (strict mode): the engine keeps the node's
+    old text and marks it stale, so :meth:`~memtree.MemTree.repair` retries it."""
+
+    def __init__(self, verdict: GuardVerdict) -> None:
+        super().__init__(f"the model's summary failed the {verdict.guard!r} guard: {verdict.reason}")
+        self.verdict = verdict
+
+
+def clean_reply(reply: str) -> str:
+    """The reply without a leading label (``Summary:``, ``Here is the summary:``) or
+    wrapping quotes, which small models add although the prompt asks them not to."""
+    text = _LABEL.sub("", reply.strip(), count=1).strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+        text = text[1:-1].strip()
+    return text
+
+
+def key_facts(text: str) -> set[str]:
+    """The names and numbers of ``text`` that a summary of it must keep, folded.
+
+    Names are capitalized words inside a sentence (a sentence's first word is
+    capitalized anyway, so it counts only as a speaker label, ``Maya: ...``), other
+    than the pronoun I and the like (``_NOT_NAMES``); a possessive ``'s`` is
+    dropped. Numbers are digit runs without leading zeros, so ``07`` and ``7``
+    match; times of day (``1:56 pm``) are left out, dates are kept.
+    """
+    facts: set[str] = set()
+    for sentence in split_sentences(text):
+        for match in _NAME.finditer(sentence):
+            initial = not sentence[: match.start()].strip(" \t\"'“‘(*-")
+            if initial and not sentence[match.end() :].startswith(":"):
+                continue
+            word = _possessive(match.group().lower())
+            if word not in _NOT_NAMES:
+                facts.add(word)
+    facts.update(_number(digits) for digits in _DIGITS.findall(_CLOCK.sub(" ", text)))
+    return facts
+
+
+def _stated(text: str) -> set[str]:
+    """Every word (folded, possessive dropped) and number ``text`` states."""
+    words = {_possessive(word.lower()) for word in _WORD.findall(text)}
+    return words | {_number(digits) for digits in _DIGITS.findall(text)}
+
+
+def _content_words(text: str) -> set[str]:
+    """Words of four letters or more other than function words: what a text is about."""
+    return {word for word in _stated(text) if len(word) >= 4 and word not in _NOT_NAMES and not word.isdigit()}
+
+
+def _possessive(word: str) -> str:
+    word = word.replace("’", "'")
+    return word[:-2] if word.endswith("'s") else word
+
+
+def _number(digits: str) -> str:
+    return digits.lstrip("0") or "0"
+
+
+def _words(text: str) -> list[str]:
+    return [word.lower() for word in _WORD.findall(text)]
+
+
+def _triples(words: list[str]) -> set[tuple[str, ...]]:
+    return {tuple(words[i : i + 3]) for i in range(len(words) - 2)}
+
+
+def check_summary(
+    reply: str,
+    *,
+    summary: str,
+    new_texts: Sequence[str],
+    prompt: str,
+    instructions: str,
+    truncated: bool = False,
+    max_words: int | None = None,
+) -> GuardVerdict | None:
+    """The first guard ``reply`` fails (see the module docstring), or ``None``.
+
+    ``reply`` should already be :func:`clean_reply`-ed. ``summary`` and ``new_texts``
+    are the inputs the model was asked to merge, ``prompt`` the exact text sent, and
+    ``instructions`` the prompt without its inputs (what a model that echoes copies).
+
+    Example::
+
+        check_summary("Maya got a job.", summary="", new_texts=["Maya got the job at Google on 22 May."],
+                      prompt=..., instructions=...)
+        # GuardVerdict(guard='facts', reason="drops '22', 'google', 'may' of the new texts")
+    """
+    words = _words(reply)
+    if not words:
+        return GuardVerdict("empty", "the reply has no words")
+    if truncated:
+        return GuardVerdict("truncated", "the reply stopped at the output-token cap")
+    if max_words is not None and len(words) > max_words:
+        return GuardVerdict("truncated", f"the reply has {len(words)} words, more than the cap of {max_words}")
+    flat_reply = " ".join(words)
+    if flat_reply in " ".join(_words(prompt)):
+        return GuardVerdict("echo", "the reply is a verbatim piece of the prompt")
+    triples = _triples(words)
+    if triples and len(triples & _triples(_words(instructions))) * 2 >= len(triples):
+        return GuardVerdict("echo", "the reply repeats the prompt's instructions")
+    if len(triples) >= _MIN_COPIED_TRIPLES and len(triples & _triples(_words(prompt))) >= 0.9 * len(triples):
+        return GuardVerdict("echo", "the reply is pieces of the prompt pasted together")
+    stated = _stated(reply)
+    missing = sorted(set().union(*(key_facts(text) for text in new_texts)) - stated)
+    if missing:
+        shown = ", ".join(repr(fact) for fact in missing[:5]) + (" …" if len(missing) > 5 else "")
+        return GuardVerdict("facts", f"drops {shown} of the new texts")
+    novel = _content_words(" ".join(new_texts)) - _content_words(summary)
+    if novel and not novel & stated:
+        return GuardVerdict("facts", "keeps none of the words the new texts add to the summary")
+    inputs = count_words(summary) + sum(count_words(text) for text in new_texts)
+    if count_words(reply) >= inputs:
+        return GuardVerdict("shorter", f"the reply has {count_words(reply)} words, its inputs {inputs}")
+    return None

@@ -1,0 +1,215 @@
+"""Summary guards: model replies that drop facts, echo the prompt, run long or say nothing
+never become a node's text; they fall back to the extractive summary (or go stale in
+strict mode) and are counted. Canned replies only: no model needed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from types import SimpleNamespace
+
+import pytest
+
+from memtree import ROOT_ID, ExtractiveAggregator, HashingEmbedder, LLMAggregator, MemTree, MemTreeConfig
+from memtree.llm import CallableChatModel, ChatModel, Completion
+from memtree.models.openai import _completion
+from memtree.retry import RetryPolicy
+from memtree.summary_guard import SummaryRejectedError, check_summary, clean_reply, key_facts
+
+NEW = "22 February 2024 Maya: I got the job at Google as a designer!"
+OLD = "14 January 2024 Maya: I started a pottery class at the community center."
+GOOD = "Maya took up pottery and on 22 February 2024 got a design job at Google."
+NO_WAIT = RetryPolicy(max_attempts=2, initial_delay=0.0, timeout=None)
+
+
+def verdict(reply: str, *, summary: str = OLD, new_texts: tuple[str, ...] = (NEW,), **options: object) -> str | None:
+    aggregator = LLMAggregator(lambda prompt: "unused")
+    prompt = aggregator.build_prompt(summary, list(new_texts), 1)
+    instructions = aggregator.build_prompt("", [], 1 + len(new_texts))
+    found = check_summary(
+        clean_reply(reply),
+        summary=summary,
+        new_texts=new_texts,
+        prompt=prompt,
+        instructions=instructions,
+        **options,  # type: ignore[arg-type]
+    )
+    return None if found is None else found.guard
+
+
+def test_key_facts_are_names_and_numbers_not_sentence_initial_function_words() -> None:
+    assert key_facts(NEW) == {"22", "february", "2024", "maya", "google"}
+    assert key_facts("Yesterday we met Rosa's brother. The weather in Lisbon was 07 degrees.") == {
+        "rosa",
+        "lisbon",
+        "7",
+    }
+    assert key_facts("I think so. Thanks! Wow, that's great. Anything new?") == set()
+    assert key_facts("1:56 pm on 8 May, 2023 Melanie: Hey Caroline! Anything new?") == {
+        "8",
+        "may",
+        "2023",
+        "melanie",
+        "caroline",
+    }  # the time of day is not a fact a summary must keep; the date is
+
+
+def test_a_faithful_shorter_summary_passes_every_guard() -> None:
+    assert verdict(GOOD) is None
+    assert verdict("Summary: " + GOOD) is None  # the label is cleaned off first
+    assert verdict("The new summary is: " + GOOD) is None
+    assert clean_reply('Here is the updated summary:\n"' + GOOD + '"') == GOOD
+
+
+@pytest.mark.parametrize(
+    ("reply", "options", "guard"),
+    [
+        ("   ", {}, "empty"),
+        ("**Summary:**", {}, "empty"),
+        (GOOD, {"truncated": True}, "truncated"),
+        (GOOD, {"max_words": 10}, "truncated"),
+        (OLD, {}, "echo"),  # the earlier summary copied word for word: the new memory is lost
+        ("Write a single, cohesive summary that keeps the key points of the current summary", {}, "echo"),
+        (NEW + " Maya: I started a pottery class at the community center.", {}, "echo"),  # inputs pasted together
+        ("Maya got a design job and does pottery.", {}, "facts"),  # no date, no Google
+        (OLD + " " + NEW + " She is happy about it.", {}, "shorter"),
+    ],
+)
+def test_each_guard_rejects_its_kind_of_bad_reply(reply: str, options: dict[str, object], guard: str) -> None:
+    assert verdict(reply, **options) == guard
+
+
+def test_a_reply_that_keeps_the_old_summary_and_loses_the_new_memory_fails_facts() -> None:
+    same_day = "14 January 2024 Maya: The glazing workshop was fun."  # no name or date the summary lacks
+    assert verdict("Maya started a pottery class on 14 January 2024.", new_texts=(same_day,)) == "facts"
+    assert verdict("On 14 January 2024 Maya started pottery and a glazing workshop.", new_texts=(same_day,)) is None
+
+
+def test_the_facts_verdict_names_what_was_dropped() -> None:
+    aggregator = LLMAggregator(lambda prompt: "unused")
+    found = check_summary(
+        "Maya got a design job.",
+        summary="",
+        new_texts=[NEW],
+        prompt=aggregator.build_prompt("", [NEW], 0),
+        instructions=aggregator.build_prompt("", [], 1),
+    )
+    assert found is not None and found.reason == "drops '2024', '22', 'february', 'google' of the new texts"
+
+
+def test_openai_replies_cut_at_the_token_cap_are_marked_truncated() -> None:
+    def response(finish: str) -> SimpleNamespace:
+        message = SimpleNamespace(content="Maya got", role="assistant")
+        return SimpleNamespace(choices=[SimpleNamespace(message=message, finish_reason=finish)], usage=None)
+
+    assert _completion(response("length"), "m").truncated is True
+    assert _completion(response("stop"), "m").truncated is False
+
+
+class LocalLikeModel(ChatModel):
+    """A model that asks for guarded summaries, as the llama.cpp one does."""
+
+    guard_summaries = True
+    retry = NO_WAIT
+
+    def __init__(self, reply: Callable[[str], str]) -> None:
+        self.reply = reply
+        self.prompts: list[str] = []
+
+    def _complete(self, prompt: str, timeout: float | None) -> Completion:
+        self.prompts.append(prompt)
+        return Completion(self.reply(prompt))
+
+
+def test_guards_default_to_the_models_wish() -> None:
+    assert LLMAggregator(lambda prompt: "x").guarded is False  # hosted and custom models: unchanged
+    assert LLMAggregator(LocalLikeModel(lambda prompt: "x")).guarded is True
+    assert LLMAggregator(lambda prompt: "x", guarded=True).guarded is True
+    assert LLMAggregator(LocalLikeModel(lambda prompt: "x"), guarded=False).guarded is False
+
+
+def two_leaf_memory(aggregator: LLMAggregator) -> MemTree:
+    memory = MemTree(embedder=HashingEmbedder(64), aggregator=aggregator, config=MemTreeConfig(theta0=-1.0))
+    memory.add(OLD)
+    memory.add(NEW)
+    return memory
+
+
+def summaries(memory: MemTree) -> list[str]:
+    return [node.text for node in memory.walk() if not node.is_leaf and node.id != ROOT_ID]
+
+
+def test_a_rejected_reply_falls_back_to_the_extractive_summary_and_is_counted() -> None:
+    model = LocalLikeModel(lambda prompt: "Maya got a job.")  # drops the date and Google
+    memory = two_leaf_memory(LLMAggregator(model))
+    expected = ExtractiveAggregator(HashingEmbedder(64)).aggregate("", [OLD, NEW], 0)
+    assert summaries(memory) == [expected]
+    stats = memory.stats()
+    assert stats.stale == 0 and stats.aggregation_failures == 0
+    assert stats.extra["summaries_checked"] == 1
+    assert stats.extra["summary_guard_facts"] == 1
+    assert stats.extra["summary_fallbacks"] == 1
+
+
+def test_a_reply_that_passes_is_stored_cleaned() -> None:
+    memory = two_leaf_memory(LLMAggregator(LocalLikeModel(lambda prompt: "Summary: " + GOOD)))
+    assert summaries(memory) == [GOOD]
+    extra = memory.stats().extra
+    assert extra["summaries_checked"] == 1 and "summary_fallbacks" not in extra
+
+
+def test_an_empty_reply_is_retried_then_falls_back_as_the_empty_guard() -> None:
+    model = LocalLikeModel(lambda prompt: "  ")
+    memory = two_leaf_memory(LLMAggregator(model))
+    assert len(model.prompts) == 2  # the retry policy's two attempts
+    assert summaries(memory) == [ExtractiveAggregator(HashingEmbedder(64)).aggregate("", [OLD, NEW], 0)]
+    assert memory.stats().extra["summary_guard_empty"] == 1
+
+
+def test_strict_mode_marks_the_summary_stale_and_repair_rewrites_it() -> None:
+    both = "Maya started pottery on 14 January 2024 and on 22 February 2024 got a design job at Google."
+    replies = iter([OLD, both])  # first an echo of a leaf, then a good summary of both (repair rebuilds)
+    aggregator = LLMAggregator(LocalLikeModel(lambda prompt: next(replies)), strict=True)
+    memory = two_leaf_memory(aggregator)
+    stats = memory.stats()
+    assert stats.stale == 1 and stats.aggregation_failures == 1
+    assert stats.extra["summary_guard_echo"] == 1 and "summary_fallbacks" not in stats.extra
+    assert len(memory.leaves()) == 2  # the new memory is kept
+    assert memory.repair() == 1
+    assert summaries(memory) == [both] and memory.stats().stale == 0
+
+
+def test_strict_mode_raises_the_verdict() -> None:
+    aggregator = LLMAggregator(LocalLikeModel(lambda prompt: "Maya got a job."), strict=True)
+    with pytest.raises(SummaryRejectedError, match="failed the 'facts' guard: drops '2024', '22'"):
+        aggregator.aggregate("", [NEW], 0)
+
+
+def test_a_model_that_raises_is_not_a_guard_failure_the_summary_goes_stale() -> None:
+    def broken(prompt: str) -> str:
+        raise PermissionError("bad key")
+
+    memory = two_leaf_memory(LLMAggregator(CallableChatModel(broken, retry=NO_WAIT), guarded=True))
+    stats = memory.stats()
+    assert stats.stale == 1 and stats.aggregation_failures == 1
+    assert "summaries_checked" not in stats.extra and "summary_fallbacks" not in stats.extra
+    assert len(memory.leaves()) == 2
+
+
+def test_async_inserts_are_guarded_too() -> None:
+    async def model(prompt: str) -> str:
+        return "Maya got a job."
+
+    async def run() -> MemTree:
+        memory = MemTree(
+            embedder=HashingEmbedder(64),
+            aggregator=LLMAggregator(model, guarded=True),
+            config=MemTreeConfig(theta0=-1.0),
+        )
+        await memory.aadd(OLD)
+        await memory.aadd(NEW)
+        return memory
+
+    memory = asyncio.run(run())
+    assert summaries(memory) == [ExtractiveAggregator(HashingEmbedder(64)).aggregate("", [OLD, NEW], 0)]
+    assert memory.stats().extra["summary_fallbacks"] == 1
