@@ -19,6 +19,7 @@ from pydantic import ConfigDict, ValidationInfo, field_validator
 from memtree import MemTree, RetrievedNode
 from memtree.config import RetrievalMode
 from memtree.inputs import TimeLike, to_time_range
+from memtree.node import time_text
 
 OPTIONS = ("k", "token_budget", "mode", "leaves_only", "where", "time_range", "min_score")
 """Retrieval options a call may override."""
@@ -92,7 +93,6 @@ class MemTreeRetriever(BaseRetriever):
 
 def to_document(hit: RetrievedNode) -> Document:
     """A retrieval result as a Document with JSON-friendly metadata."""
-    time = hit.time
     return Document(
         id=hit.id,
         page_content=hit.context or hit.text,
@@ -101,7 +101,7 @@ def to_document(hit: RetrievedNode) -> Document:
             "score": float(hit.score),
             "depth": hit.depth,
             "is_leaf": hit.is_leaf,
-            "timestamp": time.isoformat() if time is not None else None,
+            "timestamp": time_text(hit.timestamp),
             "leaf_ids": list(hit.leaf_ids),
             "source_id": hit.source_id,
             "metadata": dict(hit.metadata),

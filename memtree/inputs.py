@@ -23,13 +23,13 @@ def to_timestamp(value: TimeLike | None, what: str = "timestamp") -> float | Non
         raise TypeError(f"{what} must be a datetime, date, number or ISO 8601 string, got bool")
     if isinstance(value, datetime):
         moment = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-        return moment.timestamp()
+        return check_seconds(moment.timestamp(), what, value)
     if isinstance(value, date):
         return datetime(value.year, value.month, value.day, tzinfo=UTC).timestamp()
     if isinstance(value, (int, float)):
         if not math.isfinite(value):
             raise ValueError(f"{what} must be finite, got {value}")
-        return float(value)
+        return check_seconds(float(value), what, value)
     if isinstance(value, str):
         try:
             parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
@@ -37,6 +37,26 @@ def to_timestamp(value: TimeLike | None, what: str = "timestamp") -> float | Non
             raise ValueError(f"{what} {value!r} is not an ISO 8601 date or datetime") from None
         return to_timestamp(parsed, what)
     raise TypeError(f"{what} must be a datetime, date, number or ISO 8601 string, got {type(value).__name__}")
+
+
+_EARLIEST = datetime.min.replace(tzinfo=UTC).timestamp()
+_LATEST = datetime.max.replace(tzinfo=UTC).timestamp()
+
+
+def check_seconds(seconds: float, what: str = "timestamp", given: object = None) -> float:
+    """``seconds`` if it is a time Python can show as a date (UTC years 1 to 9999),
+    else a ``ValueError`` naming it (and saying when it looks like milliseconds).
+
+    A stored time outside that range could never be shown as a date, so it is
+    refused where it comes in, not found later by every reader.
+    """
+    if _EARLIEST <= seconds <= _LATEST:
+        return seconds
+    shown = seconds if given is None else given
+    hint = ""
+    if _EARLIEST <= seconds / 1000 <= _LATEST:
+        hint = "; it looks like milliseconds since the epoch: divide it by 1000 (POSIX seconds are expected)"
+    raise ValueError(f"{what} {shown!r} is outside the dates Python can represent (years 1 to 9999 UTC){hint}")
 
 
 def to_time_range(

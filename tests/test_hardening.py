@@ -1,0 +1,111 @@
+"""Issue 17's defects, each reproduced as the issue describes it (rows D1, D2, D4, D5, D6, D10)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from cli_runner import memtree
+
+from memtree import HashingEmbedder, MemTree, MemTreeConfig
+from memtree.node import time_text
+
+# -- D1: timestamps outside Python's datetime range ------------------------------------------------
+
+OUT_OF_RANGE = [1e20, "9999-12-31T23:59:59-05:00", -1e15]
+
+
+def _memory(**kwargs: object) -> MemTree:
+    return MemTree(embedder=HashingEmbedder(64), config=MemTreeConfig(theta0=0.1), **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("timestamp", OUT_OF_RANGE)
+def test_a_timestamp_no_date_can_hold_is_refused_at_add(timestamp: object) -> None:
+    memory = _memory()
+    with pytest.raises(ValueError, match=r"is outside the dates Python can represent \(years 1 to 9999 UTC\)"):
+        memory.add("Alice adopted a cat.", timestamp=timestamp)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="outside the dates Python can represent"):
+        memory.add_many(["a", "b"], timestamps=[None, timestamp])  # type: ignore[list-item]
+    assert len(memory) == 0
+
+
+def test_a_millisecond_epoch_is_refused_and_named() -> None:
+    memory = _memory()
+    milliseconds = time.time() * 1000
+    with pytest.raises(ValueError, match="it looks like milliseconds since the epoch: divide it by 1000"):
+        memory.add("Alice adopted a cat.", timestamp=milliseconds)
+    with pytest.raises(ValueError) as caught:
+        memory.add("Alice adopted a cat.", timestamp=1e20)
+    assert "milliseconds" not in str(caught.value)  # 1e17 s is no date either
+    assert memory.add("Alice adopted a cat.", timestamp=milliseconds / 1000)  # seconds are fine
+    assert memory.add("The oldest day.", timestamp=datetime(1, 1, 1, tzinfo=UTC))
+    assert memory.add("The last day.", timestamp="9999-12-31T23:59:59+00:00")
+
+
+def _store_raw_time(db: Path, timestamp: float) -> str:
+    """A SQLite memory in which one leaf (and so its summaries) holds ``timestamp``, as
+    an older memtree could store it."""
+    with MemTree.open(db, embedder=HashingEmbedder(64), config=MemTreeConfig(theta0=0.1)) as memory:
+        ids = memory.add_many(
+            ["Alice adopted a cat named Miso.", "Alice's cat likes tuna.", "Bob plays the cello."],
+            timestamps=["2024-05-01", "2024-05-02", "2024-05-03"],
+        )
+    with sqlite3.connect(db) as connection:
+        connection.execute("UPDATE memtree_nodes SET event_time = ? WHERE event_time IS NOT NULL", (timestamp,))
+    return ids[0]
+
+
+@pytest.mark.parametrize("stored", [1e20, time.time() * 1000])
+def test_reading_never_fails_because_of_one_stored_time(tmp_path: Path, stored: float) -> None:
+    db = tmp_path / "old.db"
+    leaf = _store_raw_time(db, stored)
+    raw = repr(stored)
+    memory = MemTree.open(db, embedder=HashingEmbedder(64))
+    hits = memory.retrieve("Alice's cat", k=3)
+    assert hits and hits[0].timestamp == stored and hits[0].time is None
+    assert time_text(stored) == raw and time_text(0.0) == "1970-01-01T00:00:00+00:00"
+    assert raw in memory.to_html()
+    assert raw in memory.to_mermaid() and raw in memory.to_dot()
+    assert memory.get(leaf).time is None
+
+    from langchain_memtree import MemTreeRetriever as LangChainRetriever
+    from llamaindex_memtree import MemTreeRetriever as LlamaIndexRetriever
+
+    documents = LangChainRetriever(memory=memory, k=3).invoke("Alice's cat")
+    assert documents and {doc.metadata["timestamp"] for doc in documents} == {raw}
+    nodes = LlamaIndexRetriever(memory, similarity_top_k=3).retrieve("Alice's cat")
+    assert nodes and {node.node.metadata["timestamp"] for node in nodes} == {raw}
+    memory.close()
+
+    query = memtree("query", "Alice's cat", "--json", db=db)
+    assert query.returncode == 0, query.stderr
+    assert {hit["time"] for hit in json.loads(query.stdout)} == {raw}
+    page = memtree("show", "--format", "html", db=db)
+    assert page.returncode == 0, page.stderr
+    assert raw in page.stdout
+
+
+def test_import_refuses_a_time_no_date_can_hold(tmp_path: Path) -> None:
+    source = _memory()
+    source.add("Alice adopted a cat named Miso.", timestamp="2024-05-01")
+    backup = tmp_path / "backup.jsonl"
+    source.export_jsonl(backup)
+    lines = backup.read_text().splitlines()
+    leaf_line = next(i for i, line in enumerate(lines) if '"is_leaf": true' in line or '"is_leaf":true' in line)
+    record = json.loads(lines[leaf_line])
+    record["timestamp"] = time.time() * 1000
+    lines[leaf_line] = json.dumps(record)
+    backup.write_text("\n".join(lines) + "\n")
+
+    target = _memory()
+    with pytest.raises(ValueError, match=f"node {record['id']}: timestamp .* looks like milliseconds"):
+        target.import_jsonl(backup)
+    assert len(target) == 0
+    db = tmp_path / "target.db"
+    done = memtree("import", backup, db=db)
+    assert done.returncode != 0
+    assert "looks like milliseconds" in done.stderr
