@@ -65,7 +65,7 @@ from memtree.store.base import (
     namespace_key,
 )
 from memtree.store.location import as_store, open_store
-from memtree.text import count_words, require_text
+from memtree.text import count_words, require_text, unstorable
 from memtree.usage import recording
 from memtree.viz import format_tree
 from memtree.viz.dot import to_dot
@@ -1210,6 +1210,9 @@ class MemTree:
                 f"{type(self.aggregator).__name__}.aggregate returned {type(outcome).__name__}, "
                 "not the summary text (str)"
             )
+        problem = unstorable(outcome)
+        if problem:  # every store must refuse it alike, or an export could not be imported back
+            return ModelResponseError(f"the aggregator's summary {problem}, which cannot be stored")
         return outcome.strip() or ModelResponseError("the aggregator returned an empty summary")
 
     def _note_failure(self, node: Node, error: BaseException) -> None:

@@ -109,3 +109,38 @@ def test_import_refuses_a_time_no_date_can_hold(tmp_path: Path) -> None:
     done = memtree("import", backup, db=db)
     assert done.returncode != 0
     assert "looks like milliseconds" in done.stderr
+
+
+# -- D2: a model reply that cannot be stored ------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["lone surrogate \ud800 here", "a NUL \x00 byte"])
+@pytest.mark.parametrize("backend", ["memory", "sqlite", "postgres"])
+def test_a_reply_that_cannot_be_stored_is_an_aggregation_failure(
+    bad: str, backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    from memtree.llm import CallableChatModel
+    from memtree.retry import NO_RETRIES
+
+    replies = iter([bad] * 100)
+    model = CallableChatModel(lambda prompt: next(replies), retry=NO_RETRIES)
+    config = MemTreeConfig(theta0=0.1)
+    if backend == "memory":
+        memory = MemTree(embedder=HashingEmbedder(64), llm=model, config=config)
+    else:
+        location = tmp_path / "m.db" if backend == "sqlite" else request.getfixturevalue("postgres_dsn")
+        memory = MemTree.open(location, embedder=HashingEmbedder(64), llm=model, config=config)
+    texts = [f"Alice's cat number {i} likes tuna and naps." for i in range(10)]
+    with memory:
+        ids = [memory.add(text) for text in texts]
+        assert len(set(ids)) == 10 and sorted(leaf.text for leaf in memory.leaves()) == sorted(texts)
+        summaries = [node for node in memory.walk() if not node.is_leaf and not node.is_root]
+        assert summaries and all(node.stale for node in summaries)
+        assert not any("\x00" in node.text or "\ud800" in node.text for node in memory.walk())
+        assert memory.check_integrity() == []
+        assert memory.stats().aggregation_failures >= 1
+        backup = tmp_path / "backup.jsonl"
+        memory.export_jsonl(backup)
+    again = MemTree(embedder=HashingEmbedder(64))
+    again.import_jsonl(backup)
+    assert sorted(leaf.text for leaf in again.leaves()) == sorted(texts)
