@@ -286,13 +286,14 @@ class MemTree:
         timestamp: TimeLike | None = None,
         source_id: str | None = None,
     ) -> str:
-        """Remember one text; return its leaf id (an identical stored text's id if
-        ``config.deduplicate``). ``timestamp`` is when the event happened; ``source_id``
-        is your id for it (message id, document node id). Inside a
-        :meth:`deferred` block the summaries above it are written at the block's end."""
+        """Remember one text; return its leaf id (with ``config.deduplicate``, the id of
+        a stored leaf with the same text, metadata and source id, if there is one).
+        ``timestamp`` is when the event happened; ``source_id`` is your id for it
+        (message id, document node id). Inside a :meth:`deferred` block the summaries
+        above it are written at the block's end."""
         item = make_item(text, metadata, timestamp, source_id)
         defer = self._is_deferring()
-        existing = self._stored_duplicate(item.text)
+        existing = self._stored_duplicate(item)
         if existing is not None:
             return existing
         vectors = self._drive(self._embed_steps([item.text]))
@@ -309,7 +310,7 @@ class MemTree:
         """Async :meth:`add`: aggregations run on the event loop (``aaggregate``)."""
         item = make_item(text, metadata, timestamp, source_id)
         defer = self._is_deferring()
-        existing = self._stored_duplicate(item.text)
+        existing = self._stored_duplicate(item)
         if existing is not None:
             return existing
         vectors = await self._adrive(self._embed_steps([item.text]))
@@ -363,24 +364,25 @@ class MemTree:
         async with self.deferred():
             return await self._ainsert_all(items, vectors, defer=True)
 
-    def _stored_duplicate(self, text: str, *, refresh: bool = True) -> str | None:
-        """The id of a leaf already holding exactly ``text``, if duplicates are not kept
-        (checked before embedding, so a repeated text costs no model call)."""
+    def _stored_duplicate(self, item: Item, *, refresh: bool = True) -> str | None:
+        """The id of a leaf already holding exactly ``item`` (text, metadata, source
+        id), if duplicates are not kept (checked before embedding, so a repeated text
+        costs no model call)."""
         if not self.config.deduplicate:
             return None
         if refresh:
             self._maybe_refresh()
-        return self._state.leaf_by_text.get(text)
+        return self._state.duplicate_of(item.text, item.metadata, item.source_id)
 
     def _stored_mask(self, items: list[Item]) -> list[bool]:
         """Which items are already stored (and need no embedding)."""
         self._maybe_refresh()
-        return [self._stored_duplicate(item.text, refresh=False) is not None for item in items]
+        return [self._stored_duplicate(item, refresh=False) is not None for item in items]
 
     def _insert_all(self, items: list[Item], vectors: list[Vector | None], *, defer: bool) -> list[str]:
         ids = []
         for item, vector in zip(items, vectors, strict=True):
-            existing = self._stored_duplicate(item.text, refresh=False) if vector is None else None
+            existing = self._stored_duplicate(item, refresh=False) if vector is None else None
             if existing is not None:
                 ids.append(existing)
                 continue
@@ -392,7 +394,7 @@ class MemTree:
     async def _ainsert_all(self, items: list[Item], vectors: list[Vector | None], *, defer: bool) -> list[str]:
         ids = []
         for item, vector in zip(items, vectors, strict=True):
-            existing = self._stored_duplicate(item.text, refresh=False) if vector is None else None
+            existing = self._stored_duplicate(item, refresh=False) if vector is None else None
             if existing is not None:
                 ids.append(existing)
                 continue
@@ -1041,7 +1043,7 @@ class MemTree:
         deduplicate = self.config.deduplicate and restore is None
         with self._rw.read():
             base = (self._state.seq, self._state.generation)
-            existing = self._state.leaf_by_text.get(item.text) if deduplicate else None
+            existing = self._stored_duplicate(item, refresh=False) if deduplicate else None
         if existing is not None:
             return PreparedWrite(existing, base)
         now = time.time()
@@ -1085,7 +1087,7 @@ class MemTree:
             [],
             footprint,
             info=lambda current: self._info_after_insert(current, dimension, sample),
-            recheck=(lambda: self._state.leaf_by_text.get(item.text)) if deduplicate else None,
+            recheck=(lambda: self._stored_duplicate(item, refresh=False)) if deduplicate else None,
             committed=committed,
         )
 

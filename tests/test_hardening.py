@@ -144,3 +144,49 @@ def test_a_reply_that_cannot_be_stored_is_an_aggregation_failure(
     again = MemTree(embedder=HashingEmbedder(64))
     again.import_jsonl(backup)
     assert sorted(leaf.text for leaf in again.leaves()) == sorted(texts)
+
+
+# -- D4: a duplicate is the same text, metadata and source id -------------------------------------
+
+
+def test_the_same_text_for_another_tenant_is_another_memory() -> None:
+    memory = _memory()
+    tenant_a = memory.add("The meeting moved to Friday.", metadata={"tenant": "A"})
+    tenant_b = memory.add("The meeting moved to Friday.", metadata={"tenant": "B"})
+    assert tenant_b != tenant_a
+    assert memory.get(tenant_b).metadata == {"tenant": "B"}
+    memory.delete(tenant_b)  # deleting B's memory leaves A's
+    assert [(leaf.id, leaf.metadata) for leaf in memory.leaves()] == [(tenant_a, {"tenant": "A"})]
+    # the same text, metadata (in any key order) and source id is a duplicate
+    first = memory.add("Lunch at noon.", metadata={"a": 1, "b": [1, 2]}, source_id="m-1")
+    assert memory.add("Lunch at noon.", metadata={"b": [1, 2], "a": 1}, source_id="m-1") == first
+    assert memory.add_many(["Lunch at noon."], metadata=[{"a": 1, "b": [1, 2]}], source_ids=["m-1"]) == [first]
+    others = [
+        memory.add("Lunch at noon.", metadata={"a": 1, "b": [1, 2]}, source_id="m-2"),
+        memory.add("Lunch at noon.", metadata={"a": 1, "b": [1, 2]}),
+        memory.add("Lunch at noon.", metadata={"a": 2, "b": [1, 2]}, source_id="m-1"),
+    ]
+    assert len({first, *others}) == 4
+    # they are near-duplicate siblings: one summary holds them all
+    parents = {memory.get(node_id).parent for node_id in [first, *others]}
+    assert len(parents) == 1
+
+
+def test_a_memory_block_shared_by_sessions_keeps_each_sessions_message() -> None:
+    import asyncio
+
+    from llama_index.core.base.llms.types import ChatMessage
+
+    from llamaindex_memtree import MemTreeMemoryBlock
+
+    block = MemTreeMemoryBlock(memory=_memory(), token_limit=200, similarity_top_k=4)
+
+    def said(text: str, session: str) -> ChatMessage:
+        return ChatMessage(role="user", content=text, additional_kwargs={"session_id": session})
+
+    asyncio.run(block.aput([said("I moved to Lisbon in May.", "A")]))
+    asyncio.run(block.aput([said("I moved to Lisbon in May.", "B")]))
+    assert sorted(leaf.metadata["session_id"] for leaf in block.memory.leaves()) == ["A", "B"]
+    question = [ChatMessage(role="user", content="Where did I move?")]
+    assert asyncio.run(block.aget(question, session_id="B")) == "user: I moved to Lisbon in May."
+    assert asyncio.run(block.aget(question, session_id="A")) == "user: I moved to Lisbon in May."
