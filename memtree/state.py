@@ -233,9 +233,9 @@ class TreeState:
         if not node.is_leaf:
             return
         self.leaf_total -= 1
-        key = _content_of(node)
-        if self.leaf_by_content.get(key) == node.id:
-            del self.leaf_by_content[key]
+        content = _content_of(node)
+        if self.leaf_by_content.get(content) == node.id:
+            del self.leaf_by_content[content]
         if node.source_id is not None:
             ids = self.leaves_by_source.get(node.source_id, [])
             if node.id in ids:
