@@ -29,10 +29,10 @@ from memtree import backup, calibration
 from memtree.aggregate import Aggregator, ExtractiveAggregator, LLMAggregator
 from memtree.config import RETRIEVAL_MODES, MemTreeConfig
 from memtree.deferral import FlushPlan, PendingSummaries
-from memtree.embed import Embedder, Matrix, check_embeddings
+from memtree.embed import Embedder, Matrix, check_embeddings, check_query_embedding
 from memtree.gcpause import paused_gc
 from memtree.index import VectorIndex
-from memtree.inputs import Item, TimeLike, make_item, to_time_range
+from memtree.inputs import Item, TimeLike, make_item, to_min_score, to_time_range
 from memtree.integrity import integrity_problems
 from memtree.locks import ReadWriteLock
 from memtree.models.resolve import default_aggregator, default_embedder, resolve_embedder
@@ -496,7 +496,8 @@ class MemTree:
         )
         self._maybe_refresh()
         if query_embedding is not None:
-            return self._retrieve_embedded(self._check_vectors(np.atleast_2d(query_embedding), 1)[0], query, *options)
+            vector = check_query_embedding(query_embedding, self._state.info.dimension)
+            return self._retrieve_embedded(vector, query, *options)
         vectors = self._drive(self._embed_steps([query], query=True))
         return self._retrieve_embedded(vectors[0], query, *options)
 
@@ -520,7 +521,8 @@ class MemTree:
         )
         await asyncio.to_thread(self._maybe_refresh)
         if query_embedding is not None:
-            return self._retrieve_embedded(self._check_vectors(np.atleast_2d(query_embedding), 1)[0], query, *options)
+            vector = check_query_embedding(query_embedding, self._state.info.dimension)
+            return self._retrieve_embedded(vector, query, *options)
         vectors = await self._adrive(self._embed_steps([query], query=True))
         return self._retrieve_embedded(vectors[0], query, *options)
 
@@ -560,7 +562,7 @@ class MemTree:
             raise ValueError(f"unknown mode {mode!r}; choose one of: {', '.join(RETRIEVAL_MODES)}")
         if where is not None and not isinstance(where, Mapping):
             raise TypeError(f"where must be a dict of metadata values, got {type(where).__name__}")
-        threshold = self.config.retrieve_threshold if min_score is None else float(min_score)
+        threshold = self.config.retrieve_threshold if min_score is None else to_min_score(min_score)
         packing = Packing(k, budget, threshold, self.config.drop_repeated_sentences, self.config.token_counter)
         filters = Filters(leaves_only, dict(where) if where else None, to_time_range(time_range))
         weight = self.config.lexical_weight if lexical_weight is None else lexical_weight

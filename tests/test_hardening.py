@@ -190,3 +190,127 @@ def test_a_memory_block_shared_by_sessions_keeps_each_sessions_message() -> None
     question = [ChatMessage(role="user", content="Where did I move?")]
     assert asyncio.run(block.aget(question, session_id="B")) == "user: I moved to Lisbon in May."
     assert asyncio.run(block.aget(question, session_id="A")) == "user: I moved to Lisbon in May."
+
+
+# -- D6: huge finite embedding values --------------------------------------------------------------
+
+
+class _Scaled(HashingEmbedder):
+    """Hashing directions multiplied by a huge (finite) factor."""
+
+    def __init__(self, factor: float) -> None:
+        super().__init__(64)
+        self.factor = factor
+
+    def embed(self, texts):  # type: ignore[no-untyped-def]
+        import numpy as np
+
+        return HashingEmbedder.embed(self, texts).astype(np.float64) * self.factor
+
+
+@pytest.mark.parametrize("factor", [1e20, 3e38, 1e300, 1e-300])
+def test_huge_finite_embeddings_keep_their_direction(factor: float) -> None:
+    import numpy as np
+
+    memory = MemTree(embedder=_Scaled(factor), config=MemTreeConfig(theta0=0.1))
+    ids = memory.add_many(["apples are red", "bananas are yellow", "apples grow on trees"])
+    assert memory.check_integrity() == []
+    expected = HashingEmbedder(64).embed(["apples are red"])[0]
+    assert np.allclose(memory.get(ids[0]).embedding, expected, atol=1e-6)  # type: ignore[arg-type]
+    assert memory.retrieve("apples are red", k=1, leaves_only=True)[0].id == ids[0]
+
+
+def test_a_remote_embedder_with_huge_values_is_normalized_too() -> None:
+    import numpy as np
+
+    from memtree.models.base import EmbeddingBatch, RemoteEmbedder
+
+    class Huge(RemoteEmbedder):
+        def _embed_batch(self, texts: list[str], timeout: float | None) -> EmbeddingBatch:
+            return EmbeddingBatch(HashingEmbedder(64).embed(texts).astype(np.float64) * 3e38)
+
+    vectors = Huge().embed(["apples are red", "bananas"])
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0)
+    memory = MemTree(embedder=Huge(), config=MemTreeConfig(theta0=0.1))
+    memory.add_many(["apples are red", "bananas are yellow", "apples grow on trees"])
+    assert memory.check_integrity() == []
+
+
+# -- D10: rough edges get named errors -------------------------------------------------------------
+
+
+def test_a_surrogate_in_source_id_is_a_named_value_error() -> None:
+    memory = _memory()
+    with pytest.raises(ValueError, match=r"source_id is not valid Unicode \(surrogates not allowed at 3\)"):
+        memory.add("hello there", source_id="msg\ud800")
+    assert len(memory) == 0
+
+
+def test_metadata_nested_thousands_deep_is_a_named_value_error() -> None:
+    deep: dict[str, object] = {}
+    inner = deep
+    for _ in range(5000):
+        inner["x"] = {}
+        inner = inner["x"]  # type: ignore[assignment]
+    memory = _memory()
+    with pytest.raises(ValueError, match="metadata nests more than 64 levels of dicts and lists; flatten it"):
+        memory.add("hello there", metadata=deep)
+    cycle: list[object] = []
+    cycle.append(cycle)
+    with pytest.raises(ValueError, match="nests more than 64 levels"):
+        memory.add("hello there", metadata={"loop": cycle})
+    fine: dict[str, object] = {"x": 1}
+    for _ in range(60):
+        fine = {"x": fine}
+    assert memory.add("hello there", metadata=fine)
+
+
+def test_a_nan_query_vector_is_blamed_on_the_vector_not_the_embedder() -> None:
+    import numpy as np
+
+    memory = _memory()
+    memory.add("apples are red")
+    vector = memory.embed_query("apples")
+    vector[3] = np.nan
+    with pytest.raises(ValueError, match=r"^query_embedding contains NaN or infinite values$"):
+        memory.retrieve("apples", query_embedding=vector)
+    with pytest.raises(ValueError, match="query_embedding must be one vector"):
+        memory.retrieve("apples", query_embedding=[[0.1] * 64, [0.2] * 64])
+    with pytest.raises(ValueError, match="embedding dimension 3 does not match this memory's 64"):
+        memory.retrieve("apples", query_embedding=[0.1, 0.2, 0.3])
+
+
+def test_min_score_nan_is_refused() -> None:
+    memory = _memory()
+    memory.add("apples are red")
+    with pytest.raises(ValueError, match="min_score is NaN, which no score can be compared with"):
+        memory.retrieve("apples", min_score=float("nan"))
+    with pytest.raises(TypeError, match="min_score must be a number, got str"):
+        memory.retrieve("apples", min_score="0.5")  # type: ignore[arg-type]
+    assert memory.retrieve("apples", min_score=-1)
+
+
+@pytest.mark.parametrize("text", ["\u200b", "\u200b\u200c\u200d\u2060\ufeff", " \u200b\n\u200d "])
+def test_text_of_only_zero_width_characters_is_empty(text: str) -> None:
+    memory = _memory()
+    with pytest.raises(ValueError, match=r"text is empty or whitespace-only \(zero-width characters count as space\)"):
+        memory.add(text)
+    with pytest.raises(ValueError, match="query is empty or whitespace-only"):
+        memory.retrieve(text)
+    assert memory.add("caf\u00e9\u200b au lait")  # a zero-width character inside words is kept
+
+
+def test_stats_shows_nested_and_slashed_namespaces_apart(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    with MemTree.open(db, embedder=HashingEmbedder(64)) as memory:
+        memory.with_namespace("a/b").add("one slashed name")
+        memory.with_namespace(("a", "b")).add("a nested name")
+    done = memtree("stats", "--json", db=db)
+    assert done.returncode == 0, done.stderr
+    assert sorted(json.loads(done.stdout)["namespaces"]) == ["a/b", "a\\/b"]
+    table = memtree("stats", db=db)
+    assert "a\\/b" in table.stdout
+    slashed = memtree("query", "slashed", "--json", "--namespace", "a\\/b", db=db)
+    assert [hit["text"] for hit in json.loads(slashed.stdout)] == ["one slashed name"]
+    nested = memtree("query", "nested", "--json", "--namespace", "a/b", db=db)
+    assert [hit["text"] for hit in json.loads(nested.stdout)] == ["a nested name"]

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from memtree import usage
-from memtree.embed import Embedder, Matrix
+from memtree.embed import Embedder, Matrix, unit_rows
 from memtree.retry import ModelResponseError, RetryPolicy
 
 
@@ -108,14 +108,16 @@ class RemoteEmbedder(Embedder):
             raise TypeError(f"{self.name}._embed_batch returned {type(batch).__name__}, expected an EmbeddingBatch")
         usage.report(embedding_tokens=batch.tokens)
         try:
-            array = np.asarray(batch.vectors, dtype=np.float32)
+            array = np.asarray(batch.vectors, dtype=np.float64)
         except (TypeError, ValueError) as error:
             raise ModelResponseError(f"{self.name} returned embeddings that are not numeric: {error}") from None
         if array.ndim != 2 or array.shape[0] != count or array.shape[1] == 0:
             raise ModelResponseError(f"{self.name} returned embeddings of shape {array.shape} for {count} texts")
-        norms = np.linalg.norm(array, axis=1, keepdims=True)
+        if not np.isfinite(array).all():
+            return np.ascontiguousarray(array, dtype=np.float32)  # the engine's check names the problem
+        unit = unit_rows(array)
         # Zero rows are left for the engine's check, which names the problem.
-        return np.ascontiguousarray(array / np.where(norms > 0, norms, 1.0), dtype=np.float32)
+        return unit if unit is not None else np.ascontiguousarray(array, dtype=np.float32)
 
 
 def _stack(parts: list[Matrix]) -> Matrix:
