@@ -9,10 +9,15 @@ missing fields, an empty reply). Anything else (a bad request, a wrong key) fail
 at once. Each retry is reported to the current usage scope (``retries``), so a
 memory's ``stats()`` shows them.
 
-The error's class is recognized without importing any client library: by status
-codes (``error.status_code`` or ``error.response.status_code``), Retry-After headers
-(``retry-after-ms`` or ``retry-after``, seconds or an HTTP date) and the names of
-the connection and timeout errors of openai, httpx, requests, aiohttp and friends.
+What an error is decides, never its class name: first the type hierarchy
+(``TimeoutError`` and ``ConnectionError`` are transient), then an HTTP status
+(``error.status_code`` or ``error.response.status_code``, with Retry-After headers:
+``retry-after-ms`` or ``retry-after``, seconds or an HTTP date), then the connection
+and timeout error classes of the client libraries already imported (openai,
+anthropic, httpx, aiohttp, google-api-core; none is imported here). An error that
+will not go away by waiting fails at once: 400/401/403/404/422, ``OSError``s such as
+``FileNotFoundError`` or a failed model or tokenizer download (``requests`` errors,
+which downloaders raise, are ``OSError``s too), ``ValueError``, ``TypeError``.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import email.utils
 import json
 import logging
 import random
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -39,25 +45,31 @@ T = TypeVar("T")
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
 """HTTP statuses worth retrying besides 5xx: timeout, conflict, too early, rate limit."""
 
-_TRANSIENT_ERROR_NAMES = frozenset(
-    {
-        "APIConnectionError",  # openai, anthropic
-        "APITimeoutError",
-        "TimeoutException",  # httpx
-        "TransportError",
-        "NetworkError",
-        "RemoteProtocolError",
-        "ConnectTimeout",
-        "ReadTimeout",
-        "ConnectionError",  # requests
-        "ChunkedEncodingError",
-        "ClientConnectionError",  # aiohttp
-        "ServerDisconnectedError",
-        "ServiceUnavailable",  # google-api-core
+_TRANSIENT_CLIENT_ERRORS = {
+    "openai": ("APIConnectionError",),  # APITimeoutError is one
+    "anthropic": ("APIConnectionError",),
+    "httpx": ("TransportError",),  # timeouts, network and protocol errors
+    "aiohttp": ("ClientConnectionError", "ServerTimeoutError"),
+    "google.api_core.exceptions": (
+        "ServiceUnavailable",
         "ResourceExhausted",
         "DeadlineExceeded",
-    }
+        "InternalServerError",
+    ),
+}
+"""Connection and timeout errors of client libraries, by module: looked up among the
+modules already imported (an error of a library can only exist once it is)."""
+
+PERMANENT_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,  # FileNotFoundError, PermissionError, a failed download (its ConnectionError is caught first)
+    ValueError,
+    TypeError,
+    LookupError,
+    AttributeError,
+    ImportError,
+    NotImplementedError,
 )
+"""Errors that waiting does not fix: they fail at once, whatever their cause says."""
 
 
 class ModelResponseError(RuntimeError):
@@ -195,15 +207,30 @@ def transient(error: BaseException) -> tuple[bool, float | None]:
 
 
 def _classify(error: BaseException) -> tuple[bool, float | None] | None:
+    """``(retryable, retry_after)``, or ``None`` when only the error's cause can tell."""
     if isinstance(error, (ModelResponseError, TimeoutError, ConnectionError, json.JSONDecodeError)):
         return True, None
     status = _status_code(error)
     if status is not None:
         retryable = status in RETRYABLE_STATUS or 500 <= status <= 599
         return retryable, retry_after_seconds(_headers(error)) if retryable else None
-    if any(cls.__name__ in _TRANSIENT_ERROR_NAMES for cls in type(error).__mro__):
+    if isinstance(error, _client_transient_errors()):
         return True, None
+    if isinstance(error, PERMANENT_ERRORS):
+        return False, None
     return None
+
+
+def _client_transient_errors() -> tuple[type[BaseException], ...]:
+    """The transient error classes of the client libraries imported so far."""
+    found: list[type[BaseException]] = []
+    for module_name, names in _TRANSIENT_CLIENT_ERRORS.items():
+        module = sys.modules.get(module_name)
+        for name in names:
+            cls = getattr(module, name, None) if module is not None else None
+            if isinstance(cls, type) and issubclass(cls, BaseException):
+                found.append(cls)
+    return tuple(found)
 
 
 def _status_code(error: BaseException) -> int | None:
