@@ -314,3 +314,127 @@ def test_stats_shows_nested_and_slashed_namespaces_apart(tmp_path: Path) -> None
     assert [hit["text"] for hit in json.loads(slashed.stdout)] == ["one slashed name"]
     nested = memtree("query", "nested", "--json", "--namespace", "a/b", db=db)
     assert [hit["text"] for hit in json.loads(nested.stdout)] == ["a nested name"]
+
+
+# -- D5: a failing or hanging model ----------------------------------------------------------------
+
+
+class _Model:
+    """A chat model function that merges the prompt's entries, or fails, or hangs, on demand."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.mode = "ok"
+        self.calls = 0
+        self.lock = threading.Lock()
+        self.arrived = threading.Condition()
+        self.expected = 0
+        self.met: list[bool] = []
+        self.release = threading.Event()
+
+    def __call__(self, prompt: str) -> str:
+        with self.lock:
+            self.calls += 1
+        if self.mode == "fail":
+            raise ConnectionError("the model is down")
+        if self.mode == "gate":  # fail once every expected call is in flight at the same time
+            with self.arrived:
+                self.expected -= 1
+                self.arrived.notify_all()
+                self.met.append(self.arrived.wait_for(lambda: self.expected <= 0, timeout=5))
+            raise ConnectionError("the model is down")
+        if self.mode == "hang":
+            self.release.wait(30)
+            raise ConnectionError("the model gave up")
+        return " ".join(line[2:] for line in prompt.splitlines() if line.startswith("- "))[:400]
+
+
+def _model_memory(model: _Model, policy: object) -> MemTree:
+    from memtree.llm import CallableChatModel
+
+    llm = CallableChatModel(model, retry=policy)  # type: ignore[arg-type]
+    return MemTree(embedder=HashingEmbedder(64), llm=llm, config=MemTreeConfig(theta0=0.3, deduplicate=False))
+
+
+def test_stale_summaries_on_one_path_are_retried_concurrently() -> None:
+    from conftest import path_to_root
+
+    from memtree.retry import RetryPolicy
+
+    model = _Model()
+    memory = _model_memory(model, RetryPolicy(max_attempts=1, breaker_failures=0))
+    ids = memory.add_many([f"Alice's cat Miso likes tuna fish {i}" for i in range(12)])
+    deepest = max(ids, key=lambda node_id: len(path_to_root(memory, node_id)))
+    text = memory.get(deepest).text
+    model.mode = "fail"
+    failed = memory.add(text)
+    path = path_to_root(memory, failed)
+    assert len(path) >= 3 and all(memory.get(node_id).stale for node_id in path)
+
+    model.mode, model.expected = "gate", len(path)
+    again = memory.add(text)
+    assert path_to_root(memory, again) == path  # the same stale path, rewritten again
+    assert model.met == [True] * len(path)  # every stale summary's call was in flight at once
+    assert all(memory.get(node_id).stale for node_id in path)
+
+    model.mode, calls = "ok", model.calls
+    last = memory.add(text)
+    assert path_to_root(memory, last) == path
+    assert model.calls - calls == len(path)  # one call per summary: rebuilt whole in one round
+    assert not any(node.stale for node in memory.walk())
+    assert memory.check_integrity() == []
+
+
+def test_a_circuit_breaker_stops_calling_a_failing_model_and_repair_works_when_it_is_back() -> None:
+    from memtree.retry import RetryPolicy
+
+    model = _Model()
+    policy = RetryPolicy(max_attempts=2, initial_delay=0.0, breaker_failures=3, breaker_cooldown=60.0)
+    memory = _model_memory(model, policy)
+    now = [1000.0]
+    breaker = memory.aggregator.model.breaker  # type: ignore[attr-defined]
+    breaker.clock = lambda: now[0]
+    memory.add_many([f"Alice's cat Miso likes tuna fish {i}" for i in range(6)])
+    model.mode = "fail"
+    for i in range(6):
+        memory.add(f"Bob's dog Rex chases the red ball {i}")
+    assert breaker.is_open()
+    calls = model.calls
+    ids = [memory.add(f"Carol's parrot Kiwi sings at dawn {i}") for i in range(10)]
+    assert model.calls == calls  # the open breaker costs an add no model call
+    assert len(memory) == 22 and all(memory.get(node_id).is_leaf for node_id in ids)
+    assert any(node.stale for node in memory.walk())
+    assert memory.repair() == 0 and model.calls == calls  # still open: nothing is called, nothing lost
+
+    model.mode = "ok"
+    now[0] += 61.0  # the cooldown passes; the model is back
+    assert memory.repair() > 0
+    assert not any(node.stale for node in memory.walk())
+    assert memory.check_integrity() == []
+    assert not breaker.is_open()
+
+
+def test_a_hanging_model_leaves_a_bounded_number_of_threads() -> None:
+    import threading
+
+    from memtree.retry import MAX_OVERRUNNING_CALLS, RetryPolicy, overrunning_calls
+
+    model = _Model()
+    memory = _model_memory(model, RetryPolicy(max_attempts=3, initial_delay=0.0, timeout=0.05, breaker_failures=0))
+    name = memory.aggregator.model.name  # type: ignore[attr-defined]
+    memory.add_many([f"Alice's cat Miso likes tuna fish {i}" for i in range(4)])
+    model.mode = "hang"
+    try:
+        ids = [memory.add(f"Bob's dog Rex chases the red ball {i}") for i in range(12)]
+        assert len(set(ids)) == 12 and len(memory) == 16
+        hanging = [t for t in threading.enumerate() if t.name == "memtree-model-call"]
+        # at most the limit, plus the calls already in flight when it was reached
+        bound = MAX_OVERRUNNING_CALLS + memory.config.max_concurrency
+        assert MAX_OVERRUNNING_CALLS <= overrunning_calls(name) <= bound
+        assert len(hanging) <= bound
+    finally:
+        model.release.set()
+    for thread in hanging:
+        thread.join(10)
+    assert overrunning_calls(name) == 0

@@ -21,7 +21,7 @@ import numpy as np
 
 from memtree import usage
 from memtree.embed import Embedder, Matrix, unit_rows
-from memtree.retry import ModelResponseError, RetryPolicy
+from memtree.retry import CircuitBreaker, ModelResponseError, RetryPolicy, breaker_for
 
 
 @dataclass(frozen=True)
@@ -93,14 +93,22 @@ class RemoteEmbedder(Embedder):
             usage.report(embedding_requests=1)
             return self._checked(request(timeout), count)
 
-        return self.retry.call(attempt, what=self.name, enforce_timeout=not self.handles_timeout)
+        return self.retry.call(attempt, what=self.name, enforce_timeout=not self.handles_timeout, breaker=self.breaker)
 
     async def _acall(self, request: Callable[[float | None], Awaitable[EmbeddingBatch]], count: int) -> Matrix:
         async def attempt(timeout: float | None) -> Matrix:
             usage.report(embedding_requests=1)
             return self._checked(await request(timeout), count)
 
-        return await self.retry.acall(attempt, what=self.name, enforce_timeout=not self.handles_timeout)
+        return await self.retry.acall(
+            attempt, what=self.name, enforce_timeout=not self.handles_timeout, breaker=self.breaker
+        )
+
+    @property
+    def breaker(self) -> CircuitBreaker:
+        """This model's circuit breaker (see :class:`~memtree.retry.CircuitBreaker`;
+        tuned by ``retry.breaker_failures`` and ``retry.breaker_cooldown``)."""
+        return breaker_for(self, self.retry)
 
     def _checked(self, batch: object, count: int) -> Matrix:
         """The batch's vectors as unit float32 rows, or a retried error if malformed."""
