@@ -59,10 +59,15 @@ def _run(model: Any, adds: int, switch: Any) -> dict[str, Any]:
     }
 
 
-def failing(adds: int) -> dict[str, Any]:
+def _policy(breaker: int | None, **options: Any) -> RetryPolicy:
+    """A policy; ``breaker`` sets ``breaker_failures`` (versions before the breaker lack it)."""
+    return RetryPolicy(**options) if breaker is None else RetryPolicy(breaker_failures=breaker, **options)
+
+
+def failing(adds: int, breaker: int | None = None) -> dict[str, Any]:
     from memtree.models import OpenAIChatModel
 
-    policy = RetryPolicy(initial_delay=0.1, max_attempts=5, timeout=5.0)
+    policy = _policy(breaker, initial_delay=0.1, max_attempts=5, timeout=5.0)
     working = CallableChatModel(lambda prompt: "A summary of the entries.")
     down = OpenAIChatModel(api_key="test", base_url=f"http://127.0.0.1:{_closed_port()}/v1", retry=policy)
     current = {"model": working}
@@ -76,11 +81,11 @@ def failing(adds: int) -> dict[str, Any]:
         calls[0] += 1
         return current["model"].complete(prompt).text
 
-    result = _run(CallableChatModel(model, retry=RetryPolicy(max_attempts=1, timeout=None)), adds, switch)
+    result = _run(CallableChatModel(model, retry=_policy(breaker, max_attempts=1, timeout=None)), adds, switch)
     return {"scenario": "failing", **result, "model_calls": calls[0]}
 
 
-def hanging(adds: int) -> dict[str, Any]:
+def hanging(adds: int, breaker: int | None = None) -> dict[str, Any]:
     never = threading.Event()
     broken = {"on": False}
     calls = [0]
@@ -94,7 +99,7 @@ def hanging(adds: int) -> dict[str, Any]:
     def switch(on: bool) -> None:
         broken["on"] = on
 
-    policy = RetryPolicy(initial_delay=0.05, max_attempts=3, timeout=0.2)
+    policy = _policy(breaker, initial_delay=0.05, max_attempts=3, timeout=0.2)
     result = _run(CallableChatModel(model, retry=policy), adds, switch)
     never.set()
     return {"scenario": "hanging", **result, "model_calls": calls[0]}
@@ -104,11 +109,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--adds", type=int, default=22)
     parser.add_argument("--scenario", choices=["failing", "hanging", "both"], default="both")
+    parser.add_argument("--breaker-failures", type=int, default=None, help="0 turns the circuit breaker off")
     options = parser.parse_args()
     if options.scenario in ("failing", "both"):
-        print(json.dumps(failing(options.adds)))
+        print(json.dumps(failing(options.adds, options.breaker_failures)))
     if options.scenario in ("hanging", "both"):
-        print(json.dumps(hanging(options.adds)))
+        print(json.dumps(hanging(options.adds, options.breaker_failures)))
 
 
 if __name__ == "__main__":
