@@ -35,7 +35,7 @@ class MemTreeRetriever(BaseRetriever):
     ``min_score``.
 
     Document metadata: ``id``, ``score``, ``depth``, ``is_leaf``, ``timestamp``
-    (ISO 8601, UTC, or ``None``), ``leaf_ids`` (the leaves below the node),
+    (ISO 8601, UTC, or ``None``; a stored number no date can show comes raw), ``leaf_ids`` (the leaves below the node),
     ``source_id`` and ``metadata`` (the node's own metadata).
 
     Example::

@@ -92,8 +92,9 @@ def holds(leaf: Node, item: Item) -> bool:
 
 
 def result_metadata(hit: RetrievedNode) -> dict[str, Any]:
-    """The tree's view of a result: its memtree id, depth, kind, event time (ISO 8601
-    or ``None``) and the memtree ids of the leaves below it."""
+    """The tree's view of a result: its memtree id, depth, kind, event time (ISO 8601,
+    ``None``, or the raw number when no date can show it) and the memtree ids of the
+    leaves below it."""
     return {
         "memtree_id": hit.id,
         "depth": hit.depth,
