@@ -66,9 +66,10 @@ def format_memories(hits: Sequence[RetrievedNode], header: str = MEMORY_HEADER) 
 
 
 def _dated(hit: RetrievedNode) -> str:
-    if hit.time is None:
+    when = hit.time
+    if when is None:
         return ""
-    return f"({'' if hit.is_leaf else 'up to '}{hit.time.date().isoformat()}) "
+    return f"({'' if hit.is_leaf else 'up to '}{when.date().isoformat()}) "
 
 
 class MemTreeMemoryMiddleware(AgentMiddleware):

@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import numpy as np
 
 from memtree.index import VectorIndex
-from memtree.inputs import to_metadata
+from memtree.inputs import check_seconds, to_metadata
 from memtree.integrity import integrity_problems
 from memtree.node import ROOT_ID, JSONDict, Node, Vector
 from memtree.output_file import write_output
@@ -404,9 +404,9 @@ def _node(value: JSONDict, dimension: int | None) -> Node:
         depth=_integer(value, "depth"),
         is_leaf=_boolean(value, "is_leaf"),
         leaf_count=_integer(value, "leaf_count"),
-        created_at=_number(value, "created_at"),
-        updated_at=_number(value, "updated_at"),
-        timestamp=None if value["timestamp"] is None else _number(value, "timestamp"),
+        created_at=_moment(value, "created_at", node_id),
+        updated_at=_moment(value, "updated_at", node_id),
+        timestamp=None if value["timestamp"] is None else _moment(value, "timestamp", node_id),
         metadata=metadata,
         source_id=source_id,
         leaf_sum=_vector(value, "leaf_sum", dimension, unit=False),
@@ -448,6 +448,14 @@ def _number(value: JSONDict, name: str) -> float:
     if not isinstance(item, (int, float)) or isinstance(item, bool) or not math.isfinite(item):
         raise _BadLine(f"{name} must be a finite number, got {item!r}")
     return float(item)
+
+
+def _moment(value: JSONDict, name: str, node_id: str) -> float:
+    """A time in POSIX seconds that a date can show (see :func:`check_seconds`)."""
+    try:
+        return check_seconds(_number(value, name), f"node {node_id}: {name}")
+    except ValueError as error:
+        raise _BadLine(str(error)) from None
 
 
 def _boolean(value: JSONDict, name: str) -> bool:

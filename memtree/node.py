@@ -23,10 +23,27 @@ JSONDict = dict[str, Any]
 
 
 def to_datetime(timestamp: float | None) -> datetime | None:
-    """POSIX seconds to an aware UTC datetime (``None`` stays ``None``)."""
+    """POSIX seconds to an aware UTC datetime (``None`` stays ``None``).
+
+    Also ``None`` for a number no datetime can hold (outside years 1 to 9999, which
+    memtree refuses today but an older version may have stored): reading must not
+    fail because of one stored value. :func:`time_text` shows such a number raw.
+    """
     if timestamp is None:
         return None
-    return datetime.fromtimestamp(timestamp, tz=UTC)
+    try:
+        return datetime.fromtimestamp(timestamp, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def time_text(timestamp: float | None) -> str | None:
+    """POSIX seconds as ISO 8601 UTC text, or the raw number when no date can show it
+    (``None`` stays ``None``)."""
+    if timestamp is None:
+        return None
+    moment = to_datetime(timestamp)
+    return moment.isoformat() if moment is not None else repr(timestamp)
 
 
 @dataclass(slots=True)
@@ -65,7 +82,8 @@ class Node:
 
     @property
     def time(self) -> datetime | None:
-        """``timestamp`` as an aware UTC datetime."""
+        """``timestamp`` as an aware UTC datetime (``None`` if it has none or no
+        datetime can hold it; see :func:`time_text`)."""
         return to_datetime(self.timestamp)
 
     def copy(self) -> Node:
@@ -112,5 +130,6 @@ class RetrievedNode:
 
     @property
     def time(self) -> datetime | None:
-        """``timestamp`` as an aware UTC datetime."""
+        """``timestamp`` as an aware UTC datetime (``None`` if it has none or no
+        datetime can hold it; see :func:`time_text`)."""
         return to_datetime(self.timestamp)

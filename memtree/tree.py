@@ -30,10 +30,10 @@ from memtree.aggregate import Aggregator, LLMAggregator
 from memtree.background import BackgroundSummaries, KeptConflicting, map_in_daemon_threads
 from memtree.config import AGGREGATION_MODES, RETRIEVAL_MODES, Aggregation, MemTreeConfig
 from memtree.deferral import FlushPlan, PendingSummaries, flush_base, rebase_flush
-from memtree.embed import Embedder, Matrix, check_embeddings
+from memtree.embed import Embedder, Matrix, check_embeddings, check_query_embedding
 from memtree.gcpause import paused_gc
 from memtree.index import VectorIndex
-from memtree.inputs import Item, TimeLike, make_item, to_time_range
+from memtree.inputs import Item, TimeLike, make_item, to_min_score, to_time_range
 from memtree.integrity import integrity_problems
 from memtree.locks import ReadWriteLock
 from memtree.models.resolve import default_aggregator, default_embedder, resolve_embedder
@@ -46,6 +46,7 @@ from memtree.planning import (
     centroid_of,
     latest,
     normalized,
+    path_jobs,
     plan_delete_many,
     plan_insert,
     rebuild_job,
@@ -66,7 +67,7 @@ from memtree.store.base import (
     namespace_key,
 )
 from memtree.store.location import as_store, open_store
-from memtree.text import count_words, require_text
+from memtree.text import count_words, require_text, unstorable
 from memtree.usage import recording
 from memtree.viz import format_tree
 from memtree.viz.dot import to_dot
@@ -303,8 +304,9 @@ class MemTree:
         source_id: str | None = None,
         aggregation: Aggregation | None = None,
     ) -> str:
-        """Remember one text; return its leaf id (an identical stored text's id if
-        ``config.deduplicate``). ``timestamp`` is when the event happened; ``source_id``
+        """Remember one text; return its leaf id (with ``config.deduplicate``, the id of
+        a stored leaf with the same text, metadata and source id, if there is one).
+        ``timestamp`` is when the event happened; ``source_id``
         is your id for it (message id, document node id).
 
         ``aggregation`` says when the summaries above it are written (default:
@@ -314,7 +316,7 @@ class MemTree:
         :class:`~memtree.MemTreeConfig`."""
         item = make_item(text, metadata, timestamp, source_id)
         mode = self._aggregation_mode(aggregation)
-        existing = self._stored_duplicate(item.text)
+        existing = self._stored_duplicate(item)
         if existing is not None:
             return existing
         vectors = self._drive(self._embed_steps([item.text]))
@@ -335,7 +337,7 @@ class MemTree:
         in background mode the worker thread writes them."""
         item = make_item(text, metadata, timestamp, source_id)
         mode = self._aggregation_mode(aggregation)
-        existing = self._stored_duplicate(item.text)
+        existing = self._stored_duplicate(item)
         if existing is not None:
             return existing
         vectors = await self._adrive(self._embed_steps([item.text]))
@@ -398,24 +400,25 @@ class MemTree:
         async with self.deferred():
             return await self._ainsert_all(items, vectors, defer=True)
 
-    def _stored_duplicate(self, text: str, *, refresh: bool = True) -> str | None:
-        """The id of a leaf already holding exactly ``text``, if duplicates are not kept
-        (checked before embedding, so a repeated text costs no model call)."""
+    def _stored_duplicate(self, item: Item, *, refresh: bool = True) -> str | None:
+        """The id of a leaf already holding exactly ``item`` (text, metadata, source
+        id), if duplicates are not kept (checked before embedding, so a repeated text
+        costs no model call)."""
         if not self.config.deduplicate:
             return None
         if refresh:
             self._maybe_refresh()
-        return self._state.leaf_by_text.get(text)
+        return self._state.duplicate_of(item.text, item.metadata, item.source_id)
 
     def _stored_mask(self, items: list[Item]) -> list[bool]:
         """Which items are already stored (and need no embedding)."""
         self._maybe_refresh()
-        return [self._stored_duplicate(item.text, refresh=False) is not None for item in items]
+        return [self._stored_duplicate(item, refresh=False) is not None for item in items]
 
     def _insert_all(self, items: list[Item], vectors: list[Vector | None], *, defer: bool) -> list[str]:
         ids = []
         for item, vector in zip(items, vectors, strict=True):
-            existing = self._stored_duplicate(item.text, refresh=False) if vector is None else None
+            existing = self._stored_duplicate(item, refresh=False) if vector is None else None
             if existing is not None:
                 ids.append(existing)
                 continue
@@ -427,7 +430,7 @@ class MemTree:
     async def _ainsert_all(self, items: list[Item], vectors: list[Vector | None], *, defer: bool) -> list[str]:
         ids = []
         for item, vector in zip(items, vectors, strict=True):
-            existing = self._stored_duplicate(item.text, refresh=False) if vector is None else None
+            existing = self._stored_duplicate(item, refresh=False) if vector is None else None
             if existing is not None:
                 ids.append(existing)
                 continue
@@ -551,7 +554,8 @@ class MemTree:
         )
         self._maybe_refresh()
         if query_embedding is not None:
-            return self._retrieve_embedded(self._check_vectors(np.atleast_2d(query_embedding), 1)[0], query, *options)
+            vector = check_query_embedding(query_embedding, self._state.info.dimension)
+            return self._retrieve_embedded(vector, query, *options)
         vectors = self._drive(self._embed_steps([query], query=True))
         return self._retrieve_embedded(vectors[0], query, *options)
 
@@ -575,7 +579,8 @@ class MemTree:
         )
         await asyncio.to_thread(self._maybe_refresh)
         if query_embedding is not None:
-            return self._retrieve_embedded(self._check_vectors(np.atleast_2d(query_embedding), 1)[0], query, *options)
+            vector = check_query_embedding(query_embedding, self._state.info.dimension)
+            return self._retrieve_embedded(vector, query, *options)
         vectors = await self._adrive(self._embed_steps([query], query=True))
         return self._retrieve_embedded(vectors[0], query, *options)
 
@@ -613,7 +618,7 @@ class MemTree:
         mode = self.config.mode if mode is None else mode
         if mode not in RETRIEVAL_MODES:
             raise ValueError(f"unknown mode {mode!r}; choose one of: {', '.join(RETRIEVAL_MODES)}")
-        threshold = self.config.retrieve_threshold if min_score is None else float(min_score)
+        threshold = self.config.retrieve_threshold if min_score is None else to_min_score(min_score)
         packing = Packing(k, budget, threshold, self.config.drop_repeated_sentences, self.config.token_counter)
         filters = Filters(leaves_only, parse_where(where), to_time_range(time_range))
         weight = self.config.lexical_weight if lexical_weight is None else lexical_weight
@@ -1099,7 +1104,7 @@ class MemTree:
         deduplicate = self.config.deduplicate and restore is None
         with self._rw.read():
             base = (self._state.seq, self._state.generation)
-            existing = self._state.leaf_by_text.get(item.text) if deduplicate else None
+            existing = self._stored_duplicate(item, refresh=False) if deduplicate else None
         if existing is not None:
             return PreparedWrite(existing, base)
         now = time.time()
@@ -1143,7 +1148,7 @@ class MemTree:
             [],
             footprint,
             info=lambda current: self._info_after_insert(current, dimension, sample),
-            recheck=(lambda: self._state.leaf_by_text.get(item.text)) if deduplicate else None,
+            recheck=(lambda: self._stored_duplicate(item, refresh=False)) if deduplicate else None,
             committed=committed,
         )
 
@@ -1182,38 +1187,13 @@ class MemTree:
     def _write_path_summaries(
         self, plan: InsertPlan, children: Mapping[str, list[Node]]
     ) -> Generator[_Request, Any, None]:
-        """Write the summaries on an insert's path, concurrently: each merges the new
-        text into its own (``Aggregate(text, new, n)``).
-
-        A stale summary's text already misses something, so it is rebuilt from its
-        children instead, after its child on the path was written (one more round
-        per stale summary; none in the common case). If one of those children is
-        stale too, a rebuild would inherit the gap and clear the mark that shows it,
-        so the summary only merges the new text and stays stale for ``repair()``.
-        """
-        stale = {job.node_id for job in plan.jobs if plan.summaries[job.node_id].stale}
-        rounds = [[job for job in plan.jobs if job.node_id not in stale]]
-        deepest_first = sorted(plan.jobs, key=lambda job: -plan.summaries[job.node_id].depth)
-        rounds.extend([job] for job in deepest_first if job.node_id in stale)
-        written: list[Node] = []
-        for jobs in rounds:
-            kept_stale: set[str] = set()
-            ready: list[AggregationJob] = []
-            for job in jobs:
-                node = plan.summaries[job.node_id]
-                kids = _children_after(node.id, plan, children) if node.id in stale else []
-                if node.id not in stale:
-                    ready.append(job)
-                elif any(kid.stale for kid in kids):
-                    kept_stale.add(node.id)
-                    count_before = node.leaf_count - 1
-                    ready.append(AggregationJob(node.id, node.text, [plan.leaf.text], count_before, job.centroid))
-                else:
-                    ready.append(rebuild_job(node, [kid.text for kid in kids]))
-            done = yield from self._write_texts(ready, plan.summaries, fallback=plan.fallback_texts())
-            for node in done:
-                node.stale = node.id in kept_stale
-            written.extend(done)
+        """Write the summaries on an insert's path in one concurrent round (see
+        :func:`~memtree.planning.path_jobs`: a stale one is rebuilt, or merges the
+        new text and stays stale when a rebuild would inherit a gap)."""
+        jobs, kept_stale = path_jobs(plan, children)
+        written = yield from self._write_texts(jobs, plan.summaries, fallback=plan.fallback_texts())
+        for node in written:
+            node.stale = node.id in kept_stale
         yield from self._embed_summaries(written, plan.summaries.values())
 
     def _write_summaries(
@@ -1268,6 +1248,9 @@ class MemTree:
                 f"{type(self.aggregator).__name__}.aggregate returned {type(outcome).__name__}, "
                 "not the summary text (str)"
             )
+        problem = unstorable(outcome)
+        if problem:  # every store must refuse it alike, or an export could not be imported back
+            return ModelResponseError(f"the aggregator's summary {problem}, which cannot be stored")
         return outcome.strip() or ModelResponseError("the aggregator returned an empty summary")
 
     def _note_failure(self, node: Node, error: BaseException) -> None:
@@ -1675,17 +1658,6 @@ def _insert_footprint(state: TreeState, plan: InsertPlan) -> Footprint:
         if state.nodes[node_id].stale:
             reads.update(state.nodes[node_id].children)
     return Footprint(frozenset(reads))  # the parent may be the root: only its creation writes it
-
-
-def _children_after(node_id: str, plan: InsertPlan, children: Mapping[str, list[Node]]) -> list[Node]:
-    """A path summary's children once the insert is done (with this insert's copies)."""
-    kids = [plan.summaries.get(child.id, child) for child in children[node_id]]
-    if node_id == plan.route.parent:
-        if plan.new_parent is not None:
-            kids = [plan.summaries[plan.new_parent] if kid.id == plan.route.split else kid for kid in kids]
-        else:
-            kids.append(plan.leaf)
-    return kids
 
 
 def _check_dimension(dimension: int, stored: int | None) -> None:

@@ -203,12 +203,29 @@ def cli_errors(command: Callable[P, R]) -> Callable[P, R]:
 
 
 def parse_namespace(text: str) -> NamespaceKey:
-    """``alice`` -> ``("alice",)``; ``users/alice`` -> ``("users", "alice")``."""
-    return namespace_key(tuple(text.split("/")))
+    """``alice`` -> ``("alice",)``; ``users/alice`` -> ``("users", "alice")``;
+    ``a\\/b`` -> ``("a/b",)`` (a ``/`` inside a part is written ``\\/``, a
+    backslash before ``/`` or ``\\`` as ``\\\\``), the form :func:`namespace_text` prints."""
+    parts = [""]
+    position = 0
+    while position < len(text):
+        char = text[position]
+        if char == "\\" and text[position + 1 : position + 2] in ("/", "\\"):
+            parts[-1] += text[position + 1]
+            position += 2
+            continue
+        if char == "/":
+            parts.append("")
+        else:
+            parts[-1] += char
+        position += 1
+    return namespace_key(tuple(parts))
 
 
 def namespace_text(key: NamespaceKey) -> str:
-    return "/".join(key)
+    """A namespace as ``--namespace`` takes it: parts joined by ``/``, so that the
+    one-part ``"a/b"`` (shown ``a\\/b``) and ``("a", "b")`` (shown ``a/b``) differ."""
+    return "/".join(part.replace("\\", "\\\\").replace("/", "\\/") for part in key)
 
 
 def parse_embedder(spec: str | None) -> Embedder | None:
