@@ -17,7 +17,7 @@ import math
 from collections import Counter, deque
 from collections.abc import Hashable, Iterator, Mapping
 from operator import attrgetter
-from typing import Any
+from typing import Any, Protocol
 
 from memtree.lexical import LexicalIndex
 from memtree.node import ROOT_ID, Node
@@ -45,6 +45,18 @@ def metadata_key(value: Any) -> Hashable:
     if kind is float and math.isfinite(value):
         return ("number", int(value) if value.is_integer() else value)
     return ("json", json.dumps(value, sort_keys=True, ensure_ascii=False))
+
+
+class TreeView(Protocol):
+    """What routing and planning read of a tree: nodes by id (each with its children
+    list) and the tree's depth. A :class:`TreeState` is one; ``MemTree.update``
+    routes through a view of the tree as it would be without the leaf it moves."""
+
+    @property
+    def nodes(self) -> Mapping[str, Node]: ...
+
+    @property
+    def depth(self) -> int: ...
 
 
 class TreeState:

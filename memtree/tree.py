@@ -26,6 +26,7 @@ from typing import Any, Literal, TextIO, TypeVar
 import numpy as np
 
 from memtree import backup, calibration
+from memtree import update as updating
 from memtree.aggregate import Aggregator, ExtractiveAggregator, LLMAggregator
 from memtree.config import RETRIEVAL_MODES, MemTreeConfig
 from memtree.deferral import FlushPlan, PendingSummaries
@@ -36,7 +37,7 @@ from memtree.inputs import Item, TimeLike, make_item, to_time_range
 from memtree.integrity import integrity_problems
 from memtree.locks import ReadWriteLock
 from memtree.models.resolve import default_aggregator, default_embedder, resolve_embedder
-from memtree.node import ROOT_ID, Node, RetrievedNode, Vector
+from memtree.node import ROOT_ID, LeafVersion, Node, RetrievedNode, Vector
 from memtree.optimistic import OPTIMISTIC_ATTEMPTS, Footprint, PreparedWrite, footprint_of, still_valid
 from memtree.planning import (
     AggregationJob,
@@ -625,6 +626,47 @@ class MemTree:
             await self._awrite(lambda: self._delete_steps(ids))
         return len(ids)
 
+    def update(
+        self,
+        leaf_id: str,
+        text: str,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timestamp: TimeLike | None = None,
+    ) -> str:
+        """Correct a leaf; return its id, which stays the same.
+
+        ``metadata`` and ``timestamp`` left ``None`` keep the leaf's. If the new text
+        would now be routed elsewhere the leaf moves there; either way every summary
+        above its old and new place is rewritten, so none keeps the old text. The
+        version replaced is kept: :meth:`history` lists it. Deleting the leaf deletes
+        its history too. Raises ``KeyError`` for an unknown id and ``ValueError`` for
+        a summary id. See :mod:`memtree.update`.
+
+        Example::
+
+            leaf = memory.add("Alice lives in Paris.")
+            memory.update(leaf, "Alice moved to Lyon in 2024.")
+            memory.history(leaf)[0].text  # 'Alice lives in Paris.'
+        """
+        return updating.update(self, leaf_id, text, metadata=metadata, timestamp=timestamp)
+
+    async def aupdate(
+        self,
+        leaf_id: str,
+        text: str,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timestamp: TimeLike | None = None,
+    ) -> str:
+        """Async :meth:`update`."""
+        return await updating.aupdate(self, leaf_id, text, metadata=metadata, timestamp=timestamp)
+
+    def history(self, leaf_id: str) -> list[LeafVersion]:
+        """The earlier versions of a leaf that :meth:`update` replaced, oldest first
+        (empty if it was never updated). ``KeyError`` for an unknown (or deleted) id."""
+        return updating.history(self, leaf_id)
+
     def repair(self) -> int:
         """Rewrite every stale summary (deepest first); return how many were fixed."""
         return self._write(self._repair_steps)
@@ -923,9 +965,10 @@ class MemTree:
         upserts: list[Node],
         deletions: list[str],
         info: NamespaceInfo | None = None,
+        versions: Sequence[LeafVersion] = (),
     ) -> None:
         """Commit atomically, then show the same change to this process's tree."""
-        seq = transaction.commit(upserts, deletions, info)
+        seq = transaction.commit(upserts, deletions, info, versions)
         batch = ChangeBatch(
             nodes=[node.copy() for node in upserts],
             deleted=list(deletions),
@@ -1017,7 +1060,7 @@ class MemTree:
                 prepared.abandon()
                 return False
             info = prepared.info(self._state.info) if prepared.info is not None else None
-            self._commit(transaction, prepared.upserts, prepared.deletions, info)
+            self._commit(transaction, prepared.upserts, prepared.deletions, info, prepared.versions)
         except BaseException:
             prepared.abandon()
             raise
