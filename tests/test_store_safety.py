@@ -382,7 +382,8 @@ def test_migrations_run_once_in_order_and_keep_the_data(tmp_path: Path, monkeypa
         with open_memory(path) as memory:
             assert memory.get(leaf).metadata == {"k": 1} and memory.check_integrity() == []
     with sqlite3.connect(path) as connection:
-        assert [row[0] for row in connection.execute("SELECT version FROM memtree_schema ORDER BY version")] == [1, 2, 3]
+        versions = connection.execute("SELECT version FROM memtree_schema ORDER BY version").fetchall()
+        assert [row[0] for row in versions] == [1, 2, 3]
         indexes = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
         assert "memtree_nodes_source" in indexes
     connection.close()
