@@ -51,7 +51,8 @@ from memtree.planning import (
     rebuild_job,
     root_node,
 )
-from memtree.retrieval import Filters, LexicalQuery, Packing, pack, rank_collapsed, rank_traversal
+from memtree.retrieval import Filters, LexicalQuery, Packing
+from memtree.retrieval import retrieve as retrieve_ranked
 from memtree.retry import ModelResponseError
 from memtree.routing import route
 from memtree.state import TreeState
@@ -559,7 +560,7 @@ class MemTree:
             raise ValueError(f"unknown mode {mode!r}; choose one of: {', '.join(RETRIEVAL_MODES)}")
         if where is not None and not isinstance(where, Mapping):
             raise TypeError(f"where must be a dict of metadata values, got {type(where).__name__}")
-        threshold = self.config.retrieve_threshold if min_score is None else float(min_score)
+        threshold = self.config.retrieve_threshold if min_score is None else float(min_score)  # None: no cut
         packing = Packing(k, budget, threshold, self.config.drop_repeated_sentences, self.config.token_counter)
         filters = Filters(leaves_only, dict(where) if where else None, to_time_range(time_range))
         weight = self.config.lexical_weight if lexical_weight is None else lexical_weight
@@ -580,16 +581,7 @@ class MemTree:
             index = self._index
             if index is None or len(index) == 0:
                 return []
-            if mode == "traversal":
-                ranked = rank_traversal(index, self._state, query, self.config.beam, filters, lexical)
-                return pack(self._state, ranked, packing)[0]
-            limit = packing.k * 4 + 16
-            while True:
-                ranked = rank_collapsed(index, self._state, query, limit, filters, lexical)
-                results, exhausted = pack(self._state, ranked, packing)
-                if not exhausted or len(ranked) < limit:
-                    return results
-                limit *= 4
+            return retrieve_ranked(index, self._state, query, mode, self.config.beam, packing, filters, lexical)
 
     # -- deleting and repairing ----------------------------------------------------
 
