@@ -685,11 +685,14 @@ class MemTree:
         the namespace and import again."""
         return backup.import_jsonl(self, source, skip_bad=skip_bad)
 
-    def _restore(self, nodes: list[Node], info: NamespaceInfo) -> None:
-        """Write a whole checked tree into this (empty) namespace in one transaction."""
-        self._write(lambda: self._restore_steps(nodes, info))
+    def _restore(self, nodes: list[Node], info: NamespaceInfo, versions: Sequence[LeafVersion] = ()) -> None:
+        """Write a whole checked tree (and its leaves' history) into this (empty)
+        namespace in one transaction."""
+        self._write(lambda: self._restore_steps(nodes, info, versions))
 
-    def _restore_steps(self, nodes: list[Node], info: NamespaceInfo) -> _Steps[PreparedWrite[None]]:
+    def _restore_steps(
+        self, nodes: list[Node], info: NamespaceInfo, versions: Sequence[LeafVersion] = ()
+    ) -> _Steps[PreparedWrite[None]]:
         leaves = self._state.leaf_total
         kinds = self.store.record_kinds(self.namespace)
         if leaves or kinds:
@@ -700,7 +703,9 @@ class MemTree:
             )
         base = (self._state.seq, self._state.generation)
         yield from ()
-        return PreparedWrite(None, base, nodes, [], Footprint(everything=True), info=lambda _current: info)
+        return PreparedWrite(
+            None, base, nodes, [], Footprint(everything=True), info=lambda _current: info, versions=list(versions)
+        )
 
     def _reinsert_leaf(self, leaf: Node) -> None:
         """Route a stored leaf in again with its own id, times and embedding."""

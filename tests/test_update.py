@@ -266,3 +266,24 @@ def test_an_old_sqlite_file_gains_the_history_table(tmp_path: Path) -> None:
     with sqlite3.connect(path) as connection:
         assert [row[0] for row in connection.execute("SELECT version FROM memtree_schema ORDER BY version")] == [1, 2]
     connection.close()
+
+
+def test_a_jsonl_backup_carries_the_history(tmp_path: Path) -> None:
+    memory, ids = two_topics()
+    memory.update(ids[SQUASH], BADMINTON, metadata={"n": 1})
+    memory.update(ids[SQUASH], GNOCCHI)
+    memory.update(ids[PASTA], PASTA, metadata={"fresh": True})
+    backup = tmp_path / "backup.jsonl"
+    memory.export_jsonl(backup)
+    restored = MemTree(embedder=TableEmbedder(TABLE), aggregator=JoiningAggregator(), config=CONFIG)
+    restored.import_jsonl(backup)
+    for leaf in (ids[SQUASH], ids[PASTA], ids[TENNIS]):
+        assert restored.history(leaf) == memory.history(leaf)
+    assert [v.text for v in restored.history(ids[SQUASH])] == [SQUASH, BADMINTON]
+    lines = backup.read_text().splitlines()
+    assert sum('"type": "version"' in line for line in lines) == 3 and '"versions": 3' in lines[0]
+
+    orphan = tmp_path / "orphan.jsonl"
+    orphan.write_text(backup.read_text().replace(ids[PASTA], "not-a-leaf-of-this-file", 1))
+    with pytest.raises(ValueError, match="which is not a leaf of this backup"):
+        MemTree(embedder=TableEmbedder(TABLE), config=CONFIG).import_jsonl(orphan)
