@@ -13,7 +13,7 @@ from memtree.aggregate import (
 from memtree.config import MemTreeConfig
 from memtree.embed import Embedder, HashingEmbedder, LocalEmbedder
 from memtree.llm import CallableChatModel, ChatModel, Completion
-from memtree.node import ROOT_ID, Node, RetrievedNode
+from memtree.node import ROOT_ID, LeafVersion, Node, RetrievedNode
 from memtree.retry import ModelResponseError, RetryPolicy
 from memtree.stats import TreeStats
 from memtree.store import IncompatibleStoreError, InMemoryStore, NamespaceInfo, PostgresStore, SQLiteStore, Store
@@ -35,6 +35,7 @@ __all__ = [
     "InMemoryStore",
     "IncompatibleStoreError",
     "LLMAggregator",
+    "LeafVersion",
     "LocalEmbedder",
     "MemTree",
     "MemTreeConfig",

@@ -1,7 +1,8 @@
 """The two records a memory hands out: a stored :class:`Node` and a :class:`RetrievedNode`.
 
 A node is either the root (no text, no embedding, never aggregated), a leaf (a text
-the caller gave, never changed after it is stored), or a summary (an internal node
+the caller gave; only ``MemTree.update`` changes it, keeping each earlier version as a
+:class:`LeafVersion`), or a summary (an internal node
 whose text aggregates the leaves below it). Internal nodes always have two or more
 children: a parent left with one child is folded away.
 """
@@ -105,6 +106,27 @@ class Node:
             stale=self.stale,
             children=list(self.children),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class LeafVersion:
+    """An earlier version of a leaf, kept when ``MemTree.update`` replaced it.
+
+    ``text``, ``metadata`` and ``timestamp`` (when the event happened, POSIX seconds)
+    are the leaf's as they were; ``replaced_at`` is when the update replaced them
+    (POSIX seconds). ``MemTree.history(leaf_id)`` lists them oldest first.
+    """
+
+    leaf_id: str
+    text: str
+    metadata: JSONDict
+    timestamp: float | None
+    replaced_at: float
+
+    @property
+    def time(self) -> datetime | None:
+        """``timestamp`` as an aware UTC datetime."""
+        return to_datetime(self.timestamp)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ import numpy as np
 
 from memtree.node import ROOT_ID, JSONDict, Node, Vector
 from memtree.routing import Route
-from memtree.state import TreeState
+from memtree.state import TreeState, TreeView
 
 
 def new_node_id() -> str:
@@ -104,7 +104,7 @@ class InsertPlan:
 
 
 def plan_insert(
-    state: TreeState,
+    state: TreeView,
     route: Route,
     *,
     text: str,

@@ -16,7 +16,7 @@ import json
 from collections import Counter, deque
 from collections.abc import Iterator, Mapping
 from operator import attrgetter
-from typing import Any
+from typing import Any, Protocol
 
 from memtree.lexical import LexicalIndex
 from memtree.node import ROOT_ID, Node
@@ -42,6 +42,18 @@ def content_key(text: str, metadata: Mapping[str, Any], source_id: str | None) -
 
 def _content_of(node: Node) -> ContentKey:
     return content_key(node.text, node.metadata, node.source_id)
+
+
+class TreeView(Protocol):
+    """What routing and planning read of a tree: nodes by id (each with its children
+    list) and the tree's depth. A :class:`TreeState` is one; ``MemTree.update``
+    routes through a view of the tree as it would be without the leaf it moves."""
+
+    @property
+    def nodes(self) -> Mapping[str, Node]: ...
+
+    @property
+    def depth(self) -> int: ...
 
 
 class TreeState:

@@ -26,6 +26,7 @@ from typing import Any, TextIO, TypeVar
 import numpy as np
 
 from memtree import backup, calibration
+from memtree import update as updating
 from memtree.aggregate import Aggregator, LLMAggregator
 from memtree.background import BackgroundSummaries, KeptConflicting, map_in_daemon_threads
 from memtree.config import AGGREGATION_MODES, RETRIEVAL_MODES, Aggregation, MemTreeConfig
@@ -37,7 +38,7 @@ from memtree.inputs import Item, TimeLike, make_item, to_min_score, to_time_rang
 from memtree.integrity import integrity_problems
 from memtree.locks import ReadWriteLock
 from memtree.models.resolve import default_aggregator, default_embedder, resolve_embedder
-from memtree.node import ROOT_ID, Node, RetrievedNode, Vector
+from memtree.node import ROOT_ID, LeafVersion, Node, RetrievedNode, Vector
 from memtree.optimistic import OPTIMISTIC_ATTEMPTS, Footprint, PreparedWrite, footprint_of, still_valid
 from memtree.planning import (
     AggregationJob,
@@ -52,7 +53,8 @@ from memtree.planning import (
     rebuild_job,
     root_node,
 )
-from memtree.retrieval import Filters, LexicalQuery, Packing, pack, rank_collapsed, rank_traversal
+from memtree.retrieval import Filters, LexicalQuery, Packing
+from memtree.retrieval import retrieve as retrieve_ranked
 from memtree.retry import ModelResponseError
 from memtree.routing import route
 from memtree.state import TreeState
@@ -618,7 +620,7 @@ class MemTree:
         mode = self.config.mode if mode is None else mode
         if mode not in RETRIEVAL_MODES:
             raise ValueError(f"unknown mode {mode!r}; choose one of: {', '.join(RETRIEVAL_MODES)}")
-        threshold = self.config.retrieve_threshold if min_score is None else to_min_score(min_score)
+        threshold = self.config.retrieve_threshold if min_score is None else to_min_score(min_score)  # None: no cut
         packing = Packing(k, budget, threshold, self.config.drop_repeated_sentences, self.config.token_counter)
         filters = Filters(leaves_only, parse_where(where), to_time_range(time_range))
         weight = self.config.lexical_weight if lexical_weight is None else lexical_weight
@@ -639,16 +641,7 @@ class MemTree:
             index = self._index
             if index is None or len(index) == 0:
                 return []
-            if mode == "traversal":
-                ranked = rank_traversal(index, self._state, query, self.config.beam, filters, lexical)
-                return pack(self._state, ranked, packing)[0]
-            limit = packing.k * 4 + 16
-            while True:
-                ranked = rank_collapsed(index, self._state, query, limit, filters, lexical)
-                results, exhausted = pack(self._state, ranked, packing)
-                if not exhausted or len(ranked) < limit:
-                    return results
-                limit *= 4
+            return retrieve_ranked(index, self._state, query, mode, self.config.beam, packing, filters, lexical)
 
     # -- deleting and repairing ----------------------------------------------------
 
@@ -685,6 +678,47 @@ class MemTree:
             await self._awrite(lambda: self._delete_steps(ids))
         return len(ids)
 
+    def update(
+        self,
+        leaf_id: str,
+        text: str,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timestamp: TimeLike | None = None,
+    ) -> str:
+        """Correct a leaf; return its id, which stays the same.
+
+        ``metadata`` and ``timestamp`` left ``None`` keep the leaf's. If the new text
+        would now be routed elsewhere the leaf moves there; either way every summary
+        above its old and new place is rewritten, so none keeps the old text. The
+        version replaced is kept: :meth:`history` lists it. Deleting the leaf deletes
+        its history too. Raises ``KeyError`` for an unknown id and ``ValueError`` for
+        a summary id. See :mod:`memtree.update`.
+
+        Example::
+
+            leaf = memory.add("Alice lives in Paris.")
+            memory.update(leaf, "Alice moved to Lyon in 2024.")
+            memory.history(leaf)[0].text  # 'Alice lives in Paris.'
+        """
+        return updating.update(self, leaf_id, text, metadata=metadata, timestamp=timestamp)
+
+    async def aupdate(
+        self,
+        leaf_id: str,
+        text: str,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        timestamp: TimeLike | None = None,
+    ) -> str:
+        """Async :meth:`update`."""
+        return await updating.aupdate(self, leaf_id, text, metadata=metadata, timestamp=timestamp)
+
+    def history(self, leaf_id: str) -> list[LeafVersion]:
+        """The earlier versions of a leaf that :meth:`update` replaced, oldest first
+        (empty if it was never updated). ``KeyError`` for an unknown (or deleted) id."""
+        return updating.history(self, leaf_id)
+
     def repair(self) -> int:
         """Rewrite every stale summary (deepest first); return how many were fixed."""
         return self._write(self._repair_steps)
@@ -711,11 +745,14 @@ class MemTree:
         the namespace and import again."""
         return backup.import_jsonl(self, source, skip_bad=skip_bad)
 
-    def _restore(self, nodes: list[Node], info: NamespaceInfo) -> None:
-        """Write a whole checked tree into this (empty) namespace in one transaction."""
-        self._write(lambda: self._restore_steps(nodes, info))
+    def _restore(self, nodes: list[Node], info: NamespaceInfo, versions: Sequence[LeafVersion] = ()) -> None:
+        """Write a whole checked tree (and its leaves' history) into this (empty)
+        namespace in one transaction."""
+        self._write(lambda: self._restore_steps(nodes, info, versions))
 
-    def _restore_steps(self, nodes: list[Node], info: NamespaceInfo) -> _Steps[PreparedWrite[None]]:
+    def _restore_steps(
+        self, nodes: list[Node], info: NamespaceInfo, versions: Sequence[LeafVersion] = ()
+    ) -> _Steps[PreparedWrite[None]]:
         leaves = self._state.leaf_total
         kinds = self.store.record_kinds(self.namespace)
         if leaves or kinds:
@@ -726,7 +763,9 @@ class MemTree:
             )
         base = (self._state.seq, self._state.generation)
         yield from ()
-        return PreparedWrite(None, base, nodes, [], Footprint(everything=True), info=lambda _current: info)
+        return PreparedWrite(
+            None, base, nodes, [], Footprint(everything=True), info=lambda _current: info, versions=list(versions)
+        )
 
     def _reinsert_leaf(self, leaf: Node) -> None:
         """Route a stored leaf in again with its own id, times and embedding."""
@@ -983,9 +1022,10 @@ class MemTree:
         upserts: list[Node],
         deletions: list[str],
         info: NamespaceInfo | None = None,
+        versions: Sequence[LeafVersion] = (),
     ) -> None:
         """Commit atomically, then show the same change to this process's tree."""
-        seq = transaction.commit(upserts, deletions, info)
+        seq = transaction.commit(upserts, deletions, info, versions)
         batch = ChangeBatch(
             nodes=[node.copy() for node in upserts],
             deleted=list(deletions),
@@ -1080,7 +1120,7 @@ class MemTree:
                 prepared.abandon()
                 return False
             info = prepared.info(self._state.info) if prepared.info is not None else None
-            self._commit(transaction, prepared.upserts, prepared.deletions, info)
+            self._commit(transaction, prepared.upserts, prepared.deletions, info, prepared.versions)
         except BaseException:
             prepared.abandon()
             raise

@@ -212,7 +212,7 @@ LONG_VECTOR = base64.b64encode((np.ones(64, "<f4") * 0.5).tobytes()).decode()
         (header(namespace=[]), r"^line 1: namespace is not valid"),
         (replace_line(2, '{"type": "node", "id": \n'), r"^line 3: not valid JSON"),
         (replace_line(2, "[1, 2]\n"), r"^line 3: expected a JSON object, got list"),
-        (replace_line(2, '{"type": "edge"}\n'), r'^line 3: "type" must be "node" or "record"'),
+        (replace_line(2, '{"type": "edge"}\n'), r'^line 3: "type" must be "node", "record" or "version"'),
         (change(is_leaf, embedding="***"), r"^line \d+: embedding is not valid base64"),
         (change(is_leaf, embedding=SHORT_VECTOR), r"^line \d+: embedding holds 16 float32 values.*dimension 64"),
         (change(is_leaf, embedding=LONG_VECTOR), r"^line \d+: embedding is not unit length"),

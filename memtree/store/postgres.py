@@ -25,11 +25,13 @@ from memtree.store.base import NamespaceKey, encode_namespace
 from memtree.store.migrations import (
     SCHEMA_TABLE,
     SCHEMA_V1_DESCRIPTION,
+    SCHEMA_V2_DESCRIPTION,
     TABLES,
     ColumnTypes,
     IncompatibleStoreError,
     Migration,
     schema_v1,
+    schema_v2,
 )
 from memtree.store.sql import NAMESPACE_ID, SQLStore
 
@@ -49,7 +51,10 @@ POSTGRES_TYPES = ColumnTypes(
     node_key="PRIMARY KEY (ns, id)",
 )
 
-POSTGRES_MIGRATIONS: tuple[Migration, ...] = (Migration(1, SCHEMA_V1_DESCRIPTION, schema_v1(POSTGRES_TYPES)),)
+POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, SCHEMA_V1_DESCRIPTION, schema_v1(POSTGRES_TYPES)),
+    Migration(2, SCHEMA_V2_DESCRIPTION, schema_v2(POSTGRES_TYPES)),
+)
 
 
 def _psycopg() -> Any:

@@ -29,10 +29,12 @@ from memtree.store import migrations
 from memtree.store.base import NamespaceKey
 from memtree.store.migrations import (
     SCHEMA_V1_DESCRIPTION,
+    SCHEMA_V2_DESCRIPTION,
     ColumnTypes,
     IncompatibleStoreError,
     Migration,
     schema_v1,
+    schema_v2,
 )
 from memtree.store.sql import SQLStore
 from memtree.store.sqlite_check import APPLICATION_ID, inspect, schema_version
@@ -57,6 +59,7 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
         SCHEMA_V1_DESCRIPTION,
         (*schema_v1(SQLITE_TYPES), f"PRAGMA application_id = {APPLICATION_ID}"),
     ),
+    Migration(2, SCHEMA_V2_DESCRIPTION, schema_v2(SQLITE_TYPES)),
 )
 
 
