@@ -29,7 +29,7 @@ from lc_fakes import PromptRecorder, conversation, hashing_memory, scripted, val
 from langchain_memtree import MemTreeChatMessageHistory, MemTreeRetriever
 from langchain_memtree.history import MESSAGES
 from langchain_memtree.messages import Granularity, speaker
-from memtree import HashingEmbedder, InMemoryStore, MemTree, MemTreeConfig
+from memtree import HashingEmbedder, MemoryBackend, MemTree, MemTreeConfig
 from memtree.embed import Matrix
 
 
@@ -53,7 +53,7 @@ def test_messages_come_back_exactly_in_order_and_rounds_are_remembered() -> None
 
 
 def test_a_round_added_in_two_calls_is_one_memory_even_across_handles() -> None:
-    store = InMemoryStore()
+    store = MemoryBackend()
     memory = hashing_memory(store=store)
     MemTreeChatMessageHistory(memory, session_id="s").add_user_message("I moved to Lisbon in March.")
     assert len(MemTreeChatMessageHistory(memory, session_id="s").memory) == 0  # waits for the answer
