@@ -120,13 +120,14 @@ class MemTreeStore(BaseStore):
         self.prefix: NamespaceKey = namespace_key(prefix)
         self.index: StoreIndex | None = read_index(index)
         """The index configuration read from ``index`` (``None``: exact key-value store)."""
+        self._opened: list[MemTree] = []  # memories this store made and must close
         if memory is None:
             memory = MemTree()
+            self._opened.append(memory)
         if mode is not None:
             memory.config.with_options(mode=mode)  # refuses an unknown mode now, not at the first search
         self.memory = memory
         self.mode = mode
-        self._opened: list[MemTree] = []  # memories this store made and must close
         embedder = self.index.embedder_over(memory.embedder) if self.index is not None else None
         if embedder is None:
             self._base = memory
@@ -193,8 +194,8 @@ class MemTreeStore(BaseStore):
     def close(self) -> None:
         """Close what this store opened (the memory of :meth:`from_conn_string`);
         a memory passed in stays open, it is the caller's."""
-        while self._opened:
-            self._opened.pop().close()
+        while self._opened:  # in the order opened: the handles before the memory that owns the store
+            self._opened.pop(0).close()
 
     def middleware(
         self,
