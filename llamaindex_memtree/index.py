@@ -37,7 +37,7 @@ from llamaindex_memtree.struct import (
     register,
     stored_config,
 )
-from memtree import InMemoryStore, MemTree, MemTreeConfig
+from memtree import MemoryBackend, MemTree, MemTreeConfig
 from memtree.inputs import Item
 from memtree.tree import AGGREGATION_MODES, Aggregation, DeferredAggregation
 
@@ -220,7 +220,7 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
 
     def _build_index_from_nodes(self, nodes: Sequence[BaseNode], **build_kwargs: Any) -> MemTreeIndexStruct:
         memory = self._memory
-        snapshot = new_snapshot_key(self._storage_context) if isinstance(memory.store, InMemoryStore) else None
+        snapshot = new_snapshot_key(self._storage_context) if isinstance(memory.store, MemoryBackend) else None
         struct = MemTreeIndexStruct(
             namespace=list(memory.namespace),
             store=type(memory.store).__name__,

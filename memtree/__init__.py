@@ -16,7 +16,7 @@ from memtree.llm import CallableChatModel, ChatModel, Completion
 from memtree.node import ROOT_ID, LeafVersion, Node, RetrievedNode
 from memtree.retry import ModelResponseError, RetryPolicy
 from memtree.stats import TreeStats
-from memtree.store import IncompatibleStoreError, InMemoryStore, NamespaceInfo, PostgresStore, SQLiteStore, Store
+from memtree.store import IncompatibleStoreError, MemoryBackend, NamespaceInfo, PostgresBackend, SQLiteBackend, Store
 from memtree.tree import MemTree
 
 __version__ = "0.1.0"
@@ -32,20 +32,20 @@ __all__ = [
     "Embedder",
     "ExtractiveAggregator",
     "HashingEmbedder",
-    "InMemoryStore",
     "IncompatibleStoreError",
     "LLMAggregator",
     "LeafVersion",
     "LocalEmbedder",
     "MemTree",
     "MemTreeConfig",
+    "MemoryBackend",
     "ModelResponseError",
     "NamespaceInfo",
     "Node",
-    "PostgresStore",
+    "PostgresBackend",
     "RetrievedNode",
     "RetryPolicy",
-    "SQLiteStore",
+    "SQLiteBackend",
     "Store",
     "TreeStats",
     "__version__",

@@ -143,7 +143,7 @@ def test_index_false_and_per_put_fields() -> None:
 
 
 def test_whole_value_is_embedded_by_default_and_updates_reindex_only_what_changed() -> None:
-    store = MemTreeStore(hashing_memory())
+    store = MemTreeStore(hashing_memory(), index={"fields": ["$"]})
     store.put(("docs",), "a", {"text": "Pepper chases squirrels."})
     tree = store.tree(("docs",))
     assert [tree.get(i).text for i in tree.find(source_id="a")] == ['{"text": "Pepper chases squirrels."}']
@@ -245,8 +245,18 @@ def test_bad_input_is_refused_clearly() -> None:
         store.search(("n",), filter={"a": {"$regex": "x"}})
     with pytest.raises(ValueError, match=r"filter 'a': \$in takes a list of values, got 'xy'"):
         store.search(("n",), filter={"a": {"$in": "xy"}})
-    with pytest.raises(ValueError, match="takes only 'fields'; drop \\['dims', 'embed'\\]"):
-        MemTreeStore(hashing_memory(), index={"dims": 384, "embed": "openai:x", "fields": ["text"]})
+    with pytest.raises(ValueError) as unknown:
+        MemTreeStore(hashing_memory(), index={"dims": 64, "feilds": ["text"], "distance": "cosine"})
+    assert str(unknown.value) == (
+        "unknown index key(s) ['distance', 'feilds']; MemTreeStore accepts ['dims', 'embed', 'fields'] "
+        "(as LangGraph's IndexConfig: dims, embed, fields)"
+    )
+    with pytest.raises(ValueError, match="index dims must be a positive int"):
+        MemTreeStore(hashing_memory(), index={"dims": 0})
+    with pytest.raises(TypeError, match="index embed must be a LangChain Embeddings"):
+        MemTreeStore(hashing_memory(), index={"embed": 42})  # type: ignore[typeddict-item]
+    with pytest.raises(ValueError, match="must be 'provider:model'"):
+        MemTreeStore(hashing_memory(), index={"embed": "minilm"})
     assert store.list_namespaces() == []
 
 

@@ -27,3 +27,15 @@ def test_ci_runs_the_readme_test_command() -> None:
     test_command = next(c.strip() for c in commands if "pytest" in c)
     ci = (README.parent / ".ci" / "run").read_text(encoding="utf-8")
     assert test_command in ci
+
+
+def test_every_example_that_builds_an_agent_also_runs_it() -> None:
+    """An agent built and never called can hide a model that cannot bind its tools."""
+    agents = [
+        (number, name) for number, block in enumerate(BLOCKS) for name in re.findall(r"(\w+) = create_agent\(", block)
+    ]
+    assert len(agents) >= 3  # the middleware example and both store examples
+    for number, name in agents:
+        assert re.search(rf"\b{name}\.(a?invoke|a?stream)\(", BLOCKS[number]), (
+            f"README example {number + 1} never runs {name}"
+        )

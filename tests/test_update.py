@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import TableEmbedder, unit
 
-from memtree import Aggregator, HashingEmbedder, InMemoryStore, LeafVersion, MemTree, MemTreeConfig, SQLiteStore
+from memtree import Aggregator, HashingEmbedder, LeafVersion, MemoryBackend, MemTree, MemTreeConfig, SQLiteBackend
 from memtree.node import ROOT_ID, Vector
 
 TENNIS, SQUASH = "Alice plays tennis.", "Alice plays squash."
@@ -153,7 +153,7 @@ def test_bad_ids_say_what_is_wrong() -> None:
 
 
 def test_deleting_a_leaf_deletes_its_history() -> None:
-    store = InMemoryStore()
+    store = MemoryBackend()
     memory, ids = two_topics(store)
     leaf = ids[SQUASH]
     memory.update(leaf, BADMINTON)
@@ -230,17 +230,17 @@ def history_round_trip(open_store: object) -> None:
 
 def test_history_survives_a_reopen_in_sqlite(tmp_path: Path) -> None:
     path = tmp_path / "memory.db"
-    history_round_trip(lambda: SQLiteStore(path))
+    history_round_trip(lambda: SQLiteBackend(path))
 
 
 def test_history_survives_a_reopen_in_postgres(postgres_dsn: str) -> None:
-    from memtree import PostgresStore
+    from memtree import PostgresBackend
 
-    history_round_trip(lambda: PostgresStore(postgres_dsn))
+    history_round_trip(lambda: PostgresBackend(postgres_dsn))
 
 
 def test_history_in_memory_is_shared_by_handles_on_one_store() -> None:
-    store = InMemoryStore()
+    store = MemoryBackend()
     memory = MemTree(embedder=HashingEmbedder(32), store=store)
     leaf = memory.add("first")
     memory.update(leaf, "second")

@@ -42,7 +42,7 @@ from memtree.models.resolve import resolve_embedder
 from memtree.retry import ModelResponseError
 from memtree.store.base import NamespaceKey, Store, namespace_key
 from memtree.store.migrations import IncompatibleStoreError
-from memtree.store.sqlite_readonly import ReadOnlySQLiteStore
+from memtree.store.sqlite_readonly import ReadOnlySQLiteBackend
 from memtree.tree import MemTree
 from memtree.viz.graphviz import GraphvizNotFoundError
 
@@ -355,7 +355,7 @@ def _open(db: str, options: dict[str, Any], *, read_only: bool) -> tuple[MemTree
     """The memory, and the store to close after it when the memory does not own it."""
     if not read_only:
         return MemTree.open(db, **options), None
-    store = ReadOnlySQLiteStore(db)
+    store = ReadOnlySQLiteBackend(db)
     try:
         return MemTree(store=store, **options), store
     except BaseException:

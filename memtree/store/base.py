@@ -264,3 +264,50 @@ class Store(ABC):
             raise
         else:
             transaction.rollback()  # a no-op after commit; releases the lock otherwise
+
+
+LANGGRAPH_STORE_METHODS = (
+    "get",
+    "put",
+    "delete",
+    "search",
+    "batch",
+    "aget",
+    "aput",
+    "adelete",
+    "asearch",
+    "abatch",
+    "alist_namespaces",
+)
+"""Methods of LangGraph's ``BaseStore`` that a memtree ``Store`` does not have."""
+
+
+def not_a_langgraph_store(backend: Store, what: str) -> TypeError:
+    """The error for an engine backend used where LangGraph expects its store:
+    ``what`` it was asked to do, and the class that does it."""
+    name = type(backend).__name__
+    return TypeError(
+        f"{name} is memtree's storage backend, not a LangGraph store: it cannot {what}. Where LangGraph "
+        "expects a store (create_agent(store=...), graph.compile(store=...)), pass "
+        f"langchain_memtree.MemTreeStore(MemTree(store=backend))"
+    )
+
+
+def _refusing(method: str) -> Any:
+    """A stand-in for a LangGraph store method that says which class was meant.
+
+    An engine backend handed to ``create_agent(store=...)`` is accepted by LangGraph
+    (it checks nothing) and would otherwise fail at the agent's first store call
+    with a bare ``AttributeError``; this fails at that same call, but names the fix.
+    """
+
+    def refuse(self: Store, *args: Any, **kwargs: Any) -> Any:
+        raise not_a_langgraph_store(self, f"{method}()")
+
+    refuse.__name__ = refuse.__qualname__ = method
+    refuse.__doc__ = "Raises ``TypeError``: this is not a LangGraph store (use ``langchain_memtree.MemTreeStore``)."
+    return refuse
+
+
+for _method in LANGGRAPH_STORE_METHODS:
+    setattr(Store, _method, _refusing(_method))

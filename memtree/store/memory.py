@@ -37,11 +37,11 @@ class _Namespace:
     writer: threading.Lock = field(default_factory=threading.Lock)
 
 
-class InMemoryStore(Store):
+class MemoryBackend(Store):
     """Keeps nodes in dictionaries, with the same sequence and lock semantics as the
     durable stores, so the engine behaves identically on every store.
 
-    Several memories in one process may share one ``InMemoryStore``; writers to a
+    Several memories in one process may share one ``MemoryBackend``; writers to a
     namespace are serialized by a per-namespace lock.
     """
 
@@ -159,7 +159,7 @@ def _detached(node: Node) -> Node:
 
 
 class _MemoryTransaction(WriteTransaction):
-    def __init__(self, store: InMemoryStore, space: _Namespace) -> None:
+    def __init__(self, store: MemoryBackend, space: _Namespace) -> None:
         self._store = store
         self._space = space
         self._open = True

@@ -18,11 +18,11 @@ Tables (created by each backend's migrations, same columns on both):
   replaced, ``pos`` in the order written; written and deleted in the same
   transaction as the leaf's change.
 
-A backend supplies connections and locking: :meth:`SQLStore._read_session` (a
-connection for reading, optionally inside one snapshot) and :meth:`SQLStore._open_write` /
-:meth:`SQLStore._close_write` (a transaction holding the writer lock of a
+A backend supplies connections and locking: :meth:`SQLBackend._read_session` (a
+connection for reading, optionally inside one snapshot) and :meth:`SQLBackend._open_write` /
+:meth:`SQLBackend._close_write` (a transaction holding the writer lock of a
 namespace, or of the whole store). Queries are written with ``?`` placeholders;
-a backend with another style sets :attr:`SQLStore.placeholder`.
+a backend with another style sets :attr:`SQLBackend.placeholder`.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ RECORD_KINDS = (
 )
 
 
-class SQLStore(Store):
+class SQLBackend(Store):
     """The :class:`Store` semantics over SQL tables; backends add connections and locks."""
 
     placeholder = "?"
@@ -340,14 +340,14 @@ class SQLStore(Store):
 
 
 class _SQLTransaction(WriteTransaction):
-    """A write transaction of a :class:`SQLStore`: open from ``begin`` to commit or rollback.
+    """A write transaction of a :class:`SQLBackend`: open from ``begin`` to commit or rollback.
 
     Safe to finish from another thread than the one that began it (the async
     engine begins in a worker thread and commits on the event loop), never used by
     two threads at once.
     """
 
-    def __init__(self, store: SQLStore, connection: Any, namespace: NamespaceKey, row: tuple[Any, ...]) -> None:
+    def __init__(self, store: SQLBackend, connection: Any, namespace: NamespaceKey, row: tuple[Any, ...]) -> None:
         self._store = store
         self._connection = connection
         self._namespace = namespace

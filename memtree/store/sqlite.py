@@ -1,4 +1,4 @@
-"""``SQLiteStore``: the default durable store, one file holding many namespaces.
+"""``SQLiteBackend``: the default durable store, one file holding many namespaces.
 
 * WAL journal: readers never wait for the writer and see the last committed tree.
 * Writers take SQLite's write lock with ``BEGIN IMMEDIATE`` (waiting up to
@@ -36,7 +36,7 @@ from memtree.store.migrations import (
     schema_v1,
     schema_v2,
 )
-from memtree.store.sql import SQLStore
+from memtree.store.sql import SQLBackend
 from memtree.store.sqlite_check import APPLICATION_ID, inspect, schema_version
 
 _MAX_IDLE_READERS = 4
@@ -63,7 +63,7 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
 )
 
 
-class SQLiteStore(SQLStore):
+class SQLiteBackend(SQLBackend):
     """Memory in one SQLite file (created if missing), shared by threads and processes.
 
     ``busy_timeout`` is how long a writer waits for another writer before giving up
@@ -72,7 +72,7 @@ class SQLiteStore(SQLStore):
 
     Example::
 
-        store = SQLiteStore("memory.db")
+        store = SQLiteBackend("memory.db")
         memory = MemTree(store=store, namespace=("users", "alice"))
 
     (``MemTree.open("memory.db")`` does the same and closes the store for you.)
@@ -93,7 +93,8 @@ class SQLiteStore(SQLStore):
         text = os.fspath(path)
         if not text or text == ":memory:" or text.startswith("file:"):
             raise ValueError(
-                f"SQLiteStore needs a file path, got {text!r}; use InMemoryStore for a memory that lives in the process"
+                f"SQLiteBackend needs a file path, got {text!r}; "
+                "use MemoryBackend for a memory that lives in the process"
             )
         self.path = Path(text)
         self.busy_timeout = busy_timeout
@@ -112,7 +113,7 @@ class SQLiteStore(SQLStore):
             raise
 
     def __repr__(self) -> str:
-        return f"SQLiteStore({str(self.path)!r})"
+        return f"SQLiteBackend({str(self.path)!r})"
 
     # -- opening ---------------------------------------------------------------------
 
@@ -156,7 +157,7 @@ class SQLiteStore(SQLStore):
                 raise
             self._writer.execute("COMMIT")
 
-    # -- the SQLStore hooks ----------------------------------------------------------
+    # -- the SQLBackend hooks ----------------------------------------------------------
 
     @contextmanager
     def _read_session(self, snapshot: bool = False) -> Iterator[sqlite3.Connection]:

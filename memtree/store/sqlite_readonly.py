@@ -1,7 +1,7 @@
-"""``ReadOnlySQLiteStore``: read a memtree SQLite file you cannot, or must not, write.
+"""``ReadOnlySQLiteBackend``: read a memtree SQLite file you cannot, or must not, write.
 
 A memory file can be read-only for you: another user's file, a read-only folder or
-mount, a copy kept as a backup. :class:`~memtree.store.sqlite.SQLiteStore` cannot
+mount, a copy kept as a backup. :class:`~memtree.store.sqlite.SQLiteBackend` cannot
 open it there (it switches the file to WAL mode and SQLite must create the
 ``-wal`` and ``-shm`` files beside it), and where SQLite can create them, the
 files left behind belong to the reader and stop the owner from writing.
@@ -29,7 +29,7 @@ from urllib.parse import quote
 from memtree.store import migrations
 from memtree.store.base import NamespaceKey
 from memtree.store.migrations import IncompatibleStoreError
-from memtree.store.sqlite import _MMAP_BYTES, SQLITE_MIGRATIONS, SQLiteStore
+from memtree.store.sqlite import _MMAP_BYTES, SQLITE_MIGRATIONS, SQLiteBackend
 from memtree.store.sqlite_check import schema_version
 
 
@@ -42,12 +42,12 @@ def wal_path(path: Path) -> Path:
     return path.with_name(path.name + "-wal")
 
 
-class ReadOnlySQLiteStore(SQLiteStore):
+class ReadOnlySQLiteBackend(SQLiteBackend):
     """An existing memtree SQLite file, opened for reading only.
 
     Example::
 
-        store = ReadOnlySQLiteStore("/srv/shared/memory.db")
+        store = ReadOnlySQLiteBackend("/srv/shared/memory.db")
         memory = MemTree(store=store, namespace="team")
         hits = memory.retrieve("release date")
         memory.close(); store.close()
@@ -63,7 +63,7 @@ class ReadOnlySQLiteStore(SQLiteStore):
         super().__init__(location, busy_timeout=busy_timeout)
 
     def __repr__(self) -> str:
-        return f"ReadOnlySQLiteStore({str(self.path)!r})"
+        return f"ReadOnlySQLiteBackend({str(self.path)!r})"
 
     def _connect(self) -> sqlite3.Connection:
         uri = f"file:{quote(str(self.path.resolve()))}?{self._uri_options}"
