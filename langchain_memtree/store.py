@@ -413,20 +413,44 @@ class MemTreeStore(BaseStore):
 
 
 def _reindex_steps(memory: MemTree, key: str, texts: list[tuple[str, str]], moment: datetime | None) -> Procedure[None]:
-    """Make the item's leaves exactly ``texts``: remove the others, add the missing."""
+    """Make the item's leaves exactly ``texts``.
+
+    A leaf whose text is unchanged stays as it is. A changed text at a path the
+    item already had corrects that path's leaf in place (``MemTree.update``: the
+    leaf keeps its id, is routed again if its meaning moved, and its earlier text
+    stays in ``history``), so ``put`` on an existing key is an update, not a
+    delete and a new memory. Leaves no text needs any more are removed; texts at
+    new paths are added.
+    """
     leaf_ids = yield Call(memory, "find", kwargs={"source_id": key})
     kept: set[tuple[str, str]] = set()
+    stale: dict[str, str] = {}  # leaf id -> its path, for leaves whose text is no longer wanted
     for leaf_id in leaf_ids:
         node = yield Call(memory, "get", (leaf_id,))
         pair = (node.metadata.get("path"), node.text)
         if pair in texts and pair not in kept:
             kept.add(pair)
-            continue
+        else:
+            stale[leaf_id] = pair[0]
+    missing = [pair for pair in dict.fromkeys(texts) if pair not in kept]
+    corrections: list[tuple[str, str, str]] = []  # (leaf id, path, new text)
+    for path, text in missing:
+        leaf_id = next((stale_id for stale_id, stale_path in stale.items() if stale_path == path), None)
+        if leaf_id is not None:
+            del stale[leaf_id]
+            corrections.append((leaf_id, path, text))
+    for leaf_id in stale:
         with contextlib.suppress(KeyError):  # another writer removed it first
             yield Call(memory, "delete", (leaf_id,))
-    for path, text in texts:
-        if (path, text) not in kept:
-            kept.add((path, text))
+    corrected: set[tuple[str, str]] = set()
+    for leaf_id, path, text in corrections:
+        try:
+            yield Call(memory, "update", (leaf_id, text), {"metadata": {"path": path}, "timestamp": moment})
+        except KeyError:  # another writer removed it first: add the text as a new leaf below
+            continue
+        corrected.add((path, text))
+    for path, text in missing:
+        if (path, text) not in corrected:
             yield Call(memory, "add", (text,), {"metadata": {"path": path}, "timestamp": moment, "source_id": key})
 
 

@@ -153,8 +153,40 @@ def test_whole_value_is_embedded_by_default_and_updates_reindex_only_what_change
     fielded.put(("docs",), "a", {"text": "Pepper chases squirrels.", "views": 2})  # text unchanged: same leaf
     assert fielded.tree(("docs",)).find(source_id="a") == leaf
     fielded.put(("docs",), "a", {"text": "Pepper sleeps all day.", "views": 3})
-    new_leaf = fielded.tree(("docs",)).find(source_id="a")
-    assert new_leaf != leaf and len(new_leaf) == 1 and len(fielded.tree(("docs",))) == 1
+    tree = fielded.tree(("docs",))
+    assert tree.find(source_id="a") == leaf and len(tree) == 1  # corrected in place: the same leaf
+    assert tree.get(leaf[0]).text == "Pepper sleeps all day."
+    assert [version.text for version in tree.history(leaf[0])] == ["Pepper chases squirrels."]
+
+
+def test_put_on_an_existing_key_updates_its_leaves_in_place_with_history() -> None:
+    store = MemTreeStore(hashing_memory(), index={"fields": ["text", "note"]})
+    namespace = ("memories", "maya")
+    store.put(namespace, "dog", {"text": "Maya's greyhound is called Pepper.", "note": "adopted in April"})
+    store.put(namespace, "job", {"text": "Maya works night shifts as a nurse.", "note": "since May"})
+    tree = store.tree(namespace)
+    leaves = {tree.get(i).metadata["path"]: i for i in tree.find(source_id="dog")}
+    store.put(namespace, "dog", {"text": "Maya's greyhound Pepper is scared of bicycles.", "note": "adopted in April"})
+    assert {tree.get(i).metadata["path"]: i for i in tree.find(source_id="dog")} == leaves  # same ids
+    assert tree.get(leaves["text"]).text == "Maya's greyhound Pepper is scared of bicycles."
+    assert [v.text for v in tree.history(leaves["text"])] == ["Maya's greyhound is called Pepper."]
+    assert tree.history(leaves["note"]) == []  # unchanged text: untouched
+    found = store.search(namespace, query="Maya's greyhound Pepper is scared of bicycles.", limit=1)
+    assert [(item.key, item.score) for item in found] == [("dog", pytest.approx(1.0, abs=1e-5))]
+    assert store.search(namespace, query="Maya's greyhound is called Pepper.", limit=1)[0].score < 0.99
+    store.put(namespace, "dog", {"text": "Maya's greyhound Pepper is scared of bicycles."})  # the note is gone
+    assert tree.find(source_id="dog") == [leaves["text"]] and len(tree) == 3
+    assert tree.check_integrity() == []
+
+
+async def test_async_put_on_an_existing_key_updates_in_place() -> None:
+    store = MemTreeStore(hashing_memory(), index={"fields": ["text"]})
+    await store.aput(("n",), "k", {"text": "first version of the note"})
+    (leaf,) = store.tree(("n",)).find(source_id="k")
+    await store.aput(("n",), "k", {"text": "second version of the note"})
+    tree = store.tree(("n",))
+    assert tree.find(source_id="k") == [leaf] and tree.get(leaf).text == "second version of the note"
+    assert [v.text for v in tree.history(leaf)] == ["first version of the note"]
 
 
 def test_equal_texts_in_two_items_are_two_leaves() -> None:
