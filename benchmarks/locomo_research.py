@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from memtree.aggregate import ExtractiveAggregator  # noqa: E402
 from memtree.config import MemTreeConfig  # noqa: E402
+from memtree.digest import DigestAggregator  # noqa: E402
 from memtree.embed import Embedder, Matrix  # noqa: E402
 from memtree.eval.locomo import (  # noqa: E402
     CATEGORY_NAMES,
@@ -123,12 +124,15 @@ class TreeKind:
     config: dict[str, Any] = field(default_factory=dict)
     max_words: int = 80
     min_words: int = 24
+    aggregator: str = "extractive"  # or "digest" (memtree.digest.DigestAggregator)
 
 
 TREES: dict[str, TreeKind] = {
     "default": TreeKind("default"),
     "summaries 40 words": TreeKind("summaries 40 words", max_words=40, min_words=12),
     "summaries 160 words": TreeKind("summaries 160 words", max_words=160, min_words=48),
+    "digest": TreeKind("digest", max_words=40, min_words=24, aggregator="digest"),
+    "paper": TreeKind("paper", config={"theta0": 0.4}),
 }
 
 
@@ -148,13 +152,26 @@ def build_tree(cache: Path, kind: TreeKind, conversation: Conversation, embedder
     if path.exists():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    aggregator = ExtractiveAggregator(embedder, max_words=kind.max_words, min_words=kind.min_words)
+    aggregator = (
+        DigestAggregator(embedder, max_words=kind.max_words, min_words=kind.min_words)
+        if kind.aggregator == "digest"
+        else ExtractiveAggregator(embedder, max_words=kind.max_words, min_words=kind.min_words)
+    )
     start = time.perf_counter()
     with MemTree(embedder=embedder, aggregator=aggregator, config=MemTreeConfig(**kind.config)) as memory:
         for turn in conversation.turns:
             memory.add(turn.text, timestamp=turn.timestamp, source_id=turn.dia_id)
         partial = path.with_suffix(".partial")
         memory.export_jsonl(partial)
+        stats = memory.stats()
+        shape = {
+            "nodes": stats.nodes,
+            "max_depth": stats.max_depth,
+            "mean_leaf_depth": stats.mean_leaf_depth,
+            "aggregation_calls_per_insert": stats.aggregation_calls_per_insert,
+            "theta0": stats.theta0,
+        }
+        path.with_suffix(".stats.json").write_text(json.dumps(shape), encoding="utf-8")
         partial.replace(path)
     embedder.save()
     print(f"built {kind.name} tree of {conversation.sample_id} in {time.perf_counter() - start:.0f} s", flush=True)
