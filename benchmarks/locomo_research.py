@@ -634,6 +634,38 @@ def siblings(ratio: float, base: str = "collapsed") -> Variant:
     return run
 
 
+def pointer(gamma: float = SUMMARY_WEIGHT, per_hit: int | None = None, first: int = 0) -> Variant:
+    """A summary hit as a pointer: it delivers, in its place, the best not-yet-given
+    leaves under it by their own hybrid scores (``per_hit`` of them, or as many words
+    as its own text when ``None``), never its own text. Summaries are skipped until
+    ``first`` results are packed (expand only after the top leaves)."""
+
+    def run(scene: Scene, query: Query) -> list[str]:
+        scores = query.hybrid(scene, everything(scene), WEIGHT)
+        ranking = order(scene, np.where(scene.is_leaf, scores, gamma * scores), everything(scene))
+        packer = Packer()
+        for i in ranking:
+            if packer.full:
+                break
+            if scene.is_leaf[i]:
+                packer.add(scene.texts[i])
+                continue
+            if len(packer.texts) < first:
+                continue
+            units = sorted(scene.leaves[i].tolist(), key=lambda u: (-scores[u], u))
+            limit = int(scene.words[i]) if per_hit is None else per_hit
+            given = 0
+            for u in units:
+                if given >= limit or packer.full:
+                    break
+                before = packer.words
+                if packer.add(scene.texts[u]):
+                    given += packer.words - before if per_hit is None else 1
+        return packer.texts
+
+    return run
+
+
 # -- the variants on record -------------------------------------------------------------------
 
 
@@ -695,6 +727,16 @@ def variant_table(embedder: DiskCachedEmbedder) -> dict[str, dict[str, Variant]]
             "summaries x 0.8, lexical 0.2": collapsed(weight=0.2, gamma=0.8),
             "leaves only, lexical 0.5": leaves_only(0.5),
             "leaves only, lexical 0.2": leaves_only(0.2),
+        },
+        "earns": {
+            "pointer x 0.85, words": pointer(0.85),
+            "pointer x 1, words": pointer(1.0),
+            "pointer x 0.85, 1 leaf": pointer(0.85, 1),
+            "pointer x 0.85, 2 leaves": pointer(0.85, 2),
+            "pointer x 1, 2 leaves": pointer(1.0, 2),
+            "pointer x 0.85, 2 leaves, after 3": pointer(0.85, 2, first=3),
+            "pointer x 0.85, words, after 3": pointer(0.85, first=3),
+            "pointer x 1.1, 2 leaves": pointer(1.1, 2),
         },
         "siblings": {
             "leaf hit + siblings >= 0.9 x its score": siblings(0.9),

@@ -47,8 +47,7 @@ _SPEAKER = re.compile(r"^(?P<head>.{0,60}?)(?P<speaker>[A-Z][\w'’-]*(?: [A-Z][
 _WORD = re.compile(r"[A-Za-z][A-Za-z'’-]{2,}")
 _DATE_FORMATS = ("%d %B %Y", "%d %B, %Y", "%B %d %Y", "%B %d, %Y", "%Y-%m-%d", "%d %b %Y", "%d %b, %Y")
 
-STOPWORDS = frozenset(
-    """
+_STOPWORDS = """
     about above after again against all also and any are aren because been before being below between both but
     can cannot could did didn does doesn doing don down during each few for from further had hadn has hasn have
     haven having her here hers herself him himself his how into isn its itself just let like more most much must
@@ -58,8 +57,9 @@ STOPWORDS = frozenset(
     wouldn you your yours yourself yourselves yeah yes okay sure thanks thank great good awesome wow well gonna
     get got know think going one way lot things thing something see feel make made time day really pretty
     love glad hey hope totally definitely amazing cool nice keep sounds sound much many even still always
-    """.split()
-)
+"""
+STOPWORDS = frozenset(_STOPWORDS.split())
+"""Words never chosen as a digest's terms: function words and chat filler."""
 
 
 @dataclass(frozen=True)
