@@ -57,6 +57,11 @@ _STOPWORDS = """
     wouldn you your yours yourself yourselves yeah yes okay sure thanks thank great good awesome wow well gonna
     get got know think going one way lot things thing something see feel make made time day really pretty
     love glad hey hope totally definitely amazing cool nice keep sounds sound much many even still always
+    last anything everything nothing getting come coming went going want wanted looking look looks looked
+    lots means mean kind sort maybe anyway right though since ever never every another next around back
+    tell told said says saying share sharing thought thinking happy excited wonderful super fun best better
+    take took taking give gave giving need needs trying tried try doing done used able first year years
+    today week weeks month months recently lately soon long little big new old hear heard glad appreciate
 """
 STOPWORDS = frozenset(_STOPWORDS.split())
 """Words never chosen as a digest's terms: function words and chat filler."""
@@ -109,7 +114,8 @@ def _content_words(text: str) -> list[str]:
     """Lower-case words of a text's content: the date and the speaker label dropped."""
     match = _SPEAKER.match(text)
     body = text[match.end() :] if match else text
-    return [w for w in (m.group(0).lower().strip("'’-") for m in _WORD.finditer(body)) if w not in STOPWORDS]
+    words = (m.group(0).lower().strip("'’-") for m in _WORD.finditer(body))
+    return [w for w in words if len(w) > 2 and w not in STOPWORDS and "'" not in w and "’" not in w]
 
 
 def parse_heading(line: str) -> Heading | None:
@@ -212,11 +218,14 @@ class DigestAggregator(ExtractiveAggregator):
         return Heading(first, last, people, terms)
 
     def aggregate(self, summary: str, new_texts: Sequence[str], count: int, *, centroid: Vector | None = None) -> str:
-        self._observe(new_texts)
         lines = summary.splitlines()
         previous = parse_heading(lines[0]) if lines else None
         body = "\n".join(lines[1:] if previous is not None else lines)
-        heading = self.heading(previous, new_texts).render()
+        # A summary without a heading is a leaf being split (or an older summary):
+        # its own date, speaker and words count as one more text below the node.
+        covered = [*new_texts] if previous is not None or not body.strip() else [body, *new_texts]
+        self._observe(covered)
+        heading = self.heading(previous, covered).render()
         candidates = _unique_sentences([body, *new_texts])
         if not candidates:
             return heading
