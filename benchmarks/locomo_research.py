@@ -55,11 +55,12 @@ from memtree.eval.metrics import answer_recall, contexts_at_budgets, evidence_re
 from memtree.eval.report import machine_info, machine_lines, markdown_table  # noqa: E402
 from memtree.lexical import lexical_tokens  # noqa: E402
 from memtree.retrieval import SUMMARY_WEIGHT  # noqa: E402
-from memtree.text import count_words, fold, split_sentences  # noqa: E402
+from memtree.text import count_tokens, count_words, fold, split_sentences  # noqa: E402
 
 BUDGETS: tuple[int, ...] = (250, 500, 1000, 2000)
 WEIGHT = MemTreeConfig().lexical_weight
 DEFAULT_ROW = f"collapsed, summaries x {SUMMARY_WEIGHT} (the engine default)"
+POINTER_ROW = f"summaries x {SUMMARY_WEIGHT} and a summary hit delivers its best leaves (summary_hits='leaves')"
 
 
 # -- embeddings cached on disk ------------------------------------------------------------
@@ -634,7 +635,7 @@ def siblings(ratio: float, base: str = "collapsed") -> Variant:
     return run
 
 
-def pointer(gamma: float = SUMMARY_WEIGHT, per_hit: int | None = None, first: int = 0) -> Variant:
+def pointer(gamma: float = SUMMARY_WEIGHT, per_hit: int | None = None, first: int = 0, scale: float = 1.0) -> Variant:
     """A summary hit as a pointer: it delivers, in its place, the best not-yet-given
     leaves under it by their own hybrid scores (``per_hit`` of them, or as many words
     as its own text when ``None``), never its own text. Summaries are skipped until
@@ -652,15 +653,15 @@ def pointer(gamma: float = SUMMARY_WEIGHT, per_hit: int | None = None, first: in
                 continue
             if len(packer.texts) < first:
                 continue
-            units = sorted(scene.leaves[i].tolist(), key=lambda u: (-scores[u], u))
-            limit = int(scene.words[i]) if per_hit is None else per_hit
+            units = sorted(scene.leaves[i].tolist(), key=lambda u: (-scores[u], scene.id_rank[u]))
+            # the engine's allowance: the summary's own cost in its token counter
+            limit = scale * count_tokens(scene.texts[i]) if per_hit is None else per_hit
             given = 0
             for u in units:
                 if given >= limit or packer.full:
                     break
-                before = packer.words
                 if packer.add(scene.texts[u]):
-                    given += packer.words - before if per_hit is None else 1
+                    given += count_tokens(packer.texts[-1]) if per_hit is None else 1
         return packer.texts
 
     return run
@@ -728,8 +729,11 @@ def variant_table(embedder: DiskCachedEmbedder) -> dict[str, dict[str, Variant]]
             "leaves only, lexical 0.5": leaves_only(0.5),
             "leaves only, lexical 0.2": leaves_only(0.2),
         },
+        "pointer": {POINTER_ROW: pointer(SUMMARY_WEIGHT)},
+        "pointer tuning": {
+            f"pointer x {g}, allowance x {a}": pointer(g, scale=a) for g in (0.75, 0.8, 0.85, 0.9) for a in (1.0, 2.0)
+        },
         "earns": {
-            "pointer x 0.85, words": pointer(0.85),
             "pointer x 1, words": pointer(1.0),
             "pointer x 0.85, 1 leaf": pointer(0.85, 1),
             "pointer x 0.85, 2 leaves": pointer(0.85, 2),
@@ -810,8 +814,9 @@ def check_against_engine(scene_path: Path, scene: Scene, queries: list[Query], e
         memory.import_jsonl(scene_path)
         differ = {"collapsed": 0, "leaves only": 0}
         for query in queries:
+            engine_default = pointer() if MemTreeConfig().summary_hits == "leaves" else collapsed(gamma=SUMMARY_WEIGHT)
             checks: list[tuple[str, Variant, dict[str, Any]]] = [
-                ("collapsed", collapsed(gamma=SUMMARY_WEIGHT), {}),
+                ("collapsed", engine_default, {}),
                 ("leaves only", leaves_only(), {"leaves_only": True}),
             ]
             for name, variant, options in checks:
