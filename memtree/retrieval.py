@@ -401,11 +401,14 @@ def pack(
     sentences torn out of them, and a long heading costs no budget."""
     results: list[RetrievedNode] = []
     delivered = DeliveredSentences()
+    given: set[str] = set()
     used = 0
 
     def deliver(node_id: str, score: float) -> tuple[bool, bool]:
         """(delivered, stop): add one node's new part within the budget."""
         nonlocal used
+        if node_id in given:  # a leaf a summary hit already brought in
+            return False, False
         node = state.nodes[node_id]
         context = node.text
         if packing.drop_repeated_sentences:
@@ -422,6 +425,7 @@ def pack(
                 if not context:
                     return False, True
             used += packing.count_tokens(context)
+        given.add(node_id)
         results.append(
             RetrievedNode(
                 id=node.id,
