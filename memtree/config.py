@@ -38,6 +38,11 @@ class MemTreeConfig:
     ``aggregation_max_words`` bounds the new text a deferred rewrite puts in one
     model call; a summary with more new text is folded over several calls.
 
+    ``summary_hits`` says what a summary that ranks delivers in collapsed retrieval:
+    its own ``"text"`` (the default), or ``"leaves"``: its best leaves for the query,
+    by their own scores, up to the summary's own token cost (a summary as a pointer
+    to its evidence; benchmarks/results/locomo_tree_earns.md measures both).
+
     ``lexical_weight`` (w) mixes BM25 into retrieval scores: a node scores
     ``(cosine + w * BM25 / best BM25) / (1 + w)``, on the scale of cosine, and in
     collapsed ranking a summary's score is then multiplied by
