@@ -11,6 +11,7 @@ from memtree.aggregate import (
     LLMAggregator,
 )
 from memtree.config import MemTreeConfig
+from memtree.digest import DigestAggregator
 from memtree.embed import Embedder, HashingEmbedder, LocalEmbedder
 from memtree.llm import CallableChatModel, ChatModel, Completion
 from memtree.node import ROOT_ID, LeafVersion, Node, RetrievedNode
@@ -29,6 +30,7 @@ __all__ = [
     "CallableChatModel",
     "ChatModel",
     "Completion",
+    "DigestAggregator",
     "Embedder",
     "ExtractiveAggregator",
     "HashingEmbedder",
