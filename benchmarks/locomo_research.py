@@ -60,7 +60,7 @@ from memtree.text import count_tokens, count_words, fold, split_sentences  # noq
 BUDGETS: tuple[int, ...] = (250, 500, 1000, 2000)
 WEIGHT = MemTreeConfig().lexical_weight
 DEFAULT_ROW = f"collapsed, summaries x {SUMMARY_WEIGHT} (the engine default)"
-POINTER_ROW = f"summaries x {SUMMARY_WEIGHT} and a summary hit delivers its best leaves (summary_hits='leaves')"
+POINTER_ROW = f"summaries x {SUMMARY_WEIGHT} and a summary hit delivers its best leaves (research variant)"
 
 
 # -- embeddings cached on disk ------------------------------------------------------------
@@ -814,7 +814,7 @@ def check_against_engine(scene_path: Path, scene: Scene, queries: list[Query], e
         memory.import_jsonl(scene_path)
         differ = {"collapsed": 0, "leaves only": 0}
         for query in queries:
-            engine_default = pointer() if MemTreeConfig().summary_hits == "leaves" else collapsed(gamma=SUMMARY_WEIGHT)
+            engine_default = collapsed(gamma=SUMMARY_WEIGHT)
             checks: list[tuple[str, Variant, dict[str, Any]]] = [
                 ("collapsed", engine_default, {}),
                 ("leaves only", leaves_only(), {"leaves_only": True}),

@@ -11,8 +11,6 @@ from memtree.text import count_tokens
 
 RetrievalMode = Literal["collapsed", "traversal"]
 RETRIEVAL_MODES: tuple[str, ...] = ("collapsed", "traversal")
-SummaryHits = Literal["text", "leaves"]
-SUMMARY_HITS: tuple[str, ...] = ("text", "leaves")
 ParentEmbedding = Literal["text", "mean"]
 Aggregation = Literal["eager", "deferred", "background"]
 AGGREGATION_MODES: tuple[str, ...] = ("eager", "deferred", "background")
@@ -37,11 +35,6 @@ class MemTreeConfig:
     model round-trip; ``1`` runs them one after another, as the paper did).
     ``aggregation_max_words`` bounds the new text a deferred rewrite puts in one
     model call; a summary with more new text is folded over several calls.
-
-    ``summary_hits`` says what a summary that ranks delivers in collapsed retrieval:
-    its own ``"text"`` (the default), or ``"leaves"``: its best leaves for the query,
-    by their own scores, up to the summary's own token cost (a summary as a pointer
-    to its evidence; benchmarks/results/locomo_tree_earns.md measures both).
 
     ``lexical_weight`` (w) mixes BM25 into retrieval scores: a node scores
     ``(cosine + w * BM25 / best BM25) / (1 + w)``, on the scale of cosine, and in
@@ -90,7 +83,6 @@ class MemTreeConfig:
     mode: RetrievalMode = "collapsed"
     beam: int = 3
     drop_repeated_sentences: bool = True
-    summary_hits: SummaryHits = "text"
     max_concurrency: int = 8
     aggregation_max_words: int = 2000
     aggregation: Aggregation = "eager"
@@ -126,8 +118,6 @@ class MemTreeConfig:
             _check_positive("token_budget", self.token_budget)
         if self.parent_embedding not in ("text", "mean"):
             raise ValueError(f"parent_embedding must be 'text' or 'mean', got {self.parent_embedding!r}")
-        if self.summary_hits not in SUMMARY_HITS:
-            raise ValueError(f"summary_hits must be one of {', '.join(SUMMARY_HITS)}, got {self.summary_hits!r}")
         if self.mode not in RETRIEVAL_MODES:
             raise ValueError(f"unknown mode {self.mode!r}; choose one of {', '.join(RETRIEVAL_MODES)}")
 

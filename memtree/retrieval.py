@@ -28,7 +28,6 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from memtree.config import SummaryHits
 from memtree.index import Mask, VectorIndex
 from memtree.lexical import LexicalQuery as PreparedQuery
 from memtree.node import ROOT_ID, RetrievedNode, Vector
@@ -276,15 +275,10 @@ def retrieve(
             return results
     taken = {node_id for node_id, _ in lead}
     limit = first_limit(packing.k)
-    expand = (
-        leaf_expansion(index, state, query, filters, lexical)
-        if packing.summary_hits == "leaves" and mode == "collapsed"
-        else None
-    )
     while True:
         ranked = rank_collapsed(index, state, query, limit, filters, lexical)
         combined = [*lead, *(pair for pair in ranked if pair[0] not in taken)] if lead else ranked
-        results, exhausted = pack(state, combined, packing, expand)
+        results, exhausted = pack(state, combined, packing)
         if not exhausted or len(ranked) < limit:
             return results
         limit *= 4
@@ -306,14 +300,9 @@ def _allowed(state: TreeState, node_id: str, filters: Filters, selection: Select
     return True
 
 
-Expansion = Callable[[str], Ranked]
-"""A summary id -> the leaves under it that the filters allow, best first for the query."""
-
-
 @dataclass(frozen=True)
 class Packing:
-    """How a ranking becomes results. ``summary_hits="leaves"`` makes a summary hit
-    a pointer: it is replaced by its best leaves (see :func:`pack`)."""
+    """How a ranking becomes results."""
 
     k: int
     token_budget: int | None
@@ -321,38 +310,6 @@ class Packing:
     """The lowest score a result may have; ``None``: no cut."""
     drop_repeated_sentences: bool
     count_tokens: Callable[[str], int]
-    summary_hits: SummaryHits = "text"
-
-
-def leaf_expansion(
-    index: VectorIndex, state: TreeState, query: Vector, filters: Filters, lexical: LexicalQuery | None
-) -> Expansion:
-    """How :func:`pack` finds a summary hit's best leaves: the leaves under it that
-    ``filters`` allow, scored as :func:`rank_collapsed` scores a leaf (cosine, plus
-    BM25 normalized by the best BM25 score among the allowed nodes), best first,
-    ties by id. One vector product per summary hit, over its leaves only."""
-    words = state.lexical if lexical is not None and lexical.weight > 0 else None
-    prepared: PreparedQuery | None = None
-    peak = 0.0
-    selection = state.leaves_matching(filters.where) if filters.where else None
-    if words is not None and lexical is not None:
-        prepared = words.prepare(lexical.text)
-        allowed = (lambda node_id: _allowed(state, node_id, filters, selection)) if filters.active else None
-        best = words.search(prepared, 1, allowed) if len(prepared) else []
-        peak = best[0][1] if best else 0.0
-
-    def expand(summary_id: str) -> Ranked:
-        leaves = [leaf for leaf in state.leaf_ids_under(summary_id) if _allowed(state, leaf, filters, selection)]
-        if not leaves:
-            return []
-        scores = index.score(query, leaves).astype(np.float64)
-        if words is not None and prepared is not None and lexical is not None and peak > 0:
-            scores = (scores + lexical.weight * words.score_of(prepared, leaves) / peak) / (1.0 + lexical.weight)
-        ranked = list(zip(leaves, scores.tolist(), strict=True))
-        ranked.sort(key=lambda pair: (-pair[1], pair[0]))
-        return ranked
-
-    return expand
 
 
 class DeliveredSentences:
@@ -387,34 +344,20 @@ class DeliveredSentences:
         return ("\n" if "\n" in text else " ").join(fresh)
 
 
-def pack(
-    state: TreeState, ranked: Ranked, packing: Packing, expand: Expansion | None = None
-) -> tuple[list[RetrievedNode], bool]:
-    """Results in rank order; also whether the ranking ran out before ``k`` or the budget.
-
-    With ``packing.summary_hits == "leaves"`` and an ``expand``, a summary hit is
-    not delivered itself: in its place come its best leaves for the query (by their
-    own scores) that give something new, up to as many tokens as the summary's own
-    text would have cost. The summary's score says where in the ranking a subtree
-    matters (its text matches words spread over several turns, which multi-hop
-    questions need); its leaves are the evidence, so the reader gets turns, not
-    sentences torn out of them, and a long heading costs no budget."""
+def pack(state: TreeState, ranked: Ranked, packing: Packing) -> tuple[list[RetrievedNode], bool]:
+    """Results in rank order; also whether the ranking ran out before ``k`` or the budget."""
     results: list[RetrievedNode] = []
     delivered = DeliveredSentences()
-    given: set[str] = set()
     used = 0
-
-    def deliver(node_id: str, score: float) -> tuple[bool, bool]:
-        """(delivered, stop): add one node's new part within the budget."""
-        nonlocal used
-        if node_id in given:  # a leaf a summary hit already brought in
-            return False, False
+    for node_id, score in ranked:
+        if packing.min_score is not None and score < packing.min_score:
+            return results, False
         node = state.nodes[node_id]
         context = node.text
         if packing.drop_repeated_sentences:
             new_part = delivered.new_part(node.text)
             if new_part is None:
-                return False, False
+                continue
             context = new_part
         full = True
         if packing.token_budget is not None:
@@ -423,9 +366,8 @@ def pack(
                 context = _cut(context, packing.token_budget - used, packing.count_tokens)
                 full = False
                 if not context:
-                    return False, True
+                    return results, False
             used += packing.count_tokens(context)
-        given.add(node_id)
         results.append(
             RetrievedNode(
                 id=node.id,
@@ -440,25 +382,7 @@ def pack(
                 context=context,
             )
         )
-        return True, not full or len(results) >= packing.k
-
-    pointers = packing.summary_hits == "leaves" and expand is not None
-    for node_id, score in ranked:
-        if packing.min_score is not None and score < packing.min_score:
-            return results, False
-        if pointers and expand is not None and not state.nodes[node_id].is_leaf:
-            allowance = packing.count_tokens(state.nodes[node_id].text)
-            for leaf_id, leaf_score in expand(node_id):
-                if allowance <= 0:
-                    break
-                added, stop = deliver(leaf_id, leaf_score)
-                if stop:
-                    return results, False
-                if added:
-                    allowance -= packing.count_tokens(results[-1].context)
-            continue
-        _, stop = deliver(node_id, score)
-        if stop:
+        if not full or len(results) >= packing.k:
             return results, False
     return results, True
 

@@ -621,14 +621,7 @@ class MemTree:
         if mode not in RETRIEVAL_MODES:
             raise ValueError(f"unknown mode {mode!r}; choose one of: {', '.join(RETRIEVAL_MODES)}")
         threshold = self.config.retrieve_threshold if min_score is None else to_min_score(min_score)  # None: no cut
-        packing = Packing(
-            k,
-            budget,
-            threshold,
-            self.config.drop_repeated_sentences,
-            self.config.token_counter,
-            self.config.summary_hits,
-        )
+        packing = Packing(k, budget, threshold, self.config.drop_repeated_sentences, self.config.token_counter)
         filters = Filters(leaves_only, parse_where(where), to_time_range(time_range))
         weight = self.config.lexical_weight if lexical_weight is None else lexical_weight
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight <= 10:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from memtree import HashingEmbedder, MemTree
 from memtree.digest import DigestAggregator, Heading, date_of, parse_heading, speaker_of
 from memtree.text import fold
@@ -71,11 +69,10 @@ def test_texts_without_dates_or_speakers_get_terms_only() -> None:
     assert summary.splitlines()[0] == "- · - · garden, roses, water, morning"
 
 
-@pytest.mark.parametrize("summary_hits", ["text", "leaves"])
-def test_a_memory_with_digest_summaries_retrieves_its_turns(summary_hits: str) -> None:
+def test_a_memory_with_digest_summaries_retrieves_its_turns() -> None:
     from memtree import MemTreeConfig
 
-    config = MemTreeConfig(theta0=0.0, summary_hits=summary_hits)  # type: ignore[arg-type]
+    config = MemTreeConfig(theta0=0.0)
     with MemTree(embedder=HashingEmbedder(64), aggregator=DigestAggregator(), config=config) as memory:
         for turn in TURNS:
             memory.add(turn)
@@ -83,5 +80,3 @@ def test_a_memory_with_digest_summaries_retrieves_its_turns(summary_hits: str) -
         assert summaries and all(parse_heading(n.text.splitlines()[0]) for n in summaries)
         hits = memory.retrieve("Lisbon marathon", k=3)
         assert hits[0].is_leaf and hits[0].text == TURNS[0]
-        if summary_hits == "leaves":
-            assert all(hit.is_leaf for hit in hits)

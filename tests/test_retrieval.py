@@ -351,34 +351,3 @@ def test_empty_memory_returns_nothing() -> None:
     assert memory.retrieve("anything") == []
     assert memory.retrieve("anything", mode="traversal") == []
 
-
-def test_a_summary_hit_delivers_its_best_leaves_when_summary_hits_is_leaves() -> None:
-    """summary_hits="leaves": where the ranking puts a summary, its leaves come out,
-    best first by their own brute-force scores, up to the summary's own token cost."""
-    text_memory = build(lexical_weight=0.3)
-    pointer_memory = build(lexical_weight=0.3, summary_hits="leaves")
-    query = "Bob marathon knee"
-    ranking = brute_force(pointer_memory, query)
-    first_summary = next(node_id for node_id, _ in ranking if not pointer_memory.get(node_id).is_leaf)
-    got = pointer_memory.retrieve(query, k=20, min_score=-1.0)
-    assert got and all(hit.is_leaf for hit in got)
-    own = {node_id: score for node_id, score in ranking}
-    leaf_scores = {node_id: own[node_id] for node_id in pointer_memory.leaf_ids_under(first_summary)}
-    before = [node_id for node_id, _ in ranking[: [i for i, _ in ranking].index(first_summary)]]
-    expected = [node_id for node_id in before if pointer_memory.get(node_id).is_leaf]
-    allowance = count_tokens(pointer_memory.get(first_summary).text)
-    for node_id in sorted(leaf_scores, key=lambda n: (-leaf_scores[n], n)):
-        if allowance <= 0:
-            break
-        if node_id not in expected:
-            expected.append(node_id)
-            allowance -= count_tokens(pointer_memory.get(node_id).text)
-    assert [hit.id for hit in got[: len(expected)]] == expected
-    np.testing.assert_allclose([hit.score for hit in got[: len(expected)]], [own[n] for n in expected], atol=1e-5)
-    assert {hit.id for hit in got} == {node.id for node in pointer_memory.leaves()}  # every leaf, once
-    assert any(not hit.is_leaf for hit in text_memory.retrieve(query, k=20, min_score=-1.0))
-
-
-def test_summary_hits_must_be_text_or_leaves() -> None:
-    with pytest.raises(ValueError, match="summary_hits must be one of text, leaves, got 'nodes'"):
-        MemTreeConfig(summary_hits="nodes")  # type: ignore[arg-type]
