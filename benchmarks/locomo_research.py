@@ -42,10 +42,16 @@ sys.path.insert(0, str(ROOT))
 
 from memtree.aggregate import ExtractiveAggregator  # noqa: E402
 from memtree.config import MemTreeConfig  # noqa: E402
+from memtree.digest import DigestAggregator  # noqa: E402
 from memtree.embed import Embedder, Matrix  # noqa: E402
 from memtree.lexical import lexical_tokens  # noqa: E402
 from memtree.retrieval import SUMMARY_WEIGHT  # noqa: E402
-from memtree.text import count_words, fold, split_sentences  # noqa: E402
+from memtree.text import (  # noqa: E402
+    count_tokens,
+    count_words,
+    fold,
+    split_sentences,
+)
 from memtree_bench.locomo import (  # noqa: E402
     CATEGORY_NAMES,
     RETRIEVAL_CATEGORIES,
@@ -59,6 +65,7 @@ from memtree_bench.report import machine_info, machine_lines, markdown_table  # 
 BUDGETS: tuple[int, ...] = (250, 500, 1000, 2000)
 WEIGHT = MemTreeConfig().lexical_weight
 DEFAULT_ROW = f"collapsed, summaries x {SUMMARY_WEIGHT} (the engine default)"
+POINTER_ROW = f"summaries x {SUMMARY_WEIGHT} and a summary hit delivers its best leaves (research variant)"
 
 
 # -- embeddings cached on disk ------------------------------------------------------------
@@ -123,12 +130,15 @@ class TreeKind:
     config: dict[str, Any] = field(default_factory=dict)
     max_words: int = 80
     min_words: int = 24
+    aggregator: str = "extractive"  # or "digest" (memtree.digest.DigestAggregator)
 
 
 TREES: dict[str, TreeKind] = {
     "default": TreeKind("default"),
     "summaries 40 words": TreeKind("summaries 40 words", max_words=40, min_words=12),
     "summaries 160 words": TreeKind("summaries 160 words", max_words=160, min_words=48),
+    "digest": TreeKind("digest", max_words=40, min_words=24, aggregator="digest"),
+    "paper": TreeKind("paper", config={"theta0": 0.4}),
 }
 
 
@@ -148,13 +158,26 @@ def build_tree(cache: Path, kind: TreeKind, conversation: Conversation, embedder
     if path.exists():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    aggregator = ExtractiveAggregator(embedder, max_words=kind.max_words, min_words=kind.min_words)
+    aggregator = (
+        DigestAggregator(embedder, max_words=kind.max_words, min_words=kind.min_words)
+        if kind.aggregator == "digest"
+        else ExtractiveAggregator(embedder, max_words=kind.max_words, min_words=kind.min_words)
+    )
     start = time.perf_counter()
     with MemTree(embedder=embedder, aggregator=aggregator, config=MemTreeConfig(**kind.config)) as memory:
         for turn in conversation.turns:
             memory.add(turn.text, timestamp=turn.timestamp, source_id=turn.dia_id)
         partial = path.with_suffix(".partial")
         memory.export_jsonl(partial)
+        stats = memory.stats()
+        shape = {
+            "nodes": stats.nodes,
+            "max_depth": stats.max_depth,
+            "mean_leaf_depth": stats.mean_leaf_depth,
+            "aggregation_calls_per_insert": stats.aggregation_calls_per_insert,
+            "theta0": stats.theta0,
+        }
+        path.with_suffix(".stats.json").write_text(json.dumps(shape), encoding="utf-8")
         partial.replace(path)
     embedder.save()
     print(f"built {kind.name} tree of {conversation.sample_id} in {time.perf_counter() - start:.0f} s", flush=True)
@@ -617,6 +640,38 @@ def siblings(ratio: float, base: str = "collapsed") -> Variant:
     return run
 
 
+def pointer(gamma: float = SUMMARY_WEIGHT, per_hit: int | None = None, first: int = 0, scale: float = 1.0) -> Variant:
+    """A summary hit as a pointer: it delivers, in its place, the best not-yet-given
+    leaves under it by their own hybrid scores (``per_hit`` of them, or as many words
+    as its own text when ``None``), never its own text. Summaries are skipped until
+    ``first`` results are packed (expand only after the top leaves)."""
+
+    def run(scene: Scene, query: Query) -> list[str]:
+        scores = query.hybrid(scene, everything(scene), WEIGHT)
+        ranking = order(scene, np.where(scene.is_leaf, scores, gamma * scores), everything(scene))
+        packer = Packer()
+        for i in ranking:
+            if packer.full:
+                break
+            if scene.is_leaf[i]:
+                packer.add(scene.texts[i])
+                continue
+            if len(packer.texts) < first:
+                continue
+            units = sorted(scene.leaves[i].tolist(), key=lambda u: (-scores[u], scene.id_rank[u]))
+            # the engine's allowance: the summary's own cost in its token counter
+            limit = scale * count_tokens(scene.texts[i]) if per_hit is None else per_hit
+            given = 0
+            for u in units:
+                if given >= limit or packer.full:
+                    break
+                if packer.add(scene.texts[u]):
+                    given += count_tokens(packer.texts[-1]) if per_hit is None else 1
+        return packer.texts
+
+    return run
+
+
 # -- the variants on record -------------------------------------------------------------------
 
 
@@ -678,6 +733,19 @@ def variant_table(embedder: DiskCachedEmbedder) -> dict[str, dict[str, Variant]]
             "summaries x 0.8, lexical 0.2": collapsed(weight=0.2, gamma=0.8),
             "leaves only, lexical 0.5": leaves_only(0.5),
             "leaves only, lexical 0.2": leaves_only(0.2),
+        },
+        "pointer": {POINTER_ROW: pointer(SUMMARY_WEIGHT)},
+        "pointer tuning": {
+            f"pointer x {g}, allowance x {a}": pointer(g, scale=a) for g in (0.75, 0.8, 0.85, 0.9) for a in (1.0, 2.0)
+        },
+        "earns": {
+            "pointer x 1, words": pointer(1.0),
+            "pointer x 0.85, 1 leaf": pointer(0.85, 1),
+            "pointer x 0.85, 2 leaves": pointer(0.85, 2),
+            "pointer x 1, 2 leaves": pointer(1.0, 2),
+            "pointer x 0.85, 2 leaves, after 3": pointer(0.85, 2, first=3),
+            "pointer x 0.85, words, after 3": pointer(0.85, first=3),
+            "pointer x 1.1, 2 leaves": pointer(1.1, 2),
         },
         "siblings": {
             "leaf hit + siblings >= 0.9 x its score": siblings(0.9),
@@ -751,8 +819,9 @@ def check_against_engine(scene_path: Path, scene: Scene, queries: list[Query], e
         memory.import_jsonl(scene_path)
         differ = {"collapsed": 0, "leaves only": 0}
         for query in queries:
+            engine_default = collapsed(gamma=SUMMARY_WEIGHT)
             checks: list[tuple[str, Variant, dict[str, Any]]] = [
-                ("collapsed", collapsed(gamma=SUMMARY_WEIGHT), {}),
+                ("collapsed", engine_default, {}),
                 ("leaves only", leaves_only(), {"leaves_only": True}),
             ]
             for name, variant, options in checks:

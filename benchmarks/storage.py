@@ -54,7 +54,7 @@ import numpy as np  # noqa: E402
 from pg_server import PostgresServer, PostgresUnavailable  # noqa: E402
 from store_worker import VOCABULARY  # noqa: E402
 
-from memtree import HashingEmbedder, InMemoryStore, MemTree, MemTreeConfig, PostgresStore, SQLiteStore  # noqa: E402
+from memtree import HashingEmbedder, MemoryBackend, MemTree, MemTreeConfig, PostgresBackend, SQLiteBackend  # noqa: E402
 from memtree.index import VectorIndex  # noqa: E402
 from memtree.store import Store  # noqa: E402
 
@@ -92,7 +92,7 @@ def build_base_trees(sizes: list[int], cache: Path) -> dict[int, Path]:
     paths = {size: cache / f"tree-{DIMENSION}d-{size}-metadata.jsonl" for size in sizes}
     if all(path.exists() for path in paths.values()):
         return paths
-    memory = memory_on(InMemoryStore())
+    memory = memory_on(MemoryBackend())
     stream = notes(seed=1)
     started = time.perf_counter()
     for size in sorted(sizes):
@@ -121,13 +121,13 @@ def measure_store(
     import_seconds, _ = timed(lambda: target.import_jsonl(backup))
     nodes = target.stats().nodes
     target.close()
-    if not isinstance(store, InMemoryStore):
+    if not isinstance(store, MemoryBackend):
         store.close()
 
     reopen, read, cpu, dense_only = [], [], [], []
     for _ in range(repeats):
         for config in (CONFIG, DENSE_ONLY):  # alternating, so a change in load hits both alike
-            fresh = store if isinstance(store, InMemoryStore) else make_store()
+            fresh = store if isinstance(store, MemoryBackend) else make_store()
             reading: list[float] = []
             fresh.read_changes = _timing(fresh.read_changes, reading)  # type: ignore[method-assign]
             cpu_start = time.process_time()
@@ -146,7 +146,7 @@ def measure_store(
                 fresh.close()
     build = [total - rows for total, rows in zip(reopen, read, strict=True)]
 
-    working = store if isinstance(store, InMemoryStore) else make_store()
+    working = store if isinstance(store, MemoryBackend) else make_store()
     memory = memory_on(working)
     stream = notes(seed=7)
     latencies = []
@@ -190,7 +190,7 @@ def _timing(read: Callable[..., Any], seconds: list[float]) -> Callable[..., Any
 
 def index_load_versus_rebuild(backup: Path, folder: Path, repeats: int) -> dict[str, Any]:
     """Rebuild the FAISS index from the stored embeddings, or load a persisted index file?"""
-    memory = memory_on(InMemoryStore())
+    memory = memory_on(MemoryBackend())
     memory.import_jsonl(backup)
     nodes = [node for node in memory.walk() if node.embedding is not None]
     ids = [node.id for node in nodes]
@@ -394,14 +394,14 @@ def main() -> None:
                     postgres_version = version_row[0] if version_row is not None else "unknown"
             for size in args.sizes:
                 backup = backups[size]
-                shared = InMemoryStore()
+                shared = MemoryBackend()
                 kinds: list[tuple[str, Callable[[], Store]]] = [("memory", partial(_same_store, shared))]
                 for mode in ("FULL", "NORMAL"):
                     path = work / f"{size}-{mode}.db"
-                    kinds.append((f"sqlite {mode}", partial(SQLiteStore, path, synchronous=mode)))
+                    kinds.append((f"sqlite {mode}", partial(SQLiteBackend, path, synchronous=mode)))
                 if server is not None:
                     dsn = server.create_database()
-                    kinds.append(("postgresql", partial(PostgresStore, dsn)))
+                    kinds.append(("postgresql", partial(PostgresBackend, dsn)))
                 for name, make_store in kinds:
                     results.append(measure_store(name, make_store, backup, args.inserts, args.repeats))
         index = index_load_versus_rebuild(backups[max(args.sizes)], work, args.repeats)

@@ -14,7 +14,7 @@ from pathlib import Path
 from playwright.sync_api import sync_playwright
 
 from memtree import MemTree
-from memtree.demo import load_demo_conversation
+from memtree.demo import demo_memory, load_demo_conversation
 
 HERE = Path(__file__).resolve().parent
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
@@ -22,7 +22,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 
 def main() -> None:
     turns, questions = load_demo_conversation()
-    with MemTree() as memory:
+    with demo_memory() as memory:
         first = turns[:30]
         memory.add_many([turn.text for turn in first], timestamps=[turn.timestamp for turn in first])
         memory.to_png(HERE / "demo-tree.png", max_depth=3, width=64)

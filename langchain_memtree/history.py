@@ -24,7 +24,6 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from langchain_core._api import suppress_langchain_deprecation_warning
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
 
@@ -57,10 +56,12 @@ class MemTreeChatMessageHistory(BaseChatMessageHistory):
     or ``"message"`` (each message is one memory). ``clock`` gives the event time
     stamped on each memory (default: now, UTC).
 
-    ``BaseChatMessageHistory`` is deprecated since langchain-core 1.6.4; for new
-    agents prefer LangGraph persistence with :class:`MemTreeStore` and
-    :class:`MemTreeMemoryMiddleware`. This class stays for chains built on
-    ``RunnableWithMessageHistory`` and similar code.
+    This class is for chains built on ``RunnableWithMessageHistory`` (deprecated
+    since langchain-core 1.3.3) and similar code; ``BaseChatMessageHistory``, which
+    it implements, is deprecated since langchain-core 1.6.4 (removal planned for
+    2.0). memtree leaves LangChain's deprecation warnings as LangChain raises them.
+    For new agents use :class:`MemTreeMemoryMiddleware` (long-term memory),
+    LangGraph's checkpointer (the current thread) and :class:`MemTreeStore`.
 
     Example::
 
@@ -79,8 +80,7 @@ class MemTreeChatMessageHistory(BaseChatMessageHistory):
         namespace: Namespace | None = None,
         clock: Clock | None = None,
     ) -> None:
-        with suppress_langchain_deprecation_warning():  # our own use of the deprecated base
-            super().__init__()
+        super().__init__()
         if not isinstance(memory, MemTree):
             raise TypeError(f"memory must be a memtree.MemTree, got {type(memory).__name__}")
         if not isinstance(session_id, str) or not session_id:

@@ -41,7 +41,8 @@ from langchain_memtree.messages import closes_round, exchange_text, latest_human
 from memtree import MemTree, RetrievedNode
 from memtree.config import AGGREGATION_MODES, Aggregation, RetrievalMode
 from memtree.inputs import TimeLike
-from memtree.store import Namespace, namespace_key
+from memtree.store import Namespace, Store, namespace_key
+from memtree.store.base import not_a_langgraph_store
 
 logger = logging.getLogger(__name__)
 
@@ -66,9 +67,10 @@ def format_memories(hits: Sequence[RetrievedNode], header: str = MEMORY_HEADER) 
 
 
 def _dated(hit: RetrievedNode) -> str:
-    if hit.time is None:
+    when = hit.time
+    if when is None:
         return ""
-    return f"({'' if hit.is_leaf else 'up to '}{hit.time.date().isoformat()}) "
+    return f"({'' if hit.is_leaf else 'up to '}{when.date().isoformat()}) "
 
 
 class MemTreeMemoryMiddleware(AgentMiddleware):
@@ -238,6 +240,9 @@ class MemTreeMemoryMiddleware(AgentMiddleware):
 
     def memory_for(self, runtime: Runtime[Any] | None) -> MemTree:
         """The memory of the namespace this run belongs to."""
+        store = getattr(runtime, "store", None)
+        if isinstance(store, Store):  # the agent's store: fail before the model runs, not at a tool call
+            raise not_a_langgraph_store(store, "serve as the agent's store")
         if self.namespace is None:
             return self.memory
         if callable(self.namespace):

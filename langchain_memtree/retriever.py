@@ -19,6 +19,7 @@ from pydantic import ConfigDict, ValidationInfo, field_validator
 from memtree import MemTree, RetrievedNode
 from memtree.config import RetrievalMode
 from memtree.inputs import TimeLike, to_time_range
+from memtree.node import time_text
 
 OPTIONS = ("k", "token_budget", "mode", "leaves_only", "where", "time_range", "min_score")
 """Retrieval options a call may override."""
@@ -35,7 +36,7 @@ class MemTreeRetriever(BaseRetriever):
     ``min_score``.
 
     Document metadata: ``id``, ``score``, ``depth``, ``is_leaf``, ``timestamp``
-    (ISO 8601, UTC, or ``None``), ``leaf_ids`` (the leaves below the node),
+    (ISO 8601, UTC, or ``None``; a stored number no date can show comes raw), ``leaf_ids`` (the leaves below the node),
     ``source_id`` and ``metadata`` (the node's own metadata).
 
     Example::
@@ -93,7 +94,6 @@ class MemTreeRetriever(BaseRetriever):
 
 def to_document(hit: RetrievedNode) -> Document:
     """A retrieval result as a Document with JSON-friendly metadata."""
-    time = hit.time
     return Document(
         id=hit.id,
         page_content=hit.context or hit.text,
@@ -102,7 +102,7 @@ def to_document(hit: RetrievedNode) -> Document:
             "score": float(hit.score),
             "depth": hit.depth,
             "is_leaf": hit.is_leaf,
-            "timestamp": time.isoformat() if time is not None else None,
+            "timestamp": time_text(hit.timestamp),
             "leaf_ids": list(hit.leaf_ids),
             "source_id": hit.source_id,
             "metadata": dict(hit.metadata),

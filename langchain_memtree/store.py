@@ -1,14 +1,24 @@
 """``MemTreeStore``: a LangGraph long-term store whose semantic search is MemTree retrieval.
 
 Each LangGraph namespace (``("memories", "alice")``) is one memtree namespace under
-the store's ``prefix`` (``("store", "memories", "alice")``), holding two things:
+the store's ``prefix`` (``("store", "memories", "alice")``), holding:
 
-* the items, exactly as put: JSON records (value, created and updated times),
-  which ``get``, filtered listing and ``list_namespaces`` read;
-* a memory tree in which every indexed text of an item (the fields named by the
-  ``index`` configuration, as in LangGraph) is a leaf whose ``source_id`` is the
+* the items, exactly as put: JSON records (value, created and updated times) in
+  the engine store's record table, which ``get``, filtered listing and
+  ``list_namespaces`` read;
+* with an ``index`` (as in LangGraph), a memory tree in which every indexed text
+  of an item (the fields the index names) is a leaf whose ``source_id`` is the
   item's key. ``search(query=...)`` retrieves leaves and maps them back to items,
   scoring each item by its best leaf.
+
+Without an ``index`` the store is an exact key-value store, as LangGraph's own
+stores are: nothing is embedded or summarized, a ``query`` is ignored (a search
+is a filtered listing). The items still live in the memory's engine store, so
+they persist in SQLite or PostgreSQL. They are kept as records, the key-value
+table every engine backend already has (with its schema migrations), rather
+than as leaves without embeddings: a node without a vector would break the
+engine's rule that every node can be routed and ranked, and every reader of the
+tree would have to skip it.
 
 The records are the truth and the tree is the index: a put writes the record
 first, then adds or removes only the leaves whose text changed.
@@ -22,10 +32,12 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from langgraph.runtime import Runtime
 from langgraph.store.base import (
     BaseStore,
     GetOp,
@@ -39,13 +51,14 @@ from langgraph.store.base import (
     SearchItem,
     SearchOp,
     get_text_at_path,
-    tokenize_path,
     validate_op_namespace,
 )
 
 from langchain_memtree._calls import Call, Procedure, WriteLock, arun, run
 from langchain_memtree._text import storable
 from langchain_memtree.filters import check_filter, matches, namespace_matches
+from langchain_memtree.index_config import Path, StoreIndex, read_index, tokenized
+from langchain_memtree.middleware import MemTreeMemoryMiddleware
 from memtree import MemTree
 from memtree.config import Aggregation, RetrievalMode
 from memtree.store import Namespace, NamespaceKey, namespace_key
@@ -55,27 +68,39 @@ logger = logging.getLogger(__name__)
 ITEMS = "store_items"
 """Record kind of the items (key: the item's key)."""
 
-_Path = tuple[str, str | list[str]]
 _Hit = tuple[float | None, NamespaceKey, str, dict[str, Any]]
 
 
 class MemTreeStore(BaseStore):
     """A LangGraph ``BaseStore`` on a MemTree: exact items, tree-backed semantic search.
 
-    ``memory`` supplies the embedder, aggregator and engine store (SQLite,
-    PostgreSQL or in-memory). ``index`` chooses which fields of a value are
-    embedded, as in LangGraph (``{"fields": ["text"]}``; default ``["$"]``, the
-    whole value as JSON); the memory's embedder does the embedding, so ``dims``
-    and ``embed`` are not taken. ``put(..., index=False)`` stores an item without
-    indexing it; ``index=[...]`` names its fields for that put. ``mode``
-    (``"collapsed"`` or ``"traversal"``; default: the memory's) is how searches
-    walk each tree. A traversal search lists first the items its beam reaches,
-    best first, then the other matching items by collapsed score, so ``limit``
-    and ``filter`` behave as in collapsed mode. ``aggregation`` is when the
-    summaries above an indexed text are written: by the memory's background worker
-    (default: a put waits for embeddings only, never for a chat request),
-    ``"deferred"`` to ``flush()`` / ``close()`` of the memory, or ``"eager"``
-    inside the put (see :class:`memtree.MemTreeConfig`).
+    ``memory`` supplies the engine store (SQLite, PostgreSQL or in-memory; default:
+    a new in-memory ``MemTree()``), the summary writer and, unless ``index`` names
+    another, the embedder. ``index`` is LangGraph's ``IndexConfig``:
+
+    * no ``index``: an exact key-value store. Nothing is embedded or summarized;
+      ``search`` lists and filters items, ignoring ``query``, as LangGraph's stores do.
+    * ``index={"fields": ["text"]}``: those fields of each value (LangGraph's path
+      syntax; default ``["$"]``, the whole value as JSON) become leaves of a tree
+      per namespace, embedded by the memory's embedder.
+    * ``"embed"``: another embedder for the store's trees (a LangChain
+      ``Embeddings``, a function, or ``"provider:model"``; see
+      :mod:`langchain_memtree.index_config`); ``"dims"``: the embedding size,
+      checked on every embedding.
+
+    ``put(..., index=False)`` stores an item without indexing it; ``index=[...]``
+    names its fields for that put. ``mode`` (``"collapsed"`` or ``"traversal"``;
+    default: the memory's) is how searches walk each tree. A traversal search lists
+    first the items its beam reaches, best first, then the other matching items by
+    collapsed score, so ``limit`` and ``filter`` behave as in collapsed mode.
+
+    One tree can serve the store and :class:`MemTreeMemoryMiddleware`: see
+    :meth:`middleware`.
+
+    ``aggregation`` is when the summaries above an indexed text are written: by the
+    memory's background worker (default: a put waits for embeddings only, never for
+    a chat request), ``"deferred"`` to ``flush()`` / ``close()`` of the memory, or
+    ``"eager"`` inside the put (see :class:`memtree.MemTreeConfig`).
 
     Example::
 
@@ -89,27 +114,125 @@ class MemTreeStore(BaseStore):
 
     def __init__(
         self,
-        memory: MemTree,
+        memory: MemTree | None = None,
         *,
         index: IndexConfig | None = None,
         prefix: Namespace = ("store",),
         mode: RetrievalMode | None = None,
         aggregation: Aggregation = "background",
     ) -> None:
-        if not isinstance(memory, MemTree):
+        if memory is not None and not isinstance(memory, MemTree):
             raise TypeError(f"memory must be a memtree.MemTree, got {type(memory).__name__}")
         self.prefix: NamespaceKey = namespace_key(prefix)
+        self.index: StoreIndex | None = read_index(index)
+        """The index configuration read from ``index`` (``None``: exact key-value store)."""
+        self._opened: list[MemTree] = []  # memories this store made and must close
+        if memory is None:
+            memory = MemTree()
+            self._opened.append(memory)
+        if mode is not None:
+            memory.config.with_options(mode=mode)  # refuses an unknown mode now, not at the first search
+        self.memory = memory
+        self.mode = mode
+        embedder = self.index.embedder_over(memory.embedder) if self.index is not None else None
+        if embedder is None:
+            self._base = memory
+        else:  # the store's trees embed with the index's model; everything else is the memory's
+            self._base = MemTree(
+                embedder=embedder,
+                aggregator=memory.aggregator,
+                store=memory.store,
+                namespace=self.prefix,
+                config=memory.config,
+                refresh_interval=memory.refresh_interval,
+            )
+            self._opened.append(self._base)
         # Items are indexed independently: equal texts of two items are two leaves
         # (no de-duplication), and search must see every leaf (no sentence dropping).
         config = memory.config.with_options(deduplicate=False, drop_repeated_sentences=False, aggregation=aggregation)
-        if mode is not None:
-            config.with_options(mode=mode)  # refuses an unknown mode now, not at the first search
-        self.memory = memory
-        self._memories = memory.with_namespace(self.prefix, config=config)
-        self.fields: list[str] = _index_fields(index)
-        self._paths = _tokenized(self.fields)
-        self.mode = mode
+        self._memories = self._base.with_namespace(self.prefix, config=config)
+        self._opened.append(self._memories)
+        self._paths: list[Path] = self.index.paths if self.index is not None else []
         self._write_lock = WriteLock()
+
+    @classmethod
+    @contextlib.contextmanager
+    def from_conn_string(
+        cls,
+        conn_string: str | os.PathLike[str],
+        *,
+        index: IndexConfig | None = None,
+        ttl: None = None,
+        prefix: Namespace = ("store",),
+        mode: RetrievalMode | None = None,
+        aggregation: Aggregation = "background",
+        **memory_options: Any,
+    ) -> Iterator[MemTreeStore]:
+        """A store on a SQLite file (created if missing) or a ``postgresql://`` DSN,
+        closed when the ``with`` block ends, like LangGraph's ``SqliteStore`` and
+        ``PostgresStore``. ``memory_options`` go to :meth:`MemTree.open`
+        (``embedder=``, ``llm=``, ``config=``...); ``ttl`` is accepted only as ``None``.
+
+        Example::
+
+            with MemTreeStore.from_conn_string("memory.db", index={"fields": ["text"]}) as store:
+                agent = create_agent(model, tools, store=store)
+        """
+        if ttl is not None:
+            raise NotImplementedError("MemTreeStore does not expire items; leave ttl=None")
+        read_index(index)  # a bad index fails before a file is made
+        memory = MemTree.open(conn_string, namespace=prefix, **memory_options)
+        try:
+            store = cls(memory, index=index, prefix=prefix, mode=mode, aggregation=aggregation)
+        except BaseException:
+            memory.close()
+            raise
+        store._opened.append(memory)
+        try:
+            yield store
+        finally:
+            store.close()
+
+    def setup(self) -> None:
+        """Nothing to do: the engine store creates and migrates its schema when it is
+        opened. Here so code written for LangGraph's ``PostgresStore`` /
+        ``SqliteStore`` (which need ``setup()`` once) runs unchanged."""
+
+    def close(self) -> None:
+        """Close what this store opened (the memory of :meth:`from_conn_string`);
+        a memory passed in stays open, it is the caller's."""
+        while self._opened:  # in the order opened: the handles before the memory that owns the store
+            self._opened.pop(0).close()
+
+    def middleware(
+        self,
+        namespace: Namespace | Callable[[Runtime[Any]], Namespace],
+        **options: Any,
+    ) -> MemTreeMemoryMiddleware:
+        """Agent middleware that records into and recalls from this store's tree of
+        ``namespace`` (a LangGraph namespace, or a function of the runtime giving one).
+
+        The middleware's exchanges and the items tools ``put`` then grow one tree:
+        the model is reminded of both, nothing is kept twice in two trees, and
+        ``search`` still returns only items (exchanges are leaves without an item).
+        ``options`` go to :class:`MemTreeMemoryMiddleware` (``k``, ``token_budget``...).
+
+        Example::
+
+            store = MemTreeStore(memory, index={"fields": ["text"]})
+            agent = create_agent(
+                model,
+                tools,
+                store=store,
+                middleware=[store.middleware(lambda runtime: ("memories", runtime.context.user_id))],
+            )
+        """
+        if callable(namespace):
+            choose = namespace
+            return MemTreeMemoryMiddleware(
+                memory=self._base, namespace=lambda runtime: self._key(namespace_key(choose(runtime))), **options
+            )
+        return MemTreeMemoryMiddleware(memory=self._base, namespace=self._key(namespace_key(namespace)), **options)
 
     # -- the LangGraph interface --------------------------------------------------
 
@@ -125,7 +248,7 @@ class MemTreeStore(BaseStore):
         """The memory tree behind a LangGraph namespace, with the memory's own
         config, for reading: a ``MemTreeRetriever``, ``format_tree()``, ``stats()``.
         Change items through the store, which keeps tree and items in step."""
-        return self.memory.sibling(self._key(namespace))
+        return self._base.sibling(self._key(namespace))
 
     # -- operations ----------------------------------------------------------------
 
@@ -158,7 +281,7 @@ class MemTreeStore(BaseStore):
         memory = yield Call(self._memories, "sibling", (key,))
         old = yield Call(self._records, "get_records", (key, ITEMS, [op.key]))
         now = datetime.now(UTC)
-        texts = [] if op.index is False else _texts(value, self._paths if op.index is None else _tokenized(op.index))
+        texts = [] if self.index is None or op.index is False else _texts(value, self._paths_for(op.index))
         record = {
             "value": value,
             "created_at": old[op.key]["created_at"] if op.key in old else now.isoformat(),
@@ -191,10 +314,11 @@ class MemTreeStore(BaseStore):
         found = yield Call(self._records, "list_namespaces", (self._key(op.namespace_prefix, allow_empty=True),))
         namespaces = [ns for ns in found if len(ns) > len(self.prefix)]
         hits: list[_Hit] = []
-        if op.query:
+        ranked = bool(op.query) and self.index is not None  # without an index a query is ignored, as in LangGraph
+        if ranked:
             hits = yield from self._ranked_steps(op, namespaces, wanted)
         if len(hits) < wanted:  # listing, or items no query can score (nothing indexed)
-            hits += yield from self._listed_steps(op, namespaces, wanted - len(hits), unscored_only=bool(op.query))
+            hits += yield from self._listed_steps(op, namespaces, wanted - len(hits), unscored_only=ranked)
         return [
             _item(ns[len(self.prefix) :], item_key, record, score=score, result=SearchItem)
             for score, ns, item_key, record in hits[op.offset : wanted]
@@ -275,6 +399,9 @@ class MemTreeStore(BaseStore):
 
     # -- helpers ---------------------------------------------------------------------
 
+    def _paths_for(self, fields: list[str] | None) -> list[Path]:
+        return self._paths if fields is None else tokenized(fields)
+
     @property
     def _records(self) -> Any:
         return self._memories.store
@@ -286,24 +413,48 @@ class MemTreeStore(BaseStore):
 
 
 def _reindex_steps(memory: MemTree, key: str, texts: list[tuple[str, str]], moment: datetime | None) -> Procedure[None]:
-    """Make the item's leaves exactly ``texts``: remove the others, add the missing."""
+    """Make the item's leaves exactly ``texts``.
+
+    A leaf whose text is unchanged stays as it is. A changed text at a path the
+    item already had corrects that path's leaf in place (``MemTree.update``: the
+    leaf keeps its id, is routed again if its meaning moved, and its earlier text
+    stays in ``history``), so ``put`` on an existing key is an update, not a
+    delete and a new memory. Leaves no text needs any more are removed; texts at
+    new paths are added.
+    """
     leaf_ids = yield Call(memory, "find", kwargs={"source_id": key})
     kept: set[tuple[str, str]] = set()
+    stale: dict[str, str] = {}  # leaf id -> its path, for leaves whose text is no longer wanted
     for leaf_id in leaf_ids:
         node = yield Call(memory, "get", (leaf_id,))
         pair = (node.metadata.get("path"), node.text)
         if pair in texts and pair not in kept:
             kept.add(pair)
-            continue
+        else:
+            stale[leaf_id] = pair[0]
+    missing = [pair for pair in dict.fromkeys(texts) if pair not in kept]
+    corrections: list[tuple[str, str, str]] = []  # (leaf id, path, new text)
+    for path, text in missing:
+        leaf_id = next((stale_id for stale_id, stale_path in stale.items() if stale_path == path), None)
+        if leaf_id is not None:
+            del stale[leaf_id]
+            corrections.append((leaf_id, path, text))
+    for leaf_id in stale:
         with contextlib.suppress(KeyError):  # another writer removed it first
             yield Call(memory, "delete", (leaf_id,))
-    for path, text in texts:
-        if (path, text) not in kept:
-            kept.add((path, text))
+    corrected: set[tuple[str, str]] = set()
+    for leaf_id, path, text in corrections:
+        try:
+            yield Call(memory, "update", (leaf_id, text), {"metadata": {"path": path}, "timestamp": moment})
+        except KeyError:  # another writer removed it first: add the text as a new leaf below
+            continue
+        corrected.add((path, text))
+    for path, text in missing:
+        if (path, text) not in corrected:
             yield Call(memory, "add", (text,), {"metadata": {"path": path}, "timestamp": moment, "source_id": key})
 
 
-def _texts(value: Mapping[str, Any], paths: list[_Path]) -> list[tuple[str, str]]:
+def _texts(value: Mapping[str, Any], paths: list[Path]) -> list[tuple[str, str]]:
     """(path label, text) for every non-empty text at the paths, as LangGraph names them."""
     out: list[tuple[str, str]] = []
     for path, tokens in paths:
@@ -312,28 +463,6 @@ def _texts(value: Mapping[str, Any], paths: list[_Path]) -> list[tuple[str, str]
             if text:
                 out.append((f"{path}.{i}" if len(texts) > 1 else path, text))
     return out
-
-
-def _tokenized(fields: Sequence[str]) -> list[_Path]:
-    if isinstance(fields, str) or not all(isinstance(field, str) and field for field in fields):
-        raise TypeError(f"index fields must be a list of JSON paths (str), got {fields!r}")
-    return [(field, "$" if field == "$" else tokenize_path(field)) for field in fields]
-
-
-def _index_fields(index: IndexConfig | None) -> list[str]:
-    if index is None:
-        return ["$"]
-    if not isinstance(index, Mapping):
-        raise TypeError(f"index must be a dict like {{'fields': ['text']}}, got {type(index).__name__}")
-    extra = sorted(set(index) - {"fields"})
-    if extra:
-        raise ValueError(
-            f"MemTreeStore index takes only 'fields'; drop {extra}: the memory's embedder embeds "
-            "(choose it with MemTree(embedder=...))"
-        )
-    fields = index.get("fields") or ["$"]
-    _tokenized(fields)
-    return list(fields)
 
 
 def _checked_ops(ops: Iterable[Op]) -> list[Op]:

@@ -10,6 +10,7 @@ stores). Everything tree-shaped is the engine's: this class only translates.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Sequence
@@ -19,6 +20,7 @@ from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.data_structs.data_structs import IndexStruct
 from llama_index.core.indices.base import BaseIndex
 from llama_index.core.indices.registry import INDEX_STRUCT_TYPE_TO_INDEX_CLASS
+from llama_index.core.ingestion import arun_transformations, run_transformations
 from llama_index.core.schema import BaseNode, Document, IndexNode, TransformComponent
 from llama_index.core.storage.docstore.types import RefDocInfo
 from llama_index.core.storage.storage_context import StorageContext
@@ -35,9 +37,10 @@ from llamaindex_memtree.struct import (
     register,
     stored_config,
 )
-from memtree import InMemoryStore, MemTree, MemTreeConfig
+from memtree import MemoryBackend, MemTree, MemTreeConfig
 from memtree.config import AGGREGATION_MODES, Aggregation
 from memtree.inputs import Item
+from memtree.writer import DeferredAggregation
 
 logger = logging.getLogger(__name__)
 
@@ -218,7 +221,7 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
 
     def _build_index_from_nodes(self, nodes: Sequence[BaseNode], **build_kwargs: Any) -> MemTreeIndexStruct:
         memory = self._memory
-        snapshot = new_snapshot_key(self._storage_context) if isinstance(memory.store, InMemoryStore) else None
+        snapshot = new_snapshot_key(self._storage_context) if isinstance(memory.store, MemoryBackend) else None
         struct = MemTreeIndexStruct(
             namespace=list(memory.namespace),
             store=type(memory.store).__name__,
@@ -244,8 +247,9 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
             await super().ainsert(document, **insert_kwargs)
 
     def insert_nodes(self, nodes: Sequence[BaseNode], **insert_kwargs: Any) -> None:
-        """Insert nodes as leaves, in order. A node already in the tree is replaced
-        if its text, metadata or event time changed, and left alone otherwise."""
+        """Insert nodes as leaves, in order. A node already in the tree is updated
+        (``MemTree.update``: same leaf, earlier version kept in its history) if its
+        text, metadata or event time changed, and left alone otherwise."""
         super().insert_nodes(self._checked(nodes), **insert_kwargs)
 
     async def ainsert_nodes(self, nodes: Sequence[BaseNode], **insert_kwargs: Any) -> None:
@@ -253,8 +257,11 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
         nodes = self._checked(nodes)
         with self._callback_manager.as_trace("ainsert_nodes"):
             await self.docstore.async_add_documents(nodes, allow_update=True)
-            items, replaced = self._changes(nodes)
+            items, replaced, updates = self._changes(nodes)
             await self._memory.adelete_many(replaced)
+            async with self._updating():
+                for leaf_id, item in updates:
+                    await self._memory.aupdate(leaf_id, item.text, metadata=item.metadata, timestamp=item.timestamp)
             await self._memory.aadd_many(**_columns(items), aggregation=self._aggregation)
             self._note_leaves(self._index_struct, [item.source_id for item in items])
             await self._storage_context.index_store.async_add_index_struct(self._index_struct)
@@ -270,8 +277,11 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
     def _insert(
         self, nodes: Sequence[BaseNode], struct: MemTreeIndexStruct | None = None, **insert_kwargs: Any
     ) -> None:
-        items, replaced = self._changes(nodes)
+        items, replaced, updates = self._changes(nodes)
         self._memory.delete_many(replaced)
+        with self._updating():
+            for leaf_id, item in updates:
+                self._memory.update(leaf_id, item.text, metadata=item.metadata, timestamp=item.timestamp)
         self._memory.add_many(**_columns(items), aggregation=self._aggregation)
         self._note_leaves(struct if struct is not None else self._index_struct, [item.source_id for item in items])
 
@@ -294,22 +304,85 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
         struct.source_ids = kept
         struct.leaf_count = len(self._memory)
 
-    def _changes(self, nodes: Sequence[BaseNode]) -> tuple[list[Item], list[str]]:
-        """The leaves to add for ``nodes`` and the stored leaves they replace.
+    def _updating(self) -> DeferredAggregation | _NoBlock:
+        """Where updates run: in a deferred block when this index defers aggregation."""
+        return self._memory.deferred() if self._aggregation == "deferred" else _NoBlock()
+
+    def _changes(self, nodes: Sequence[BaseNode]) -> tuple[list[Item], list[str], list[tuple[str, Item]]]:
+        """The leaves to add for ``nodes``, the stored leaves to delete, and the
+        stored leaves to update in place (a node whose one leaf changed).
 
         Every node is checked first, so bad input changes nothing. A node whose
-        leaf already holds the same text, metadata and time is skipped.
+        leaf already holds the same text, metadata and time is skipped. A leaf that
+        would lose its event time is replaced instead (an update keeps a time it is
+        not given a new one for).
         """
         items: list[Item] = []
         replaced: list[str] = []
+        updates: list[tuple[str, Item]] = []
         for node in nodes:
             item = leaf_item(node, self._timestamp_key)
             existing = self._memory.get_many(self._memory.find(source_id=node.node_id))
-            if len(existing) == 1 and holds(next(iter(existing.values())), item):
-                continue
+            if len(existing) == 1:
+                (leaf,) = existing.values()
+                if holds(leaf, item):
+                    continue
+                if item.timestamp is not None or leaf.timestamp is None:
+                    updates.append((leaf.id, item))
+                    continue
             replaced.extend(existing)
             items.append(item)
-        return items, replaced
+        return items, replaced, updates
+
+    def update_ref_doc(self, document: Document, **update_kwargs: Any) -> None:
+        """Re-split a changed document and correct its leaves in place.
+
+        LlamaIndex's contract is "delete the document, then insert it again"; this
+        gives the same nodes and texts, but the i-th new node takes the id of the
+        document's i-th old node, so node ids and leaf ids stay and each leaf's
+        previous text stays in ``index.memory.history(leaf_id)``. New nodes beyond
+        the old count are inserted; old nodes beyond the new count are deleted.
+        ``insert_kwargs`` / ``delete_kwargs`` are passed on as LlamaIndex does.
+        """
+        with self._callback_manager.as_trace("update_ref_doc"):
+            insert_kwargs = update_kwargs.pop("insert_kwargs", {})
+            delete_kwargs = update_kwargs.pop("delete_kwargs", {})
+            info = self.docstore.get_ref_doc_info(document.id_)
+            if info is None or not without_empty_documents([document]):
+                self.delete_ref_doc(document.id_, delete_from_docstore=True, **delete_kwargs)
+                self.insert(document, **insert_kwargs)
+                return
+            nodes = run_transformations(
+                [document], self._transformations, show_progress=self._show_progress, **insert_kwargs
+            )
+            left_over = _reuse_ids(nodes, info.node_ids)
+            if left_over:
+                self.delete_nodes(left_over, delete_from_docstore=True, **delete_kwargs)
+            self.insert_nodes(nodes, **insert_kwargs)
+            self.docstore.set_document_hash(document.id_, document.hash)
+
+    async def aupdate_ref_doc(self, document: Document, **update_kwargs: Any) -> None:
+        """Async :meth:`update_ref_doc`."""
+        with self._callback_manager.as_trace("aupdate_ref_doc"):
+            insert_kwargs = update_kwargs.pop("insert_kwargs", {})
+            delete_kwargs = update_kwargs.pop("delete_kwargs", {})
+            info = await self.docstore.aget_ref_doc_info(document.id_)
+            if info is None or not without_empty_documents([document]):
+                await self.adelete_ref_doc(document.id_, delete_from_docstore=True, **delete_kwargs)
+                await self.ainsert(document, **insert_kwargs)
+                return
+            nodes = await arun_transformations(
+                [document], self._transformations, show_progress=self._show_progress, **insert_kwargs
+            )
+            left_over = _reuse_ids(nodes, info.node_ids)
+            if left_over:
+                await self.adelete_nodes(left_over, **delete_kwargs)
+                for node_id in left_over:
+                    # The sync call: llama-index-core's adelete_document looks the
+                    # document up by the node's id and leaves it in ref_doc_info.
+                    self.docstore.delete_document(node_id, raise_error=False)
+            await self.ainsert_nodes(nodes, **insert_kwargs)
+            await self.docstore.aset_document_hash(document.id_, document.hash)
 
     def delete_nodes(self, node_ids: list[str], delete_from_docstore: bool = False, **delete_kwargs: Any) -> None:
         """Remove the nodes' leaves in one change; their ancestors are rewritten once
@@ -471,6 +544,29 @@ def _check_holds(struct: MemTreeIndexStruct, memory: MemTree) -> None:
             len(struct.source_ids),
             ", ".join(missing),
         )
+
+
+class _NoBlock(contextlib.nullcontext[None]):
+    """A sync and async block that does nothing (updates outside a deferred block)."""
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+def _reuse_ids(nodes: Sequence[BaseNode], old_ids: Sequence[str]) -> list[str]:
+    """Give the i-th new node the i-th old node id (and point the nodes' links to
+    each other at the ids they now have); return the old ids left over."""
+    old_ids = list(old_ids)
+    renamed = {node.node_id: old_id for node, old_id in zip(nodes, old_ids, strict=False)}
+    for node in nodes:
+        node.id_ = renamed.get(node.node_id, node.node_id)
+        for related in node.relationships.values():
+            for info in related if isinstance(related, list) else [related]:
+                info.node_id = renamed.get(info.node_id, info.node_id)
+    return old_ids[len(nodes) :]
 
 
 def _columns(items: Sequence[Item]) -> dict[str, Any]:

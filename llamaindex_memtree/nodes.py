@@ -27,6 +27,7 @@ from llama_index.core.storage.docstore.types import BaseDocumentStore
 
 from memtree import Node, RetrievedNode
 from memtree.inputs import Item, make_item
+from memtree.node import time_text
 
 logger = logging.getLogger(__name__)
 
@@ -91,14 +92,14 @@ def holds(leaf: Node, item: Item) -> bool:
 
 
 def result_metadata(hit: RetrievedNode) -> dict[str, Any]:
-    """The tree's view of a result: its memtree id, depth, kind, event time (ISO 8601
-    or ``None``) and the memtree ids of the leaves below it."""
-    moment = hit.time
+    """The tree's view of a result: its memtree id, depth, kind, event time (ISO 8601,
+    ``None``, or the raw number when no date can show it) and the memtree ids of the
+    leaves below it."""
     return {
         "memtree_id": hit.id,
         "depth": hit.depth,
         "is_leaf": hit.is_leaf,
-        "timestamp": moment.isoformat() if moment is not None else None,
+        "timestamp": time_text(hit.timestamp),
         "leaf_ids": list(hit.leaf_ids),
     }
 

@@ -68,7 +68,7 @@ class MemTreeIndexStruct(IndexStruct):
     """
 
     namespace: list[str] = field(default_factory=lambda: ["default"])
-    store: str = "InMemoryStore"
+    store: str = "MemoryBackend"
     snapshot: str | None = None
     timestamp_key: str | None = None
     aggregation: str | None = None

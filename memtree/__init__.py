@@ -11,6 +11,7 @@ Entry points
   tree             MemTree: the public API, a facade delegating each operation in one step
   siblings         the handles a memory keeps open to other namespaces of its store (sibling())
   backup           JSONL export and import of one namespace (no pickle, no re-embedding)
+  update           MemTree.update: correct a leaf in place (same id), the versions it replaced kept
 Writing
   writer           where a text enters once and leaves committed: entry points, optimistic commit loop
   procedures       insert, flush, delete, repair, restore as sans-IO steps returning a PreparedWrite
@@ -35,6 +36,7 @@ Reading
   spare_core       runs the BM25 search on a spare core while the caller scans vectors
 Models
   model_choice     which embedder and summary writer a memory uses (OpenAI with a key, else offline)
+  digest           digest summaries: an offline summary that says who, when and what (the demo's)
   aggregate        Aggregator: LLM summaries (the paper's prompt) and offline extractive ones
   models/          OpenAI, LangChain, LlamaIndex and llama.cpp adapters; the resolver of what callers pass
   embed            Embedder: local sentence-transformers, hashing (tests); vector checks
@@ -61,12 +63,13 @@ from memtree.aggregate import (
     LLMAggregator,
 )
 from memtree.config import MemTreeConfig
+from memtree.digest import DigestAggregator
 from memtree.embed import Embedder, HashingEmbedder, LocalEmbedder
 from memtree.llm import CallableChatModel, ChatModel, Completion
-from memtree.node import ROOT_ID, Node, RetrievedNode
+from memtree.node import ROOT_ID, LeafVersion, Node, RetrievedNode
 from memtree.retry import ModelResponseError, RetryPolicy
 from memtree.stats import TreeStats
-from memtree.store import IncompatibleStoreError, InMemoryStore, NamespaceInfo, PostgresStore, SQLiteStore, Store
+from memtree.store import IncompatibleStoreError, MemoryBackend, NamespaceInfo, PostgresBackend, SQLiteBackend, Store
 from memtree.tree import MemTree
 from memtree.version import __version__
 
@@ -78,22 +81,24 @@ __all__ = [
     "CallableChatModel",
     "ChatModel",
     "Completion",
+    "DigestAggregator",
     "Embedder",
     "ExtractiveAggregator",
     "HashingEmbedder",
-    "InMemoryStore",
     "IncompatibleStoreError",
     "LLMAggregator",
+    "LeafVersion",
     "LocalEmbedder",
     "MemTree",
     "MemTreeConfig",
+    "MemoryBackend",
     "ModelResponseError",
     "NamespaceInfo",
     "Node",
-    "PostgresStore",
+    "PostgresBackend",
     "RetrievedNode",
     "RetryPolicy",
-    "SQLiteStore",
+    "SQLiteBackend",
     "Store",
     "TreeStats",
     "__version__",

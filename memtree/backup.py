@@ -27,6 +27,12 @@ Format ``memtree-jsonl`` version 1, UTF-8, one JSON object per line:
 
        {"type": "record", "kind": "messages", "key": "000001", "value": {...}}
 
+4. One line per earlier version of a leaf (what ``MemTree.update`` replaced), each
+   leaf's oldest first; the header counts them as ``versions`` (absent: none)::
+
+       {"type": "version", "leaf_id": "…", "text": "…", "metadata": {},
+        "timestamp": null, "replaced_at": 1706700000.0}
+
 Importing validates the whole file before writing anything and reports problems
 as ``ValueError("line 7: …")``. With ``skip_bad=True`` bad lines are skipped
 (with a warning naming them); top-level branches that lost a node are dropped and
@@ -54,9 +60,9 @@ from typing import Any, TextIO
 import numpy as np
 
 from memtree.index import VectorIndex
-from memtree.inputs import to_metadata
+from memtree.inputs import check_seconds, to_metadata
 from memtree.integrity import integrity_problems
-from memtree.node import ROOT_ID, JSONDict, Node, Vector
+from memtree.node import ROOT_ID, JSONDict, LeafVersion, Node, Vector
 from memtree.output_file import write_output
 from memtree.planning import root_node
 from memtree.state import TreeState
@@ -93,6 +99,7 @@ def export_jsonl(store: Store, namespace: NamespaceKey, target: str | os.PathLik
     tree.apply(snapshot.changes)
     nodes, info = list(tree.walk()), tree.info
     records = [(kind, key, value) for kind, table in snapshot.records.items() for key, value in table.items()]
+    history = [version for version in snapshot.history if version.leaf_id in tree.nodes]
 
     header = {
         "format": FORMAT,
@@ -104,10 +111,11 @@ def export_jsonl(store: Store, namespace: NamespaceKey, target: str | os.PathLik
         "vector_encoding": VECTOR_ENCODING,
         "nodes": len(nodes),
         "records": len(records),
+        "versions": len(history),
         "memtree_version": __version__,
         "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    lines = _lines(header, nodes, records)
+    lines = _lines(header, nodes, records, history)
     if isinstance(target, (str, os.PathLike)):
         write_output(target, lines)
     else:
@@ -117,7 +125,9 @@ def export_jsonl(store: Store, namespace: NamespaceKey, target: str | os.PathLik
     return len(nodes)
 
 
-def _lines(header: JSONDict, nodes: list[Node], records: list[tuple[str, str, JSONDict]]) -> Iterator[str]:
+def _lines(
+    header: JSONDict, nodes: list[Node], records: list[tuple[str, str, JSONDict]], history: list[LeafVersion]
+) -> Iterator[str]:
     yield _dump(header)
     for node in nodes:
         yield _dump(
@@ -141,6 +151,17 @@ def _lines(header: JSONDict, nodes: list[Node], records: list[tuple[str, str, JS
         )
     for kind, key, value in records:
         yield _dump({"type": "record", "kind": kind, "key": key, "value": value})
+    for version in history:
+        yield _dump(
+            {
+                "type": "version",
+                "leaf_id": version.leaf_id,
+                "text": version.text,
+                "metadata": version.metadata,
+                "timestamp": version.timestamp,
+                "replaced_at": version.replaced_at,
+            }
+        )
 
 
 def _dump(value: JSONDict) -> str:
@@ -167,6 +188,7 @@ class _Parsed:
     header: JSONDict
     nodes: dict[str, tuple[int, Node]] = field(default_factory=dict)
     records: dict[tuple[str, str], tuple[int, JSONDict]] = field(default_factory=dict)
+    versions: list[tuple[int, LeafVersion]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     last_line: int = 1
     embedding_sizes: Counter[int] = field(default_factory=Counter)
@@ -203,7 +225,9 @@ def import_jsonl(writer: Writer, source: str | os.PathLike[str] | TextIO, *, ski
             UserWarning,
             stacklevel=3,
         )
-    writer.restore(kept, info)
+    leaves = {node.id for node in [*kept, *loose] if node.is_leaf}
+    versions = [version for _, version in parsed.versions if version.leaf_id in leaves]
+    writer.restore(kept, info, versions)
     by_kind: dict[str, dict[str, JSONDict]] = {}
     for (kind, key), (_, value) in parsed.records.items():  # file order: the order first written
         by_kind.setdefault(kind, {})[key] = value
@@ -228,7 +252,7 @@ def _parse(stream: Iterable[str]) -> _Parsed:
         raise ValueError(f"line 1: the file is empty; a {FORMAT} backup starts with its header line")
     header, info = _header(first)
     parsed = _Parsed(info=info, header=header)
-    node_lines = record_lines = 0
+    node_lines = record_lines = version_lines = 0
     number = 1
     for number, text in enumerate(lines, start=2):
         if not text.strip():
@@ -252,14 +276,21 @@ def _parse(stream: Iterable[str]) -> _Parsed:
                     first_line = parsed.records[(record_kind, key)][0]
                     raise _BadLine(f"record {record_kind!r}/{key!r} already appeared on line {first_line}")
                 parsed.records[(record_kind, key)] = (number, record)
+            elif kind == "version":
+                version_lines += 1
+                parsed.versions.append((number, _version(value)))
             else:
-                raise _BadLine(f'"type" must be "node" or "record", got {kind!r}')
+                raise _BadLine(f'"type" must be "node", "record" or "version", got {kind!r}')
         except _BadLine as error:
             parsed.bad(number, str(error))
     parsed.last_line = number
     _check_dimension(parsed)
-    for what, found in (("nodes", node_lines), ("records", record_lines)):
-        announced = parsed.header.get(what)
+    for line, version in parsed.versions:
+        known = parsed.nodes.get(version.leaf_id)
+        if known is None or not known[1].is_leaf:
+            parsed.bad(line, f"a version of {version.leaf_id!r}, which is not a leaf of this backup")
+    for what, found in (("nodes", node_lines), ("records", record_lines), ("versions", version_lines)):
+        announced = parsed.header.get(what, 0 if what == "versions" else None)
         if announced != found:
             parsed.bad(
                 number + 1,
@@ -397,9 +428,9 @@ def _node(value: JSONDict, dimension: int | None) -> Node:
         depth=_integer(value, "depth"),
         is_leaf=_boolean(value, "is_leaf"),
         leaf_count=_integer(value, "leaf_count"),
-        created_at=_number(value, "created_at"),
-        updated_at=_number(value, "updated_at"),
-        timestamp=None if value["timestamp"] is None else _number(value, "timestamp"),
+        created_at=_moment(value, "created_at", node_id),
+        updated_at=_moment(value, "updated_at", node_id),
+        timestamp=None if value["timestamp"] is None else _moment(value, "timestamp", node_id),
         metadata=metadata,
         source_id=source_id,
         leaf_sum=_vector(value, "leaf_sum", dimension, unit=False),
@@ -422,6 +453,23 @@ def _record(value: JSONDict) -> tuple[str, str, JSONDict]:
     return kind, key, record
 
 
+def _version(value: JSONDict) -> LeafVersion:
+    unknown = set(value) - {"type", "leaf_id", "text", "metadata", "timestamp", "replaced_at"}
+    if unknown:
+        raise _BadLine(f"unknown version fields: {', '.join(sorted(unknown))}")
+    missing = {"leaf_id", "text", "replaced_at"} - set(value)
+    if missing:
+        raise _BadLine(f"a version needs {', '.join(sorted(missing))}")
+    leaf_id = _string(value, "leaf_id")
+    try:
+        text = require_text(value.get("text"), "text")
+        metadata = to_metadata(value.get("metadata"))
+    except (TypeError, ValueError) as error:
+        raise _BadLine(f"version of {leaf_id!r}: {error}") from None
+    timestamp = None if value.get("timestamp") is None else _number(value, "timestamp")
+    return LeafVersion(leaf_id, text, metadata, timestamp, _number(value, "replaced_at"))
+
+
 def _string(value: JSONDict, name: str) -> str:
     item = value[name]
     if not isinstance(item, str) or not item or "\x00" in item:
@@ -441,6 +489,14 @@ def _number(value: JSONDict, name: str) -> float:
     if not isinstance(item, (int, float)) or isinstance(item, bool) or not math.isfinite(item):
         raise _BadLine(f"{name} must be a finite number, got {item!r}")
     return float(item)
+
+
+def _moment(value: JSONDict, name: str, node_id: str) -> float:
+    """A time in POSIX seconds that a date can show (see :func:`check_seconds`)."""
+    try:
+        return check_seconds(_number(value, name), f"node {node_id}: {name}")
+    except ValueError as error:
+        raise _BadLine(str(error)) from None
 
 
 def _boolean(value: JSONDict, name: str) -> bool:

@@ -45,13 +45,12 @@ def demo(
     llm: LlmOption = None,
 ) -> None:
     """Build a memory from a sample conversation offline, print its tree and answer three questions."""
-    from memtree.demo import load_demo_conversation, run_demo
-    from memtree.tree import MemTree
+    from memtree.demo import demo_memory, load_demo_conversation, run_demo
 
     problem = output_problem(html, "demo.html") if html is not None else None
     if problem:
         raise CliError(problem)
-    with MemTree(llm=parse_llm(llm)) as memory:
+    with demo_memory(parse_llm(llm)) as memory:
         run_demo(memory, sys.stdout, k=k, token_budget=budget, max_depth=depth)
         if html is not None:
             _, questions = load_demo_conversation()

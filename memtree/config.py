@@ -56,6 +56,10 @@ class MemTreeConfig:
     ``background_queue_size`` bounds that worker's queue of notifications; a full
     queue loses nothing (the work itself is kept, coalesced, per summary).
 
+    ``retrieve_threshold`` is the lowest score a result may have; ``None`` (the
+    default) cuts nothing, so a retrieval returns ``k`` results whenever that many
+    nodes pass its filters (``retrieve(min_score=...)`` sets one per call).
+
     Example::
 
         MemTreeConfig(theta0=0.4, depth_cap=12, parent_embedding="mean")
@@ -74,7 +78,7 @@ class MemTreeConfig:
     auto_theta0_start: float = 0.4
     k: int = 10
     token_budget: int | None = None
-    retrieve_threshold: float = 0.0
+    retrieve_threshold: float | None = None
     lexical_weight: float = 0.3
     mode: RetrievalMode = "collapsed"
     beam: int = 3
@@ -93,7 +97,8 @@ class MemTreeConfig:
         _check_range("auto_theta0_start", self.auto_theta0_start, -1.0, 1.0)
         _check_range("max_threshold", self.max_threshold, -1.0, 1.0)
         _check_range("near_duplicate", self.near_duplicate, -1.0, 1.0)
-        _check_range("retrieve_threshold", self.retrieve_threshold, -1.0, 1.0)
+        if self.retrieve_threshold is not None:
+            _check_range("retrieve_threshold", self.retrieve_threshold, -1.0, 1.0)
         _check_range("lexical_weight", self.lexical_weight, 0.0, 10.0)
         _check_range("calibration_quantile", self.calibration_quantile, 0.0, 1.0)
         if not math.isfinite(self.decay):

@@ -12,6 +12,7 @@ from datetime import datetime
 from importlib import resources
 from typing import Any, TextIO
 
+from memtree.digest import DigestAggregator
 from memtree.tree import MemTree
 
 
@@ -36,6 +37,16 @@ def load_demo_conversation() -> tuple[list[Turn], list[str]]:
         for speaker, text in session["turns"]:
             turns.append(Turn(f"{day} {speaker}: {text}", session["date"], speaker, number))
     return turns, list(raw["questions"])
+
+
+def demo_memory(llm: Any = None) -> MemTree:
+    """The demo's memory: offline defaults, with digest summaries so that each
+    summary reads as a topic heading (dates, people, distinctive terms) a person
+    can scan, rather than glued sentence fragments. With ``llm`` (anything
+    ``MemTree(llm=...)`` takes) the model writes the summaries instead."""
+    if llm is not None:
+        return MemTree(llm=llm)
+    return MemTree(aggregator=DigestAggregator())
 
 
 def run_demo(memory: MemTree, out: TextIO, *, k: int = 4, token_budget: int = 160, max_depth: int = 3) -> None:

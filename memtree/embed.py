@@ -62,34 +62,63 @@ class Embedder(ABC):
         return type(self).__name__
 
 
-def check_embeddings(vectors: Any, count: int, dimension: int | None, source: str) -> Matrix:
+def check_embeddings(vectors: Any, count: int, dimension: int | None, source: str, *, verb: str = "returned") -> Matrix:
     """Validate an embedder's output and return it as unit-length float32 rows.
 
     ``dimension`` is the memory's dimension, or ``None`` before anything is stored.
     Raises ``ValueError`` naming the problem: wrong shape, wrong dimension, NaN or
-    infinite values, an all-zero row.
+    infinite values, an all-zero row. Errors read "``source`` ``verb`` …": the
+    embedder "returned", a vector the caller passed "contains".
     """
     try:
-        array = np.asarray(vectors, dtype=np.float32)
+        array = np.asarray(vectors, dtype=np.float64)
     except (TypeError, ValueError) as error:
-        raise ValueError(f"{source} returned something that is not a numeric array: {error}") from None
+        raise ValueError(f"{source} {verb} something that is not a numeric array: {error}") from None
     if array.ndim != 2 or array.shape[0] != count:
         raise ValueError(
-            f"{source} returned an array of shape {array.shape} for {count} texts; expected ({count}, dimension)"
+            f"{source} {verb} an array of shape {array.shape} for {count} texts; expected ({count}, dimension)"
         )
     if array.shape[1] == 0:
-        raise ValueError(f"{source} returned zero-length embeddings")
+        raise ValueError(f"{source} {verb} zero-length embeddings")
     if dimension is not None and array.shape[1] != dimension:
         raise ValueError(
             f"embedding dimension {array.shape[1]} does not match this memory's {dimension}; "
             "use the embedder this memory was built with"
         )
     if not np.isfinite(array).all():
-        raise ValueError(f"{source} returned NaN or infinite values")
-    norms = np.linalg.norm(array, axis=1, keepdims=True)
-    if (norms == 0).any():
-        raise ValueError(f"{source} returned an all-zero embedding, which has no direction")
-    return np.ascontiguousarray(array / norms, dtype=np.float32)
+        raise ValueError(f"{source} {verb} NaN or infinite values")
+    unit = unit_rows(array)
+    if unit is None:
+        raise ValueError(f"{source} {verb} an all-zero embedding, which has no direction")
+    return unit
+
+
+def check_query_embedding(vector: Any, dimension: int | None) -> Matrix:
+    """A caller's ``query_embedding`` as a unit float32 vector; errors blame the
+    vector passed, not the memory's embedder (which did not make it)."""
+    try:
+        array = np.asarray(vector, dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"query_embedding must be a sequence of numbers: {error}") from None
+    if array.ndim != 1:
+        raise ValueError(f"query_embedding must be one vector (a 1-D sequence of numbers), got shape {array.shape}")
+    return check_embeddings(array[None, :], 1, dimension, "query_embedding", verb="contains")[0]
+
+
+def unit_rows(array: npt.NDArray[Any]) -> Matrix | None:
+    """Finite rows scaled to unit length as float32, or ``None`` if a row is all zero.
+
+    Works in float64 after dividing each row by its largest magnitude, so huge
+    finite values (``1e20``, ``3e38``: their squares overflow) and tiny ones (their
+    squares underflow) keep their direction instead of becoming zero vectors.
+    """
+    rows = np.asarray(array, dtype=np.float64)
+    peak = np.abs(rows).max(axis=1, keepdims=True)
+    if (peak == 0).any():
+        return None
+    scaled = rows / peak
+    unit = scaled / np.linalg.norm(scaled, axis=1, keepdims=True)
+    return np.ascontiguousarray(unit, dtype=np.float32)
 
 
 class HashingEmbedder(Embedder):

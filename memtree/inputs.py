@@ -23,13 +23,13 @@ def to_timestamp(value: TimeLike | None, what: str = "timestamp") -> float | Non
         raise TypeError(f"{what} must be a datetime, date, number or ISO 8601 string, got bool")
     if isinstance(value, datetime):
         moment = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-        return moment.timestamp()
+        return check_seconds(moment.timestamp(), what, value)
     if isinstance(value, date):
         return datetime(value.year, value.month, value.day, tzinfo=UTC).timestamp()
     if isinstance(value, (int, float)):
         if not math.isfinite(value):
             raise ValueError(f"{what} must be finite, got {value}")
-        return float(value)
+        return check_seconds(float(value), what, value)
     if isinstance(value, str):
         try:
             parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
@@ -37,6 +37,26 @@ def to_timestamp(value: TimeLike | None, what: str = "timestamp") -> float | Non
             raise ValueError(f"{what} {value!r} is not an ISO 8601 date or datetime") from None
         return to_timestamp(parsed, what)
     raise TypeError(f"{what} must be a datetime, date, number or ISO 8601 string, got {type(value).__name__}")
+
+
+_EARLIEST = datetime.min.replace(tzinfo=UTC).timestamp()
+_LATEST = datetime.max.replace(tzinfo=UTC).timestamp()
+
+
+def check_seconds(seconds: float, what: str = "timestamp", given: object = None) -> float:
+    """``seconds`` if it is a time Python can show as a date (UTC years 1 to 9999),
+    else a ``ValueError`` naming it (and saying when it looks like milliseconds).
+
+    A stored time outside that range could never be shown as a date, so it is
+    refused where it comes in, not found later by every reader.
+    """
+    if _EARLIEST <= seconds <= _LATEST:
+        return seconds
+    shown = seconds if given is None else given
+    hint = ""
+    if _EARLIEST <= seconds / 1000 <= _LATEST:
+        hint = "; it looks like milliseconds since the epoch: divide it by 1000 (POSIX seconds are expected)"
+    raise ValueError(f"{what} {shown!r} is outside the dates Python can represent (years 1 to 9999 UTC){hint}")
 
 
 def to_time_range(
@@ -54,6 +74,10 @@ def to_time_range(
     return start, end
 
 
+MAX_METADATA_DEPTH = 64
+"""How deeply metadata may nest: JSON readers recurse, so deeper is refused up front."""
+
+
 def to_metadata(metadata: Mapping[str, Any] | None) -> JSONDict:
     """A detached JSON-safe copy of caller metadata (``TypeError`` if it is not JSON)."""
     if metadata is None:
@@ -63,6 +87,8 @@ def to_metadata(metadata: Mapping[str, Any] | None) -> JSONDict:
     for key in metadata:
         if not isinstance(key, str):
             raise TypeError(f"metadata keys must be str, got {type(key).__name__} {key!r}")
+    if _too_deep(metadata):
+        raise ValueError(f"metadata nests more than {MAX_METADATA_DEPTH} levels of dicts and lists; flatten it")
     try:
         encoded = json.dumps(dict(metadata), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as error:
@@ -71,6 +97,28 @@ def to_metadata(metadata: Mapping[str, Any] | None) -> JSONDict:
     if problem:
         raise ValueError(f"metadata {problem}; remove it before storing")
     return json.loads(encoded)  # type: ignore[no-any-return]
+
+
+def _too_deep(value: object) -> bool:
+    """Whether ``value`` nests dicts and lists more than ``MAX_METADATA_DEPTH`` deep
+    (measured without recursion, so any depth, or a cycle, is caught)."""
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (Mapping, list, tuple)):
+            if depth > MAX_METADATA_DEPTH:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, Mapping) else item))
+    return False
+
+
+def to_min_score(value: object) -> float:
+    """A caller's ``min_score`` as a float; NaN would silently keep everything."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"min_score must be a number, got {type(value).__name__}")
+    if math.isnan(value):
+        raise ValueError("min_score is NaN, which no score can be compared with; pass a number or None")
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -91,6 +139,8 @@ def make_item(
 ) -> Item:
     if source_id is not None and not isinstance(source_id, str):
         raise TypeError(f"source_id must be a str, got {type(source_id).__name__}")
-    if isinstance(source_id, str) and "\x00" in source_id:
-        raise ValueError("source_id contains a NUL character (\\x00)")
+    if isinstance(source_id, str):
+        problem = unstorable(source_id)
+        if problem:
+            raise ValueError(f"source_id {problem}; remove it before storing")
     return Item(require_text(text), to_metadata(metadata), to_timestamp(timestamp), source_id)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from memtree import model_usage as usage
-from memtree.retry import EmptyReplyError, RetryPolicy
+from memtree.retry import CircuitBreaker, EmptyReplyError, RetryPolicy, breaker_for
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ class ChatModel(ABC):
             usage.report(llm_requests=1)
             return self._checked(self._complete(prompt, timeout))
 
-        return self.retry.call(attempt, what=self.name, enforce_timeout=not self.handles_timeout)
+        return self.retry.call(attempt, what=self.name, enforce_timeout=not self.handles_timeout, breaker=self.breaker)
 
     async def acomplete(self, prompt: str) -> Completion:
         """Async :meth:`complete`."""
@@ -94,7 +94,15 @@ class ChatModel(ABC):
             usage.report(llm_requests=1)
             return self._checked(await self._acomplete(prompt, timeout))
 
-        return await self.retry.acall(attempt, what=self.name, enforce_timeout=not self.handles_timeout)
+        return await self.retry.acall(
+            attempt, what=self.name, enforce_timeout=not self.handles_timeout, breaker=self.breaker
+        )
+
+    @property
+    def breaker(self) -> CircuitBreaker:
+        """This model's circuit breaker (see :class:`~memtree.retry.CircuitBreaker`;
+        tuned by ``retry.breaker_failures`` and ``retry.breaker_cooldown``)."""
+        return breaker_for(self, self.retry)
 
     @property
     def name(self) -> str:

@@ -27,6 +27,7 @@ from memtree.model_usage import recording
 from memtree.planning import AggregationJob
 from memtree.retry import ModelResponseError
 from memtree.stats import Counters
+from memtree.text import unstorable
 
 T = TypeVar("T")
 
@@ -82,6 +83,9 @@ def _checked_summary(outcome: object, aggregator: Aggregator) -> str | BaseExcep
         return TypeError(
             f"{type(aggregator).__name__}.aggregate returned {type(outcome).__name__}, not the summary text (str)"
         )
+    problem = unstorable(outcome)
+    if problem:  # every store must refuse it alike, or an export could not be imported back
+        return ModelResponseError(f"the aggregator's summary {problem}, which cannot be stored")
     return outcome.strip() or ModelResponseError("the aggregator returned an empty summary")
 
 

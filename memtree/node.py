@@ -1,7 +1,8 @@
 """The two records a memory hands out: a stored :class:`Node` and a :class:`RetrievedNode`.
 
 A node is either the root (no text, no embedding, never aggregated), a leaf (a text
-the caller gave, never changed after it is stored), or a summary (an internal node
+the caller gave; only ``MemTree.update`` changes it, keeping each earlier version as a
+:class:`LeafVersion`), or a summary (an internal node
 whose text aggregates the leaves below it). Internal nodes always have two or more
 children: a parent left with one child is folded away.
 """
@@ -23,10 +24,27 @@ JSONDict = dict[str, Any]
 
 
 def to_datetime(timestamp: float | None) -> datetime | None:
-    """POSIX seconds to an aware UTC datetime (``None`` stays ``None``)."""
+    """POSIX seconds to an aware UTC datetime (``None`` stays ``None``).
+
+    Also ``None`` for a number no datetime can hold (outside years 1 to 9999, which
+    memtree refuses today but an older version may have stored): reading must not
+    fail because of one stored value. :func:`time_text` shows such a number raw.
+    """
     if timestamp is None:
         return None
-    return datetime.fromtimestamp(timestamp, tz=UTC)
+    try:
+        return datetime.fromtimestamp(timestamp, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def time_text(timestamp: float | None) -> str | None:
+    """POSIX seconds as ISO 8601 UTC text, or the raw number when no date can show it
+    (``None`` stays ``None``)."""
+    if timestamp is None:
+        return None
+    moment = to_datetime(timestamp)
+    return moment.isoformat() if moment is not None else repr(timestamp)
 
 
 @dataclass(slots=True)
@@ -65,7 +83,8 @@ class Node:
 
     @property
     def time(self) -> datetime | None:
-        """``timestamp`` as an aware UTC datetime."""
+        """``timestamp`` as an aware UTC datetime (``None`` if it has none or no
+        datetime can hold it; see :func:`time_text`)."""
         return to_datetime(self.timestamp)
 
     def copy(self) -> Node:
@@ -87,6 +106,27 @@ class Node:
             stale=self.stale,
             children=list(self.children),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class LeafVersion:
+    """An earlier version of a leaf, kept when ``MemTree.update`` replaced it.
+
+    ``text``, ``metadata`` and ``timestamp`` (when the event happened, POSIX seconds)
+    are the leaf's as they were; ``replaced_at`` is when the update replaced them
+    (POSIX seconds). ``MemTree.history(leaf_id)`` lists them oldest first.
+    """
+
+    leaf_id: str
+    text: str
+    metadata: JSONDict
+    timestamp: float | None
+    replaced_at: float
+
+    @property
+    def time(self) -> datetime | None:
+        """``timestamp`` as an aware UTC datetime."""
+        return to_datetime(self.timestamp)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,5 +152,6 @@ class RetrievedNode:
 
     @property
     def time(self) -> datetime | None:
-        """``timestamp`` as an aware UTC datetime."""
+        """``timestamp`` as an aware UTC datetime (``None`` if it has none or no
+        datetime can hold it; see :func:`time_text`)."""
         return to_datetime(self.timestamp)

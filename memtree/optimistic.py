@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from memtree.node import Node
+from memtree.node import LeafVersion, Node
 from memtree.state import TreeState
 from memtree.store.base import NamespaceInfo
 
@@ -58,6 +58,7 @@ class PreparedWrite(Generic[T]):
     instead of planning again (a flush rebases on inserts that came in meanwhile).
     ``committed`` and ``abandoned`` are called after a commit, or when the plan is
     thrown away.
+    ``versions`` are leaf versions an update replaced, committed to the leaves' history.
     """
 
     result: T
@@ -70,11 +71,12 @@ class PreparedWrite(Generic[T]):
     rebase: Callable[[], bool] | None = None
     committed: Callable[[], None] | None = None
     abandoned: Callable[[], None] | None = None
+    versions: list[LeafVersion] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
         """Nothing to write (a duplicate, a flush with nothing pending)."""
-        return not self.upserts and not self.deletions and self.info is None
+        return not self.upserts and not self.deletions and self.info is None and not self.versions
 
     def abandon(self) -> None:
         if self.abandoned is not None:

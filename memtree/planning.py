@@ -17,7 +17,7 @@ import numpy as np
 
 from memtree.node import ROOT_ID, JSONDict, Node, Vector
 from memtree.routing import Route
-from memtree.state import TreeState
+from memtree.state import TreeState, TreeView
 
 
 def new_node_id() -> str:
@@ -104,7 +104,7 @@ class InsertPlan:
 
 
 def plan_insert(
-    state: TreeState,
+    state: TreeView,
     route: Route,
     *,
     text: str,
@@ -175,6 +175,64 @@ def plan_insert(
         source_id=source_id,
     )
     return InsertPlan(leaf, route, summaries, moved, jobs, new_parent_id)
+
+
+def children_after(node_id: str, plan: InsertPlan, children: Mapping[str, list[Node]]) -> list[Node]:
+    """A path summary's children once the insert is done (with this insert's copies)."""
+    kids = [plan.summaries.get(child.id, child) for child in children[node_id]]
+    if node_id == plan.route.parent:
+        if plan.new_parent is not None:
+            kids = [plan.summaries[plan.new_parent] if kid.id == plan.route.split else kid for kid in kids]
+        else:
+            kids.append(plan.leaf)
+    return kids
+
+
+def path_jobs(plan: InsertPlan, children: Mapping[str, list[Node]]) -> tuple[list[AggregationJob], set[str]]:
+    """The jobs that write an insert's path summaries, all runnable at once, and the
+    ids of the summaries that stay stale after them.
+
+    A fresh summary merges the new text into its own. A stale one (its text already
+    misses something) is rebuilt from its children's texts, where a child on the
+    path gives what it will stand for: a stale one its own rebuild's texts, a fresh
+    one its text and the new one. No job waits for another, so a failing model
+    costs one round of retries, not one per stale level. A stale summary with a
+    stale child off the path cannot be rebuilt whole: it merges the new text and
+    stays stale for ``repair()``.
+    """
+    jobs: list[AggregationJob] = []
+    kept_stale: set[str] = set()
+    for job in plan.jobs:
+        node = plan.summaries[job.node_id]
+        if not node.stale:
+            jobs.append(job)
+            continue
+        texts = _rebuild_texts(node.id, plan, children)
+        if texts is None:
+            kept_stale.add(node.id)
+            jobs.append(AggregationJob(node.id, node.text, [plan.leaf.text], node.leaf_count - 1, job.centroid))
+        else:
+            jobs.append(rebuild_job(node, texts))
+    return jobs, kept_stale
+
+
+def _rebuild_texts(node_id: str, plan: InsertPlan, children: Mapping[str, list[Node]]) -> list[str] | None:
+    """What a stale path summary is rebuilt from (see :func:`path_jobs`), or ``None``
+    if a stale child off the path makes a whole rebuild impossible."""
+    texts: list[str] = []
+    for kid in children_after(node_id, plan, children):
+        if kid.id == plan.leaf.id or kid.id not in plan.summaries:
+            if kid.stale:
+                return None
+            texts.append(kid.text)
+        elif kid.stale:
+            below = _rebuild_texts(kid.id, plan, children)
+            if below is None:
+                return None
+            texts.extend(below)
+        else:
+            texts.extend([kid.text, plan.leaf.text])
+    return texts
 
 
 @dataclass

@@ -22,7 +22,7 @@ from memtree.deferral import PendingSummaries, flush_base, rebase_flush
 from memtree.embed import Matrix, check_embeddings
 from memtree.inputs import Item
 from memtree.model_calls import ModelCalls, Steps, embed_steps
-from memtree.node import ROOT_ID, Node, Vector
+from memtree.node import ROOT_ID, LeafVersion, Node, Vector
 from memtree.optimistic import Footprint, PreparedWrite, footprint_of
 from memtree.planning import InsertPlan, plan_delete_many, plan_insert, rebuild_job, root_node
 from memtree.replica import Replica
@@ -71,14 +71,14 @@ class Procedures:
         deduplicate = self.config.deduplicate and restore is None
         with self.replica.lock.read():
             base = (state.seq, state.generation)
-            existing = state.leaf_by_text.get(item.text) if deduplicate else None
+            existing = state.duplicate_of(item.text, item.metadata, item.source_id) if deduplicate else None
         if existing is not None:
             return PreparedWrite(existing, base)
         now = time.time()
         sample = self._calibration_sample(embedding)
         with self.replica.lock.read():
             base = (state.seq, state.generation)
-            path = route(state, self._scorer(embedding), self.theta0(), self.config)
+            path = route(state, self.scorer(embedding), self.theta0(), self.config)
             plan = plan_insert(
                 state,
                 path,
@@ -115,11 +115,11 @@ class Procedures:
             [],
             footprint,
             info=lambda current: self._info_after_insert(current, dimension, sample),
-            recheck=(lambda: state.leaf_by_text.get(item.text)) if deduplicate else None,
+            recheck=(lambda: state.duplicate_of(item.text, item.metadata, item.source_id)) if deduplicate else None,
             committed=committed,
         )
 
-    def _scorer(self, embedding: Vector) -> Callable[[Sequence[str]], Any]:
+    def scorer(self, embedding: Vector) -> Callable[[Sequence[str]], Any]:
         index = self.replica.index
         if index is None:
             return lambda ids: np.zeros(len(ids), dtype=np.float32)
@@ -248,7 +248,9 @@ class Procedures:
         changed = [node for node in fixed.values() if not node.stale]
         return PreparedWrite(len(changed), base, changed, [], footprint)
 
-    def restore(self, nodes: list[Node], info: NamespaceInfo) -> Steps[PreparedWrite[None]]:
+    def restore(
+        self, nodes: list[Node], info: NamespaceInfo, versions: Sequence[LeafVersion] = ()
+    ) -> Steps[PreparedWrite[None]]:
         """Write a whole checked tree (a backup) into this namespace, which must be empty."""
         leaves = self.state.leaf_total
         namespace = self.replica.namespace
@@ -261,7 +263,9 @@ class Procedures:
             )
         base = (self.state.seq, self.state.generation)
         yield from ()
-        return PreparedWrite(None, base, nodes, [], Footprint(everything=True), info=lambda _current: info)
+        return PreparedWrite(
+            None, base, nodes, [], Footprint(everything=True), info=lambda _current: info, versions=list(versions)
+        )
 
 
 def insert_footprint(state: TreeState, plan: InsertPlan) -> Footprint:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from memtree.index import VectorIndex
-from memtree.node import ROOT_ID, Node
+from memtree.node import ROOT_ID, LeafVersion, Node
 from memtree.state import TreeState, paused_gc
 from memtree.store.base import ChangeBatch, NamespaceInfo, NamespaceKey, Store, WriteTransaction
 
@@ -117,9 +117,10 @@ class Replica:
         upserts: list[Node],
         deletions: list[str],
         info: NamespaceInfo | None = None,
+        versions: Sequence[LeafVersion] = (),
     ) -> None:
         """Commit atomically, then show the same change to this process's tree."""
-        seq = transaction.commit(upserts, deletions, info)
+        seq = transaction.commit(upserts, deletions, info, versions)
         batch = ChangeBatch(
             nodes=[node.copy() for node in upserts],
             deleted=list(deletions),

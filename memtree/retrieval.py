@@ -7,7 +7,12 @@ similarity with ``lexical_weight`` times its BM25 score normalized by the best o
 because names, places and dates are what small embedding models blur
 (benchmarks/results/locomo.md measures it). Collapsed hybrid ranking discounts
 summaries (:data:`SUMMARY_WEIGHT`). Packing walks the ranking best first and applies
-the similarity threshold, ``k``, sentence de-duplication and the token budget.
+the caller's ``min_score`` (if any), ``k``, sentence de-duplication and the token budget.
+
+A retrieval fills what was asked: ``k`` results, or the token budget, whenever
+enough nodes pass the filters (:func:`retrieve`). Nothing is cut by score unless
+the caller sets a ``min_score``. Traversal lists the nodes its beam kept, then the
+best leaves below them, then (if still short) every other node by collapsed rank.
 
 De-duplication matters because a summary repeats sentences of its leaves (an
 extractive one only repeats them): a result's ``context`` keeps just the sentences
@@ -22,10 +27,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from memtree.config import RETRIEVAL_MODES, MemTreeConfig
 from memtree.index import Mask, VectorIndex
-from memtree.inputs import TimeLike, to_time_range
+from memtree.inputs import TimeLike, to_min_score, to_time_range
 from memtree.lexical import LexicalQuery as PreparedQuery
 from memtree.node import ROOT_ID, RetrievedNode, Vector
 from memtree.replica import Replica
@@ -193,29 +199,93 @@ def rank_traversal(
     lexical: LexicalQuery | None = None,
 ) -> Ranked:
     """Beam descent: at each level keep the ``beam`` best children of the kept nodes
-    (scored as in :func:`rank_collapsed`)."""
-    index_of_words = state.lexical if lexical is not None and lexical.weight > 0 else None
-    words = index_of_words.prepare(lexical.text) if index_of_words is not None and lexical is not None else None
-    hits = index_of_words.search(words, 1) if index_of_words is not None and words is not None else []
-    peak = hits[0][1] if hits else 0.0
-    weight = lexical.weight if lexical is not None else 0.0
+    (scored as in :func:`rank_collapsed`, without the summary discount), best first;
+    then the leaves below the kept summaries, best first.
+
+    The descent alone keeps about ``beam`` nodes per level (some 27 on a LoCoMo
+    conversation), so a larger ``k`` or budget could not be filled; the leaves
+    below what the beam chose are the details of the themes it chose."""
+    score = _node_scorer(index, state, query, lexical)
     kept: Ranked = []
     frontier = [ROOT_ID]
     while frontier:
         children = [child for node_id in frontier for child in state.nodes[node_id].children]
         if not children:
             break
-        scores = index.score(query, children)
-        if peak > 0 and index_of_words is not None and words is not None:
-            lexical_part = (index_of_words.score_of(words, children) / peak).astype(np.float32)
-            scores = ((scores + weight * lexical_part) / (1.0 + weight)).astype(np.float32)
+        scores = score(children)
         order = np.argsort(-scores, kind="stable")[:beam]
         level = [(children[i], float(scores[i])) for i in order]
         kept.extend(level)
         frontier = [node_id for node_id, _ in level if not state.nodes[node_id].is_leaf]
     kept.sort(key=lambda pair: -pair[1])
+    reached = {node_id for node_id, _ in kept}
+    tops = [  # kept summaries whose parent was not kept: their leaves cover all the others'
+        node_id
+        for node_id, _ in kept
+        if not state.nodes[node_id].is_leaf and state.nodes[node_id].parent not in reached
+    ]
+    below = [leaf for node_id in tops for leaf in state.leaf_ids_under(node_id) if leaf not in reached]
+    if below:
+        below_scores = score(below).tolist()
+        fill = sorted(zip(below, below_scores, strict=True), key=lambda pair: (-pair[1], pair[0]))
+        kept.extend((node_id, float(value)) for node_id, value in fill)
     selection = state.leaves_matching(filters.where) if filters.where else None
     return [pair for pair in kept if _allowed(state, pair[0], filters, selection)]
+
+
+def _node_scorer(
+    index: VectorIndex, state: TreeState, query: Vector, lexical: LexicalQuery | None
+) -> Callable[[list[str]], npt.NDArray[np.float32]]:
+    """Scores of given nodes: cosine, or the hybrid score of :func:`rank_collapsed`
+    (BM25 normalized by the best BM25 score of the whole memory)."""
+    words = state.lexical if lexical is not None and lexical.weight > 0 else None
+    prepared = words.prepare(lexical.text) if words is not None and lexical is not None else None
+    hits = words.search(prepared, 1) if words is not None and prepared is not None and len(prepared) else []
+    peak = hits[0][1] if hits else 0.0
+    weight = lexical.weight if lexical is not None else 0.0
+
+    def score(node_ids: list[str]) -> npt.NDArray[np.float32]:
+        scores = index.score(query, node_ids)
+        if peak > 0 and words is not None and prepared is not None:
+            lexical_part = (words.score_of(prepared, node_ids) / peak).astype(np.float32)
+            scores = ((scores + weight * lexical_part) / (1.0 + weight)).astype(np.float32)
+        return scores
+
+    return score
+
+
+def retrieve(
+    index: VectorIndex,
+    state: TreeState,
+    query: Vector,
+    mode: str,
+    beam: int,
+    packing: Packing,
+    filters: Filters,
+    lexical: LexicalQuery | None = None,
+) -> list[RetrievedNode]:
+    """Rank and pack until ``k`` results or the budget are reached, or every node
+    that passes the filters (and ``min_score``) was considered.
+
+    Collapsed ranking asks for :func:`first_limit` nodes, then four times as many
+    while de-duplication leaves the results short. Traversal packs its own ranking
+    first (:func:`rank_traversal`) and, if that runs out, goes on with the other
+    nodes in collapsed order."""
+    lead: Ranked = []
+    if mode == "traversal":
+        lead = rank_traversal(index, state, query, beam, filters, lexical)
+        results, exhausted = pack(state, lead, packing)
+        if not exhausted:
+            return results
+    taken = {node_id for node_id, _ in lead}
+    limit = first_limit(packing.k)
+    while True:
+        ranked = rank_collapsed(index, state, query, limit, filters, lexical)
+        combined = [*lead, *(pair for pair in ranked if pair[0] not in taken)] if lead else ranked
+        results, exhausted = pack(state, combined, packing)
+        if not exhausted or len(ranked) < limit:
+            return results
+        limit *= 4
 
 
 def _allowed(state: TreeState, node_id: str, filters: Filters, selection: Selection | None) -> bool:
@@ -240,7 +310,8 @@ class Packing:
 
     k: int
     token_budget: int | None
-    min_score: float
+    min_score: float | None
+    """The lowest score a result may have; ``None``: no cut."""
     drop_repeated_sentences: bool
     count_tokens: Callable[[str], int]
 
@@ -283,7 +354,7 @@ def pack(state: TreeState, ranked: Ranked, packing: Packing) -> tuple[list[Retri
     delivered = DeliveredSentences()
     used = 0
     for node_id, score in ranked:
-        if score < packing.min_score:
+        if packing.min_score is not None and score < packing.min_score:
             return results, False
         node = state.nodes[node_id]
         context = node.text
@@ -374,7 +445,7 @@ def check_query(
     mode = config.mode if mode is None else mode
     if mode not in RETRIEVAL_MODES:
         raise ValueError(f"unknown mode {mode!r}; choose one of: {', '.join(RETRIEVAL_MODES)}")
-    threshold = config.retrieve_threshold if min_score is None else float(min_score)
+    threshold = config.retrieve_threshold if min_score is None else to_min_score(min_score)  # None: no cut
     packing = Packing(k, budget, threshold, config.drop_repeated_sentences, config.token_counter)
     filters = Filters(leaves_only, parse_where(where), to_time_range(time_range))
     weight = config.lexical_weight if lexical_weight is None else lexical_weight
@@ -389,23 +460,11 @@ def check_query(
 
 
 def answer(replica: Replica, query: Query, vector: Vector, beam: int) -> list[RetrievedNode]:
-    """Rank the replica's nodes for ``query`` (embedded as ``vector``) and pack the results.
-
-    Collapsed ranking asks for a few more nodes than ``k`` and, when de-duplication
-    or filters used them all up, four times as many again, until enough are packed.
-    """
+    """Rank the replica's nodes for ``query`` (embedded as ``vector``) and pack the
+    results (:func:`retrieve`), under the replica's read lock."""
     lexical = LexicalQuery(query.text, query.lexical_weight) if query.lexical_weight > 0 else None
     with replica.lock.read():
         index, state = replica.index, replica.state
         if index is None or len(index) == 0:
             return []
-        if query.mode == "traversal":
-            ranked = rank_traversal(index, state, vector, beam, query.filters, lexical)
-            return pack(state, ranked, query.packing)[0]
-        limit = query.packing.k * 4 + 16
-        while True:
-            ranked = rank_collapsed(index, state, vector, limit, query.filters, lexical)
-            results, exhausted = pack(state, ranked, query.packing)
-            if not exhausted or len(ranked) < limit:
-                return results
-            limit *= 4
+        return retrieve(index, state, vector, query.mode, beam, query.packing, query.filters, lexical)

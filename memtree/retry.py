@@ -9,10 +9,15 @@ missing fields, an empty reply). Anything else (a bad request, a wrong key) fail
 at once. Each retry is reported to the current usage scope (``retries``), so a
 memory's ``stats()`` shows them.
 
-The error's class is recognized without importing any client library: by status
-codes (``error.status_code`` or ``error.response.status_code``), Retry-After headers
-(``retry-after-ms`` or ``retry-after``, seconds or an HTTP date) and the names of
-the connection and timeout errors of openai, httpx, requests, aiohttp and friends.
+What an error is decides, never its class name: first the type hierarchy
+(``TimeoutError`` and ``ConnectionError`` are transient), then an HTTP status
+(``error.status_code`` or ``error.response.status_code``, with Retry-After headers:
+``retry-after-ms`` or ``retry-after``, seconds or an HTTP date), then the connection
+and timeout error classes of the client libraries already imported (openai,
+anthropic, httpx, aiohttp, google-api-core; none is imported here). An error that
+will not go away by waiting fails at once: 400/401/403/404/422, ``OSError``s such as
+``FileNotFoundError`` or a failed model or tokenizer download (``requests`` errors,
+which downloaders raise, are ``OSError``s too), ``ValueError``, ``TypeError``.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import email.utils
 import json
 import logging
 import random
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -39,25 +45,31 @@ T = TypeVar("T")
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
 """HTTP statuses worth retrying besides 5xx: timeout, conflict, too early, rate limit."""
 
-_TRANSIENT_ERROR_NAMES = frozenset(
-    {
-        "APIConnectionError",  # openai, anthropic
-        "APITimeoutError",
-        "TimeoutException",  # httpx
-        "TransportError",
-        "NetworkError",
-        "RemoteProtocolError",
-        "ConnectTimeout",
-        "ReadTimeout",
-        "ConnectionError",  # requests
-        "ChunkedEncodingError",
-        "ClientConnectionError",  # aiohttp
-        "ServerDisconnectedError",
-        "ServiceUnavailable",  # google-api-core
+_TRANSIENT_CLIENT_ERRORS = {
+    "openai": ("APIConnectionError",),  # APITimeoutError is one
+    "anthropic": ("APIConnectionError",),
+    "httpx": ("TransportError",),  # timeouts, network and protocol errors
+    "aiohttp": ("ClientConnectionError", "ServerTimeoutError"),
+    "google.api_core.exceptions": (
+        "ServiceUnavailable",
         "ResourceExhausted",
         "DeadlineExceeded",
-    }
+        "InternalServerError",
+    ),
+}
+"""Connection and timeout errors of client libraries, by module: looked up among the
+modules already imported (an error of a library can only exist once it is)."""
+
+PERMANENT_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,  # FileNotFoundError, PermissionError, a failed download (its ConnectionError is caught first)
+    ValueError,
+    TypeError,
+    LookupError,
+    AttributeError,
+    ImportError,
+    NotImplementedError,
 )
+"""Errors that waiting does not fix: they fail at once, whatever their cause says."""
 
 
 class ModelResponseError(RuntimeError):
@@ -71,6 +83,12 @@ class EmptyReplyError(ModelResponseError):
     Its own class so a caller that guards replies (:class:`~memtree.aggregate.LLMAggregator`)
     can count an empty reply as a failed guard and fall back, while other unusable
     replies keep the default handling."""
+
+
+class ModelUnavailableError(RuntimeError):
+    """A model was not called: its circuit breaker is open after repeated failures,
+    or too many earlier calls to it still run past their timeout. Never retried; a
+    summary it should have written stays stale for ``repair()``."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +114,11 @@ class RetryPolicy:
     jitter: float = 0.5
     timeout: float | None = 60.0
     max_retry_after: float = 120.0
+    breaker_failures: int = 5
+    """Calls in a row that fail for a transient reason (after their retries) before
+    the model's circuit breaker opens; ``0`` never opens it."""
+    breaker_cooldown: float = 30.0
+    """Seconds an open breaker refuses calls before letting one trial call through."""
 
     def __post_init__(self) -> None:
         if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int) or self.max_attempts < 1:
@@ -109,6 +132,12 @@ class RetryPolicy:
             raise ValueError(f"jitter must be between 0 and 1, got {self.jitter}")
         if self.timeout is not None and self.timeout <= 0:
             raise ValueError(f"timeout must be a positive number of seconds or None, got {self.timeout}")
+        if isinstance(self.breaker_failures, bool) or not isinstance(self.breaker_failures, int):
+            raise ValueError(f"breaker_failures must be an integer >= 0, got {self.breaker_failures!r}")
+        if self.breaker_failures < 0:
+            raise ValueError(f"breaker_failures must be an integer >= 0, got {self.breaker_failures!r}")
+        if self.breaker_cooldown < 0:
+            raise ValueError(f"breaker_cooldown must be >= 0 seconds, got {self.breaker_cooldown}")
 
     def backoff(self, retry: int, retry_after: float | None = None) -> float:
         """Seconds to wait before retry number ``retry`` (1 for the first)."""
@@ -118,53 +147,92 @@ class RetryPolicy:
             delay = max(delay, min(retry_after, self.max_retry_after))
         return delay
 
-    def call(self, attempt: Callable[[float | None], T], *, what: str, enforce_timeout: bool = True) -> T:
+    def call(
+        self,
+        attempt: Callable[[float | None], T],
+        *,
+        what: str,
+        enforce_timeout: bool = True,
+        breaker: CircuitBreaker | None = None,
+    ) -> T:
         """Run ``attempt(timeout)`` until it succeeds, fails for good, or attempts run out.
 
         With ``enforce_timeout`` each attempt runs in a helper thread that is abandoned
         after ``timeout`` seconds (a ``TimeoutError``, retried); pass ``False`` when the
         attempt enforces the timeout it is given itself (an HTTP client's timeout).
         The last error is raised with a note saying how many attempts were made.
+        ``breaker`` (the model's :class:`CircuitBreaker`) refuses the call at once
+        while it is open, and stops retrying when it opens meanwhile.
         """
+        if breaker is not None:
+            breaker.before(what)
         number = 1
         while True:
             try:
                 if enforce_timeout and self.timeout is not None:
-                    return call_with_timeout(lambda: attempt(self.timeout), self.timeout, what)
-                return attempt(self.timeout)
+                    result = call_with_timeout(lambda: attempt(self.timeout), self.timeout, what)
+                else:
+                    result = attempt(self.timeout)
             except Exception as error:
-                delay = self._delay_after(error, number, what)
+                delay = self._delay_after(error, number, what, breaker)
                 if delay is None:
                     raise
+            else:
+                if breaker is not None:
+                    breaker.succeeded()
+                return result
             time.sleep(delay)
             number += 1
 
     async def acall(
-        self, attempt: Callable[[float | None], Awaitable[T]], *, what: str, enforce_timeout: bool = True
+        self,
+        attempt: Callable[[float | None], Awaitable[T]],
+        *,
+        what: str,
+        enforce_timeout: bool = True,
+        breaker: CircuitBreaker | None = None,
     ) -> T:
         """Async :meth:`call`: the timeout cancels the attempt's coroutine."""
+        if breaker is not None:
+            breaker.before(what)
         number = 1
         while True:
             try:
                 if enforce_timeout and self.timeout is not None:
                     try:
-                        return await asyncio.wait_for(attempt(self.timeout), self.timeout)
+                        result = await asyncio.wait_for(attempt(self.timeout), self.timeout)
                     except TimeoutError:
                         raise TimeoutError(f"{what} took longer than {self.timeout} s") from None
-                return await attempt(self.timeout)
+                else:
+                    result = await attempt(self.timeout)
             except Exception as error:
-                delay = self._delay_after(error, number, what)
+                delay = self._delay_after(error, number, what, breaker)
                 if delay is None:
                     raise
+            else:
+                if breaker is not None:
+                    breaker.succeeded()
+                return result
             await asyncio.sleep(delay)
             number += 1
 
-    def _delay_after(self, error: Exception, number: int, what: str) -> float | None:
-        """The wait before the next attempt, or ``None`` to give up (noting why on the error)."""
+    def _delay_after(
+        self, error: Exception, number: int, what: str, breaker: CircuitBreaker | None = None
+    ) -> float | None:
+        """The wait before the next attempt, or ``None`` to give up (noting why on the
+        error, and telling the breaker of a call that failed for a transient reason)."""
         retryable, retry_after = transient(error)
         if not retryable:
+            if breaker is not None:  # refused for hanging: a failure; any other answer: reachable
+                breaker.failed() if isinstance(error, ModelUnavailableError) else breaker.settled()
+            return None
+        if breaker is not None and breaker.is_open():
+            error.add_note(f"{what}: gave up after {number} attempts; its circuit breaker opened meanwhile")
+            breaker.failed()
             return None
         if number >= self.max_attempts:
+            if breaker is not None:
+                breaker.failed()
             if number > 1:
                 error.add_note(f"{what}: gave up after {number} attempts")
             return None
@@ -182,8 +250,82 @@ class RetryPolicy:
         return delay
 
 
-NO_RETRIES = RetryPolicy(max_attempts=1, timeout=None)
-"""A policy that makes exactly one attempt with no time limit."""
+NO_RETRIES = RetryPolicy(max_attempts=1, timeout=None, breaker_failures=0)
+"""A policy that makes exactly one attempt with no time limit (and no breaker)."""
+
+
+class CircuitBreaker:
+    """Stops calling a model that keeps failing, so a dead or hanging model costs
+    each write nothing instead of a full round of retries.
+
+    After ``failures`` calls in a row fail for a transient reason (timeouts, dropped
+    connections, 429/5xx, after their retries) the breaker opens: calls raise
+    :class:`ModelUnavailableError` at once for ``cooldown`` seconds. Then calls go
+    through again on probation: one more such failure opens it for another
+    ``cooldown``, a success closes it. A summary refused meanwhile is stale, and
+    ``MemTree.repair()`` rewrites it once the model answers again (:meth:`reset`
+    lets a caller try before the cooldown ends). ``failures=0`` never opens.
+    """
+
+    def __init__(self, failures: int, cooldown: float, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.failures = failures
+        self.cooldown = cooldown
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._failed = 0
+        self._opened_at: float | None = None
+
+    def is_open(self) -> bool:
+        """Whether calls are being refused."""
+        with self._lock:
+            return self._opened_at is not None and self.clock() - self._opened_at < self.cooldown
+
+    def before(self, what: str) -> None:
+        """Let a call through, or raise :class:`ModelUnavailableError` while open."""
+        with self._lock:
+            if self._opened_at is None:
+                return
+            waited = self.clock() - self._opened_at
+            if waited >= self.cooldown:  # on probation: the next failure opens it again
+                self._opened_at, self._failed = None, max(0, self.failures - 1)
+                return
+            failed, left = self._failed, self.cooldown - waited
+        raise ModelUnavailableError(
+            f"{what} failed {failed} calls in a row, so it is not called for {left:.0f} s more "
+            "(summaries wait, marked stale, for repair())"
+        )
+
+    def succeeded(self) -> None:
+        """A call succeeded: close."""
+        with self._lock:
+            self._failed, self._opened_at = 0, None
+
+    def settled(self) -> None:
+        """A call ended with an answer that is not the model's fault to retry (a bad
+        request): the model is reachable, so this closes the breaker too."""
+        self.succeeded()
+
+    def failed(self) -> None:
+        """A call failed for a transient reason after its retries: count it, and open
+        (again) once there are ``failures`` in a row."""
+        with self._lock:
+            self._failed += 1
+            if self.failures and self._failed >= self.failures:
+                self._opened_at = self.clock()
+
+    def reset(self) -> None:
+        """Close now, e.g. when the caller knows the model is back."""
+        self.succeeded()
+
+
+def breaker_for(owner: object, policy: RetryPolicy) -> CircuitBreaker:
+    """``owner``'s breaker for ``policy`` (one per model object, made on first use and
+    again if its retry policy is replaced)."""
+    found = getattr(owner, "_memtree_breaker", None)
+    if found is None or found[0] is not policy:
+        found = (policy, CircuitBreaker(policy.breaker_failures, policy.breaker_cooldown))
+        object.__setattr__(owner, "_memtree_breaker", found)
+    return found[1]  # type: ignore[no-any-return]
 
 
 def transient(error: BaseException) -> tuple[bool, float | None]:
@@ -203,15 +345,30 @@ def transient(error: BaseException) -> tuple[bool, float | None]:
 
 
 def _classify(error: BaseException) -> tuple[bool, float | None] | None:
+    """``(retryable, retry_after)``, or ``None`` when only the error's cause can tell."""
     if isinstance(error, (ModelResponseError, TimeoutError, ConnectionError, json.JSONDecodeError)):
         return True, None
     status = _status_code(error)
     if status is not None:
         retryable = status in RETRYABLE_STATUS or 500 <= status <= 599
         return retryable, retry_after_seconds(_headers(error)) if retryable else None
-    if any(cls.__name__ in _TRANSIENT_ERROR_NAMES for cls in type(error).__mro__):
+    if isinstance(error, _client_transient_errors()):
         return True, None
+    if isinstance(error, PERMANENT_ERRORS):
+        return False, None
     return None
+
+
+def _client_transient_errors() -> tuple[type[BaseException], ...]:
+    """The transient error classes of the client libraries imported so far."""
+    found: list[type[BaseException]] = []
+    for module_name, names in _TRANSIENT_CLIENT_ERRORS.items():
+        module = sys.modules.get(module_name)
+        for name in names:
+            cls = getattr(module, name, None) if module is not None else None
+            if isinstance(cls, type) and issubclass(cls, BaseException):
+                found.append(cls)
+    return tuple(found)
 
 
 def _status_code(error: BaseException) -> int | None:
@@ -260,21 +417,54 @@ def _header(headers: Any, name: str) -> str | None:
     return None if value is None else str(value)
 
 
+MAX_OVERRUNNING_CALLS = 8
+"""Calls to one model (by name) that may still run in abandoned threads after their
+timeout; while that many hang, further calls fail at once instead of adding threads."""
+
+_overrunning: dict[str, int] = {}
+_overrunning_lock = threading.Lock()
+
+
+def overrunning_calls(what: str | None = None) -> int:
+    """Abandoned calls still running past their timeout (to the model ``what``, or all)."""
+    with _overrunning_lock:
+        return sum(_overrunning.values()) if what is None else _overrunning.get(what, 0)
+
+
 def call_with_timeout(fn: Callable[[], T], timeout: float, what: str = "the model call") -> T:
     """Run a blocking call, giving up with ``TimeoutError`` after ``timeout`` seconds.
 
     The call runs in a daemon thread (with the caller's context variables, so usage
     reports still reach the caller's scope). Python cannot stop a thread, so an
-    overrunning call finishes in the background and its result is dropped.
+    overrunning call finishes in the background and its result is dropped. Once
+    :data:`MAX_OVERRUNNING_CALLS` such calls to one model (``what``) are left running,
+    a call raises :class:`ModelUnavailableError` without starting a thread, so a
+    hanging model cannot pile up threads (at most that many, plus the calls already
+    in flight when the limit was reached).
     """
+    with _overrunning_lock:
+        hanging = _overrunning.get(what, 0)
+    if hanging >= MAX_OVERRUNNING_CALLS:
+        raise ModelUnavailableError(
+            f"{what}: {hanging} earlier calls still run past their {timeout} s timeout; "
+            "not starting another until one returns"
+        )
     future: Future[T] = Future()
     context = contextvars.copy_context()
+    state = {"abandoned": False}
+    state_lock = threading.Lock()
 
     def run() -> None:
         try:
             future.set_result(context.run(fn))
         except BaseException as error:  # noqa: BLE001 - handed to the waiting caller
             future.set_exception(error)
+        finally:
+            with state_lock:
+                abandoned = state["abandoned"]
+                state["abandoned"] = False
+            if abandoned:
+                _count_overrunning(what, -1)
 
     threading.Thread(target=run, name="memtree-model-call", daemon=True).start()
     try:
@@ -282,7 +472,20 @@ def call_with_timeout(fn: Callable[[], T], timeout: float, what: str = "the mode
     except TimeoutError:
         if future.done():  # the call itself raised TimeoutError
             raise
+        with state_lock:
+            if not future.done():
+                state["abandoned"] = True
+                _count_overrunning(what, +1)
         raise TimeoutError(f"{what} took longer than {timeout} s") from None
+
+
+def _count_overrunning(what: str, change: int) -> None:
+    with _overrunning_lock:
+        count = _overrunning.get(what, 0) + change
+        if count > 0:
+            _overrunning[what] = count
+        else:
+            _overrunning.pop(what, None)
 
 
 def _short(error: BaseException, width: int = 160) -> str:

@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from memtree.config import MemTreeConfig
 from memtree.node import ROOT_ID
-from memtree.state import TreeState
+from memtree.state import TreeView
 
 Scorer = Callable[[Sequence[str]], npt.NDArray[np.float32]]
 """Cosine similarity of the new text to each of the given node ids."""
@@ -52,7 +52,7 @@ class Route:
     best_scores: tuple[float, ...]
 
 
-def route(state: TreeState, score: Scorer, theta0: float, config: MemTreeConfig) -> Route:
+def route(state: TreeView, score: Scorer, theta0: float, config: MemTreeConfig) -> Route:
     """Descend from the root by the rules of design.md §1."""
     tree_depth = state.depth
     node = state.nodes.get(ROOT_ID)

@@ -4,7 +4,7 @@ It is built and kept current only by applying :class:`~memtree.store.ChangeBatch
 es, whether they come from this process's own commits or from other writers, so
 there is exactly one way the picture changes. Besides the nodes it keeps the lookups
 the engine needs per insert or query without scanning the tree: leaves by exact
-text (duplicate guard), leaves by source id (adapters), leaves by metadata value
+content (duplicate guard: text, metadata and source id), leaves by source id (adapters), leaves by metadata value
 (``where`` filters), a depth histogram (the tree's depth for the threshold) and,
 unless switched off, a BM25 index of every node's text for hybrid retrieval.
 :func:`paused_gc` keeps the garbage collector out of loading a whole tree.
@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import bisect
 import gc
+import json
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from operator import attrgetter
+from typing import Any, Protocol
 
 from memtree.lexical import LexicalIndex
 from memtree.node import ROOT_ID, Node
@@ -30,6 +32,33 @@ JOURNAL_LENGTH = 4096
 """Change batches remembered for :meth:`TreeState.changes_since` (optimistic writes)."""
 
 
+ContentKey = tuple[str, str, str | None]
+"""What makes two leaves duplicates: text, canonical metadata JSON, source id."""
+
+
+def content_key(text: str, metadata: Mapping[str, Any], source_id: str | None) -> ContentKey:
+    """The duplicate guard's key: the same text with other metadata (another tenant,
+    another session) or another source id is another memory, not a duplicate."""
+    canonical = json.dumps(metadata, sort_keys=True, ensure_ascii=False, separators=(",", ":")) if metadata else ""
+    return (text, canonical, source_id)
+
+
+def _content_of(node: Node) -> ContentKey:
+    return content_key(node.text, node.metadata, node.source_id)
+
+
+class TreeView(Protocol):
+    """What routing and planning read of a tree: nodes by id (each with its children
+    list) and the tree's depth. A :class:`TreeState` is one; ``MemTree.update``
+    routes through a view of the tree as it would be without the leaf it moves."""
+
+    @property
+    def nodes(self) -> Mapping[str, Node]: ...
+
+    @property
+    def depth(self) -> int: ...
+
+
 class TreeState:
     """Nodes by id with children lists, plus the lookups above."""
 
@@ -39,7 +68,7 @@ class TreeState:
         self.seq = 0
         self.generation: str | None = None
         self.info = NamespaceInfo()
-        self.leaf_by_text: dict[str, str] = {}
+        self.leaf_by_content: dict[ContentKey, str] = {}
         self.leaves_by_source: dict[str, list[str]] = {}
         self._by_metadata: MetadataIndex | None = None
         """Leaf ids by metadata key and value; made by the first ``where`` filter, then
@@ -169,7 +198,7 @@ class TreeState:
         if not node.is_leaf:
             return
         self.leaf_total += 1
-        self.leaf_by_text.setdefault(node.text, node.id)
+        self.leaf_by_content.setdefault(_content_of(node), node.id)
         if node.source_id is not None:
             self.leaves_by_source.setdefault(node.source_id, []).append(node.id)
         if self._by_metadata is not None:
@@ -183,7 +212,7 @@ class TreeState:
         self._depths.update(node.depth for node in members)
         leaves = [node for node in members if node.is_leaf]
         self.leaf_total += len(leaves)
-        self.leaf_by_text = {node.text: node.id for node in reversed(leaves)}  # the first of equal texts
+        self.leaf_by_content = {_content_of(node): node.id for node in reversed(leaves)}  # the first of equals
         by_source = self.leaves_by_source
         for node in leaves:
             if node.source_id is not None:
@@ -201,8 +230,9 @@ class TreeState:
         if not node.is_leaf:
             return
         self.leaf_total -= 1
-        if self.leaf_by_text.get(node.text) == node.id:
-            del self.leaf_by_text[node.text]
+        content = _content_of(node)
+        if self.leaf_by_content.get(content) == node.id:
+            del self.leaf_by_content[content]
         if node.source_id is not None:
             ids = self.leaves_by_source.get(node.source_id, [])
             if node.id in ids:
@@ -236,6 +266,10 @@ class TreeState:
                     by_metadata.add(node.id, node.metadata)
             self._by_metadata = by_metadata  # one assignment: concurrent readers see all or nothing
         return by_metadata.select(where)
+
+    def duplicate_of(self, text: str, metadata: Mapping[str, Any], source_id: str | None) -> str | None:
+        """The id of a leaf holding the same text, metadata and source id, if any."""
+        return self.leaf_by_content.get(content_key(text, metadata, source_id))
 
     def children_of(self, node_id: str) -> list[Node]:
         """The node's children (the node objects as they are now, in order)."""

@@ -18,7 +18,16 @@ from memtree.deferral import FlushPlan
 from memtree.embed import Matrix
 from memtree.model_calls import ModelCalls, Request, Steps, aggregations
 from memtree.node import Node
-from memtree.planning import AggregationJob, DeletePlan, InsertPlan, centroid_of, latest, normalized, rebuild_job
+from memtree.planning import (
+    AggregationJob,
+    DeletePlan,
+    InsertPlan,
+    centroid_of,
+    latest,
+    normalized,
+    path_jobs,
+    rebuild_job,
+)
 from memtree.text import count_words
 
 logger = logging.getLogger(__name__)
@@ -33,38 +42,13 @@ class SummaryWriter:
         self.embed = embed
 
     def write_path(self, plan: InsertPlan, children: Mapping[str, list[Node]]) -> Generator[Request, Any, None]:
-        """Write the summaries on an insert's path, concurrently: each merges the new
-        text into its own (``Aggregate(text, new, n)``).
-
-        A stale summary's text already misses something, so it is rebuilt from its
-        children instead, after its child on the path was written (one more round
-        per stale summary; none in the common case). If one of those children is
-        stale too, a rebuild would inherit the gap and clear the mark that shows it,
-        so the summary only merges the new text and stays stale for ``repair()``.
-        """
-        stale = {job.node_id for job in plan.jobs if plan.summaries[job.node_id].stale}
-        rounds = [[job for job in plan.jobs if job.node_id not in stale]]
-        deepest_first = sorted(plan.jobs, key=lambda job: -plan.summaries[job.node_id].depth)
-        rounds.extend([job] for job in deepest_first if job.node_id in stale)
-        written: list[Node] = []
-        for jobs in rounds:
-            kept_stale: set[str] = set()
-            ready: list[AggregationJob] = []
-            for job in jobs:
-                node = plan.summaries[job.node_id]
-                kids = _children_after(node.id, plan, children) if node.id in stale else []
-                if node.id not in stale:
-                    ready.append(job)
-                elif any(kid.stale for kid in kids):
-                    kept_stale.add(node.id)
-                    count_before = node.leaf_count - 1
-                    ready.append(AggregationJob(node.id, node.text, [plan.leaf.text], count_before, job.centroid))
-                else:
-                    ready.append(rebuild_job(node, [kid.text for kid in kids]))
-            done = yield from self.write_texts(ready, plan.summaries, fallback=plan.fallback_texts())
-            for node in done:
-                node.stale = node.id in kept_stale
-            written.extend(done)
+        """Write the summaries on an insert's path in one concurrent round (see
+        :func:`~memtree.planning.path_jobs`: a stale one is rebuilt, or merges the
+        new text and stays stale when a rebuild would inherit a gap)."""
+        jobs, kept_stale = path_jobs(plan, children)
+        written = yield from self.write_texts(jobs, plan.summaries, fallback=plan.fallback_texts())
+        for node in written:
+            node.stale = node.id in kept_stale
         yield from self.embed_summaries(written, plan.summaries.values())
 
     def write(
@@ -237,14 +221,3 @@ class SummaryWriter:
             for node_id in reads_stale:
                 level[node_id].stale = True
             rewritten.update(level)
-
-
-def _children_after(node_id: str, plan: InsertPlan, children: Mapping[str, list[Node]]) -> list[Node]:
-    """A path summary's children once the insert is done (with this insert's copies)."""
-    kids = [plan.summaries.get(child.id, child) for child in children[node_id]]
-    if node_id == plan.route.parent:
-        if plan.new_parent is not None:
-            kids = [plan.summaries[plan.new_parent] if kid.id == plan.route.split else kid for kid in kids]
-        else:
-            kids.append(plan.leaf)
-    return kids

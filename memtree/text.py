@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 
 _SENTENCE_END = re.compile(r"(?<=[.!?…])[\"')\]]*\s+|\n+")
 _TOKEN = re.compile(r"\w+|[^\w\s]", re.UNICODE)
@@ -18,9 +19,9 @@ def require_text(text: object, what: str = "text") -> str:
     """
     if not isinstance(text, str):
         raise TypeError(f"{what} must be a str, got {type(text).__name__}")
-    if not text.strip():
+    if not text.strip() or _invisible(text):
         hint = "give it some words to look for" if what == "query" else "give it some words to remember"
-        raise ValueError(f"{what} is empty or whitespace-only; {hint}")
+        raise ValueError(f"{what} is empty or whitespace-only (zero-width characters count as space); {hint}")
     if "\x00" in text:
         raise ValueError(f"{what} contains a NUL character (\\x00); remove it before storing")
     try:
@@ -28,6 +29,12 @@ def require_text(text: object, what: str = "text") -> str:
     except UnicodeEncodeError as error:
         raise ValueError(f"{what} is not valid Unicode ({error.reason} at {error.start})") from None
     return text
+
+
+def _invisible(text: str) -> bool:
+    """Whether every character is white space or an invisible format character
+    (zero-width space and joiners, word joiner, byte-order mark: Unicode ``Cf``)."""
+    return all(char.isspace() or unicodedata.category(char) == "Cf" for char in text)
 
 
 def unstorable(value: object) -> str | None:

@@ -11,18 +11,17 @@ import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TextIO
 
-import numpy as np
-
 from memtree import backup, viz
+from memtree import update as updating
 from memtree.aggregate import Aggregator
 from memtree.config import AGGREGATION_MODES, Aggregation, MemTreeConfig
-from memtree.embed import Embedder
+from memtree.embed import Embedder, check_query_embedding
 from memtree.index import VectorIndex
 from memtree.inputs import TimeLike, make_item
 from memtree.integrity import integrity_problems
 from memtree.model_calls import ModelCalls
 from memtree.model_choice import choose_models
-from memtree.node import Node, RetrievedNode, Vector
+from memtree.node import LeafVersion, Node, RetrievedNode, Vector
 from memtree.replica import Replica
 from memtree.retrieval import answer, check_query
 from memtree.siblings import Siblings
@@ -203,15 +202,11 @@ class MemTree:
         source_ids: Sequence[str | None] | None = None,
         aggregation: Aggregation | None = None,
     ) -> list[str]:
-        """Remember several texts in order, embedded in batches. Every item is checked
-        before anything is stored, so one bad item stores nothing.
-
-        ``"eager"`` rewrites the summaries on each item's path as it goes (the paper);
-        ``"deferred"`` commits every leaf, then rewrites each touched summary once with
-        all its new texts; ``"background"`` commits the leaves and returns, the worker
-        writes the summaries. Left out: ``config.aggregation`` (``"deferred"`` there
-        means the memory's: summaries wait for :meth:`flush` or :meth:`close`).
-        """
+        """Remember several texts in order, embedded in batches; one bad item stores
+        nothing. ``"eager"`` rewrites each item's path as it goes (the paper);
+        ``"deferred"`` commits every leaf, then rewrites each touched summary once;
+        ``"background"`` commits the leaves and the worker writes the summaries. Left
+        out: ``config.aggregation`` (``"deferred"`` there waits for :meth:`flush`)."""
         return self._writer.add_many((texts, metadata, timestamps, source_ids), aggregation, self.deferred())
 
     async def aadd_many(
@@ -234,9 +229,8 @@ class MemTree:
         return DeferredAggregation(self._writer, self)
 
     def flush(self) -> int:
-        """Write every summary whose aggregation was deferred, each in one model call
-        (more past ``config.aggregation_max_words``); return how many. One that fails
-        stays stale for the next :meth:`flush` or :meth:`repair`."""
+        """Write every deferred summary, each in one model call (more past
+        ``config.aggregation_max_words``); return how many. Failed ones stay stale."""
         return self._writer.flush()
 
     async def aflush(self) -> int:
@@ -262,20 +256,13 @@ class MemTree:
         query_embedding: Vector | Sequence[float] | None = None,
         lexical_weight: float | None = None,
     ) -> list[RetrievedNode]:
-        """The nodes most relevant to ``query``, best first.
-
-        ``mode`` is ``"collapsed"`` (every node scored at once) or ``"traversal"``
-        (beam descent from the root). ``token_budget`` caps the tokens of the
-        results' ``context`` (the last result is cut to fit). ``where`` keeps leaves
-        whose metadata pass it: ``{"speaker": "Leo"}`` for equality, operators as in
-        ``{"age": {"$gte": 30}, "tag": {"$in": ["a", "b"]}}``, and ``$and`` / ``$or``
-        / ``$not`` (see :mod:`memtree.where`); ``time_range=(start, end)`` keeps
-        nodes whose event time lies inside (either side may be ``None``).
-        ``query_embedding`` is the query's vector if you already have it (from this
-        memory's embedder), e.g. to search many namespaces with one embedding call.
-        ``lexical_weight`` overrides the config's share of BM25 in the score for this
-        call (``0`` ranks by cosine similarity alone, as the paper does).
-        """
+        """The nodes most relevant to ``query``, best first. ``mode``: ``"collapsed"``
+        (every node scored) or ``"traversal"`` (beam descent). ``token_budget`` caps
+        the results' ``context`` tokens. ``where`` filters leaves by metadata
+        (``{"speaker": "Leo"}``, ``{"age": {"$gte": 30}}``, ``$and``/``$or``/``$not``:
+        :mod:`memtree.where`); ``time_range=(start, end)`` by event time.
+        ``query_embedding``: the query's vector from this embedder, if you have it.
+        ``lexical_weight`` overrides the config's BM25 share (``0``: cosine alone)."""
         options = (k, token_budget, mode, leaves_only, where, time_range, min_score, lexical_weight)
         checked = check_query(self.config, self._state, query, *options)
         self._replica.maybe_refresh()
@@ -337,6 +324,24 @@ class MemTree:
         """Async :meth:`delete_many`."""
         return await self._writer.adelete(node_ids)
 
+    def update(
+        self, leaf_id: str, text: str, *, metadata: Mapping[str, Any] | None = None, timestamp: TimeLike | None = None
+    ) -> str:
+        """Correct a leaf in place (same id; ``None`` keeps its metadata / timestamp);
+        summaries above its old and new place are rewritten, :meth:`history` keeps the
+        version replaced (:mod:`memtree.update`)."""
+        return updating.update(self._writer, leaf_id, text, metadata=metadata, timestamp=timestamp)
+
+    async def aupdate(
+        self, leaf_id: str, text: str, *, metadata: Mapping[str, Any] | None = None, timestamp: TimeLike | None = None
+    ) -> str:
+        """Async :meth:`update`."""
+        return await updating.aupdate(self._writer, leaf_id, text, metadata=metadata, timestamp=timestamp)
+
+    def history(self, leaf_id: str) -> list[LeafVersion]:
+        """The earlier versions of a leaf that :meth:`update` replaced, oldest first."""
+        return updating.history(self._writer, leaf_id)
+
     def repair(self) -> int:
         """Rewrite every stale summary (deepest first); return how many were fixed."""
         return self._writer.write(self._writer.procedures.repair)
@@ -361,8 +366,7 @@ class MemTree:
         return self._replica.get(node_id)
 
     def get_many(self, node_ids: Iterable[str]) -> dict[str, Node]:
-        """Copies of those of ``node_ids`` that exist, by id, from one snapshot; missing
-        ids are left out (a retrieval's ``leaf_ids`` may name a leaf deleted since)."""
+        """Copies of those of ``node_ids`` that exist, by id, from one snapshot."""
         return self._replica.get_many(node_ids)
 
     def find(self, *, source_id: str) -> list[str]:
@@ -489,7 +493,7 @@ class MemTree:
         return self._replica.refresh_interval
 
     def _given(self, query_embedding: Vector | Sequence[float]) -> Vector:
-        return self._writer.procedures.check_vectors(np.atleast_2d(query_embedding), 1)[0]
+        return check_query_embedding(query_embedding, self._state.info.dimension)
 
     @property
     def _index(self) -> VectorIndex | None:

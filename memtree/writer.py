@@ -26,7 +26,7 @@ from memtree.deferral import PendingSummaries
 from memtree.embed import Matrix
 from memtree.inputs import Item, TimeLike, make_item
 from memtree.model_calls import ModelCalls, Steps
-from memtree.node import Node, Vector
+from memtree.node import LeafVersion, Node, Vector
 from memtree.optimistic import OPTIMISTIC_ATTEMPTS, PreparedWrite, still_valid
 from memtree.procedures import Procedures
 from memtree.replica import Replica
@@ -72,7 +72,7 @@ class Writer:
 
     def add(self, item: Item, aggregation: str | None) -> str:
         mode = self.aggregation_mode(aggregation)
-        existing = self.stored_duplicate(item.text)
+        existing = self.stored_duplicate(item)
         if existing is not None:
             return existing
         vectors = self.calls.drive(self.procedures.embed([item.text]))
@@ -82,7 +82,7 @@ class Writer:
 
     async def aadd(self, item: Item, aggregation: str | None) -> str:
         mode = self.aggregation_mode(aggregation)
-        existing = self.stored_duplicate(item.text)
+        existing = self.stored_duplicate(item)
         if existing is not None:
             return existing
         vectors = await self.calls.adrive(self.procedures.embed([item.text]))
@@ -114,24 +114,25 @@ class Writer:
         async with block:
             return await self._ainsert_all(items, vectors, defer=True)
 
-    def stored_duplicate(self, text: str, *, refresh: bool = True) -> str | None:
-        """The id of a leaf already holding exactly ``text``, if duplicates are not kept
-        (checked before embedding, so a repeated text costs no model call)."""
+    def stored_duplicate(self, item: Item, *, refresh: bool = True) -> str | None:
+        """The id of a leaf already holding exactly ``item`` (text, metadata, source
+        id), if duplicates are not kept (checked before embedding, so a repeated text
+        costs no model call)."""
         if not self.config.deduplicate:
             return None
         if refresh:
             self.replica.maybe_refresh()
-        return self.replica.state.leaf_by_text.get(text)
+        return self.replica.state.duplicate_of(item.text, item.metadata, item.source_id)
 
     def _stored_mask(self, items: list[Item]) -> list[bool]:
         """Which items are already stored (and need no embedding)."""
         self.replica.maybe_refresh()
-        return [self.stored_duplicate(item.text, refresh=False) is not None for item in items]
+        return [self.stored_duplicate(item, refresh=False) is not None for item in items]
 
     def _insert_all(self, items: list[Item], vectors: list[Vector | None], *, defer: bool) -> list[str]:
         ids = []
         for item, vector in zip(items, vectors, strict=True):
-            existing = self.stored_duplicate(item.text, refresh=False) if vector is None else None
+            existing = self.stored_duplicate(item, refresh=False) if vector is None else None
             if existing is not None:
                 ids.append(existing)
                 continue
@@ -143,7 +144,7 @@ class Writer:
     async def _ainsert_all(self, items: list[Item], vectors: list[Vector | None], *, defer: bool) -> list[str]:
         ids = []
         for item, vector in zip(items, vectors, strict=True):
-            existing = self.stored_duplicate(item.text, refresh=False) if vector is None else None
+            existing = self.stored_duplicate(item, refresh=False) if vector is None else None
             if existing is not None:
                 ids.append(existing)
                 continue
@@ -174,9 +175,10 @@ class Writer:
             await self.awrite(lambda: self.procedures.delete(ids))
         return len(ids)
 
-    def restore(self, nodes: list[Node], info: NamespaceInfo) -> None:
-        """Write a whole checked tree into this (empty) namespace in one transaction."""
-        self.write(lambda: self.procedures.restore(nodes, info))
+    def restore(self, nodes: list[Node], info: NamespaceInfo, versions: Sequence[LeafVersion] = ()) -> None:
+        """Write a whole checked tree (and its leaves' history) into this (empty)
+        namespace in one transaction."""
+        self.write(lambda: self.procedures.restore(nodes, info, versions))
 
     def reinsert_leaf(self, leaf: Node) -> None:
         """Route a stored leaf in again with its own id, times and embedding."""
@@ -312,7 +314,7 @@ class Writer:
                 prepared.abandon()
                 return False
             info = prepared.info(replica.state.info) if prepared.info is not None else None
-            replica.commit(transaction, prepared.upserts, prepared.deletions, info)
+            replica.commit(transaction, prepared.upserts, prepared.deletions, info, prepared.versions)
         except BaseException:
             prepared.abandon()
             raise

@@ -1,30 +1,20 @@
-"""Test doubles for the LangChain adapter tests: a scripted chat model that can be
-bound to tools (LangChain's fakes cannot), and a callback that records what a
-chat model was sent. Both are real LangChain classes, only the answers are canned."""
+"""Test doubles for the LangChain adapter tests: the scripted chat model that can be
+bound to tools (shipped as ``langchain_memtree.testing``, since LangChain's fakes
+cannot), and a callback that records what a chat model was sent. Both are real
+LangChain classes, only the answers are canned."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import UTC, date, datetime
 from typing import Any
 
 from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
-from langchain_core.runnables import Runnable
 
+from langchain_memtree.testing import ScriptedChatModel, scripted
 from memtree import HashingEmbedder, MemTree, MemTreeConfig
 
-
-class ScriptedChatModel(GenericFakeChatModel):
-    """``GenericFakeChatModel`` that accepts ``bind_tools`` (the script decides the calls)."""
-
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Runnable[Any, AIMessage]:
-        return self
-
-
-def scripted(*answers: AIMessage | str) -> ScriptedChatModel:
-    return ScriptedChatModel(messages=iter(answers))
+__all__ = ["PromptRecorder", "ScriptedChatModel", "conversation", "hashing_memory", "scripted", "values_json_lacks"]
 
 
 class PromptRecorder(BaseCallbackHandler):

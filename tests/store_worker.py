@@ -130,7 +130,7 @@ def insert(
 
 
 def forkserver(location: str, namespace: str) -> None:
-    if is_postgres_dsn(location):  # imported lazily by PostgresStore; here once for every writer
+    if is_postgres_dsn(location):  # imported lazily by PostgresBackend; here once for every writer
         import psycopg  # noqa: F401
         import psycopg_pool  # noqa: F401
     print("ready", flush=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from gated import GatedAggregator, gated_memory, summaries_cover_exactly_their_leaves
 
-from memtree import HashingEmbedder, InMemoryStore, MemTree, MemTreeConfig
+from memtree import HashingEmbedder, MemoryBackend, MemTree, MemTreeConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPICS = ["garden", "cello", "bread", "sailing"]
@@ -87,7 +87,7 @@ async def test_async_add_in_background_mode() -> None:
 
 @pytest.mark.parametrize("mode", ["background", "deferred"])
 def test_close_writes_every_pending_summary(mode: str) -> None:
-    store = InMemoryStore()
+    store = MemoryBackend()
     aggregator = GatedAggregator(open_gate=mode == "deferred")
     memory = gated_memory(aggregator, store=store, aggregation=mode)
     memory.add_many(TEXTS[:10])
@@ -103,7 +103,7 @@ def test_close_writes_every_pending_summary(mode: str) -> None:
 
 
 def test_close_writes_the_pending_summaries_of_sibling_namespaces() -> None:
-    store = InMemoryStore()
+    store = MemoryBackend()
     memory = gated_memory(GatedAggregator(open_gate=True), store=store, aggregation="deferred")
     alice = memory.sibling(("users", "alice"))
     alice.add_many(TEXTS[:6])
@@ -147,7 +147,7 @@ def test_a_failing_model_leaves_summaries_stale_and_repair_writes_them() -> None
 
 
 def test_a_write_while_the_worker_stops_stores_its_leaf_and_close_writes_its_summaries() -> None:
-    store = InMemoryStore()
+    store = MemoryBackend()
     aggregator = GatedAggregator()
     memory = gated_memory(aggregator, store=store, aggregation="background")
     memory.add_many(TEXTS[:4])
@@ -178,12 +178,12 @@ EXITING = textwrap.dedent(
     sys.path.insert(0, {tests!r})
     from gated import GatedAggregator, gated_memory
     import memtree.background
-    from memtree import SQLiteStore
+    from memtree import SQLiteBackend
 
     mode, ending = sys.argv[1], sys.argv[2]
     aggregator = GatedAggregator(open_gate=ending != "stuck")
     memtree.background.EXIT_FLUSH_SECONDS = 2.0
-    memory = gated_memory(aggregator, store=SQLiteStore({path!r}), aggregation=mode)
+    memory = gated_memory(aggregator, store=SQLiteBackend({path!r}), aggregation=mode)
     for i in range(8):
         memory.add(f"garden note {{i}}: garden practice and cello plans {{i % 3}}")
     if ending == "crash":
@@ -212,9 +212,9 @@ def test_interpreter_exit_writes_pending_summaries_within_a_bounded_wait(
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     # Well under GATE_LIMIT (30 s), which a stuck model call would reach if exit waited for it.
     subprocess.run([sys.executable, str(script), mode, ending], check=True, env=env, timeout=25)
-    from memtree import SQLiteStore
+    from memtree import SQLiteBackend
 
-    store = SQLiteStore(path)
+    store = SQLiteBackend(path)
     try:
         memory = gated_memory(GatedAggregator(open_gate=True), store=store)
         assert len(memory) == 8  # no leaf is ever lost

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_stores import FACTS, canonical, snapshot
 
-from memtree import HashingEmbedder, InMemoryStore, MemTree, MemTreeConfig, SQLiteStore
+from memtree import HashingEmbedder, MemoryBackend, MemTree, MemTreeConfig, SQLiteBackend
 from memtree.embed import Matrix
 from memtree.node import JSONDict
 from memtree.store import ChangeBatch, NamespaceKey, NamespaceSnapshot
@@ -47,7 +47,7 @@ def make(store: object = None, namespace: str = "default", embedder: HashingEmbe
 
 @pytest.fixture
 def source() -> MemTree:
-    memory = make(InMemoryStore(), namespace="source")
+    memory = make(MemoryBackend(), namespace="source")
     ids = memory.add_many(
         FACTS + MORE,
         metadata=[{"i": i, "who": 'Zoë "Z" O\'Neil'} for i in range(len(FACTS + MORE))],
@@ -84,7 +84,7 @@ def test_a_backup_restores_the_exact_tree_records_and_answers(source: MemTree, t
     assert (header["namespace"], header["dimension"], header["embedder"]) == (["source"], 64, "HashingEmbedder(64)")
     assert (header["nodes"], header["records"]) == (written, 3)
 
-    store = SQLiteStore(tmp_path / "restored.db")
+    store = SQLiteBackend(tmp_path / "restored.db")
     embedder = RecordingEmbedder()
     restored = make(store, namespace=("restored", "copy"), embedder=embedder)
     assert restored.import_jsonl(path) == written
@@ -97,7 +97,7 @@ def test_a_backup_restores_the_exact_tree_records_and_answers(source: MemTree, t
     assert store.get_records(restored.namespace, "profile") == {"name": {"value": "Dana"}}
     assert restored.find(source_id="msg-5") == source.find(source_id="msg-5")
     store.close()
-    with make(SQLiteStore(tmp_path / "restored.db"), namespace=("restored", "copy")) as reopened:
+    with make(SQLiteBackend(tmp_path / "restored.db"), namespace=("restored", "copy")) as reopened:
         assert snapshot(reopened) == snapshot(source)
         reopened.store.close()
 
@@ -144,7 +144,7 @@ def test_import_refuses_a_namespace_that_is_not_empty(source: MemTree) -> None:
     with pytest.raises(ValueError, match=r"namespace \('default',\) is not empty \(1 leaves\).*delete_namespace"):
         target.import_jsonl(io.StringIO("".join(exported(source))))
     assert snapshot(target) == before
-    records_only = make(InMemoryStore())
+    records_only = make(MemoryBackend())
     records_only.store.put_records(records_only.namespace, "messages", {"1": {"text": "hi"}})
     with pytest.raises(ValueError, match=r"records \(messages\)"):
         records_only.import_jsonl(io.StringIO("".join(exported(source))))
@@ -212,7 +212,7 @@ LONG_VECTOR = base64.b64encode((np.ones(64, "<f4") * 0.5).tobytes()).decode()
         (header(namespace=[]), r"^line 1: namespace is not valid"),
         (replace_line(2, '{"type": "node", "id": \n'), r"^line 3: not valid JSON"),
         (replace_line(2, "[1, 2]\n"), r"^line 3: expected a JSON object, got list"),
-        (replace_line(2, '{"type": "edge"}\n'), r'^line 3: "type" must be "node" or "record"'),
+        (replace_line(2, '{"type": "edge"}\n'), r'^line 3: "type" must be "node", "record" or "version"'),
         (change(is_leaf, embedding="***"), r"^line \d+: embedding is not valid base64"),
         (change(is_leaf, embedding=SHORT_VECTOR), r"^line \d+: embedding holds 16 float32 values.*dimension 64"),
         (change(is_leaf, embedding=LONG_VECTOR), r"^line \d+: embedding is not unit length"),
@@ -234,7 +234,7 @@ LONG_VECTOR = base64.b64encode((np.ones(64, "<f4") * 0.5).tobytes()).decode()
 def test_a_malformed_backup_is_refused_with_its_line_and_nothing_is_imported(
     source: MemTree, edit: Edit, message: str
 ) -> None:
-    target = make(InMemoryStore())
+    target = make(MemoryBackend())
     with pytest.raises(ValueError, match=message):
         target.import_jsonl(io.StringIO("".join(edit(exported(source)))))
     assert_untouched(target)
@@ -356,7 +356,7 @@ def leaf_and_record_numbers(lines: list[str]) -> tuple[set[str], set[str]]:
     return leaves, records
 
 
-class InterleavingStore(InMemoryStore):
+class InterleavingStore(MemoryBackend):
     """Another writer completes a step before every read: anything reading the
     namespace in two calls sees two different moments."""
 
@@ -412,12 +412,12 @@ def test_backups_during_concurrent_writes_are_consistent(
 ) -> None:
     import threading
 
-    from memtree import PostgresStore
+    from memtree import PostgresBackend
 
-    def open_store() -> SQLiteStore | PostgresStore:
+    def open_store() -> SQLiteBackend | PostgresBackend:
         if backend == "sqlite":
-            return SQLiteStore(tmp_path / "memory.db")
-        return PostgresStore(dsn)
+            return SQLiteBackend(tmp_path / "memory.db")
+        return PostgresBackend(dsn)
 
     dsn = request.getfixturevalue("postgres_dsn") if backend == "postgres" else ""
     writer = make(open_store(), namespace="shared")

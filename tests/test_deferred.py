@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openai_server import FakeOpenAIServer
 
-from memtree import ROOT_ID, Aggregator, HashingEmbedder, InMemoryStore, MemTree, MemTreeConfig
+from memtree import ROOT_ID, Aggregator, HashingEmbedder, MemoryBackend, MemTree, MemTreeConfig
 from memtree.models import OpenAIChatModel, OpenAIEmbedder
 from memtree.node import Vector
 from memtree.retry import RetryPolicy
@@ -44,7 +44,7 @@ class JoiningAggregator(Aggregator):
         return True
 
 
-def joined_memory(store: InMemoryStore | None = None, **config: object) -> MemTree:
+def joined_memory(store: MemoryBackend | None = None, **config: object) -> MemTree:
     options = {"theta0": 0.15, **config}
     return MemTree(
         embedder=HashingEmbedder(64),
@@ -149,7 +149,7 @@ async def test_deferred_works_with_the_async_api() -> None:
 
 
 def test_a_crash_inside_a_block_loses_no_leaf_and_repair_recovers() -> None:
-    store = InMemoryStore()
+    store = MemoryBackend()
     memory = joined_memory(store)
     memory.add_many(TEXTS[:8])
     with pytest.raises(KeyboardInterrupt), memory.deferred():  # no flush on KeyboardInterrupt
@@ -193,7 +193,7 @@ def test_summaries_that_fail_to_flush_stay_stale_and_the_next_flush_writes_them(
     assert_summaries_cover_exactly_their_leaves(memory)
 
 
-class FlakyStore(InMemoryStore):
+class FlakyStore(MemoryBackend):
     """Fails the next ``fail_commits`` commits, as a full disk or a lost connection would."""
 
     fail_commits = 0

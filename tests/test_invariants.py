@@ -1,4 +1,4 @@
-"""Tree invariants under random sequences of adds and deletes (hypothesis)."""
+"""Tree invariants under random sequences of adds, updates and deletes (hypothesis)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ operations = st.lists(
     st.one_of(
         st.tuples(st.just("add"), texts),
         st.tuples(st.just("delete"), st.integers(min_value=0, max_value=10_000)),
+        st.tuples(st.just("update"), st.tuples(st.integers(min_value=0, max_value=10_000), texts)),
     ),
     min_size=1,
     max_size=60,
@@ -28,13 +29,14 @@ operations = st.lists(
     depth_cap=st.integers(min_value=2, max_value=8),
     parent_embedding=st.sampled_from(["text", "mean"]),
 )
-def test_invariants_hold_after_any_adds_and_deletes(
+def test_invariants_hold_after_any_adds_updates_and_deletes(
     ops: list[tuple[str, object]], theta0: float, depth_cap: int, parent_embedding: str
 ) -> None:
     config = MemTreeConfig(theta0=theta0, depth_cap=depth_cap, parent_embedding=parent_embedding)  # type: ignore[arg-type]
     memory = MemTree(embedder=HashingEmbedder(16), config=config)
     added: dict[str, str] = {}
     embeddings: dict[str, np.ndarray] = {}
+    versions: dict[str, list[str]] = {}
     for op, value in ops:
         if op == "add":
             assert isinstance(value, str)
@@ -43,11 +45,22 @@ def test_invariants_hold_after_any_adds_and_deletes(
                 assert added[leaf] == value  # an exact duplicate returns the stored leaf
             added[leaf] = value
             embeddings.setdefault(leaf, memory.get(leaf).embedding.copy())
-        elif added:
+        elif op == "update" and added:
+            assert isinstance(value, tuple)
+            position, text = value
+            leaf = sorted(added)[position % len(added)]
+            assert memory.update(leaf, text) == leaf  # the id stays, wherever the leaf goes
+            if text != added[leaf]:
+                versions.setdefault(leaf, []).append(added[leaf])
+            added[leaf] = text
+            embeddings[leaf] = memory.embedder.embed([text])[0]
+            assert [version.text for version in memory.history(leaf)] == versions.get(leaf, [])
+        elif op == "delete" and added:
             assert isinstance(value, int)
             victim = sorted(added)[value % len(added)]
             memory.delete(victim)
             del added[victim]
+            versions.pop(victim, None)
 
         assert memory.check_integrity() == []
         for node in memory.walk():  # every summary's vector is its current text's (or its leaves' mean)
@@ -62,8 +75,8 @@ def test_invariants_hold_after_any_adds_and_deletes(
         leaves = {node.id: node for node in memory.walk() if node.is_leaf}
         assert set(leaves) == set(added)
         for leaf_id, node in leaves.items():
-            assert node.text == added[leaf_id]  # a leaf never changes
-            np.testing.assert_array_equal(node.embedding, embeddings[leaf_id])
+            assert node.text == added[leaf_id]  # a leaf changes only by update
+            np.testing.assert_allclose(node.embedding, embeddings[leaf_id], atol=1e-6)
         assert len(memory) == len(added)
         if added:
             root = memory.get(ROOT_ID)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import base64
+import inspect
 import itertools
 import json
 import logging
+import re
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,7 +32,7 @@ from lc_fakes import PromptRecorder, conversation, hashing_memory, scripted, val
 from langchain_memtree import MemTreeChatMessageHistory, MemTreeRetriever
 from langchain_memtree.history import MESSAGES
 from langchain_memtree.messages import Granularity, speaker
-from memtree import HashingEmbedder, InMemoryStore, MemTree, MemTreeConfig
+from memtree import HashingEmbedder, MemoryBackend, MemTree, MemTreeConfig
 from memtree.embed import Matrix
 
 
@@ -53,7 +56,7 @@ def test_messages_come_back_exactly_in_order_and_rounds_are_remembered() -> None
 
 
 def test_a_round_added_in_two_calls_is_one_memory_even_across_handles() -> None:
-    store = InMemoryStore()
+    store = MemoryBackend()
     memory = hashing_memory(store=store)
     MemTreeChatMessageHistory(memory, session_id="s").add_user_message("I moved to Lisbon in March.")
     assert len(MemTreeChatMessageHistory(memory, session_id="s").memory) == 0  # waits for the answer
@@ -260,14 +263,44 @@ def test_bad_arguments_are_refused_clearly() -> None:
     assert history.messages == []
 
 
-def test_our_use_of_the_deprecated_base_class_stays_quiet() -> None:
+def deprecated_since(source: str, anchor: str) -> str:
+    """The ``since=`` version langchain-core's source gives right before ``anchor``."""
+    before = source[: source.index(anchor)]
+    return re.findall(r'since="([^"]+)"', before)[-1]
+
+
+def test_the_deprecation_note_names_the_installed_langchain_core_versions() -> None:
+    import langchain_core.chat_history
+    import langchain_core.runnables.history
+
+    base = deprecated_since(inspect.getsource(langchain_core.chat_history), "class BaseChatMessageHistory")
+    runnable = deprecated_since(
+        inspect.getsource(langchain_core.runnables.history.RunnableWithMessageHistory.__init__),
+        "RunnableWithMessageHistory is deprecated",
+    )
+    assert (base, runnable) == ("1.6.4", "1.3.3")
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8").split())
+    assert f"`RunnableWithMessageHistory`, which langchain-core deprecates since {runnable}" in readme
+    assert f"`BaseChatMessageHistory`, the class it builds on, is deprecated since langchain-core {base}" in readme
+    doc = " ".join((MemTreeChatMessageHistory.__doc__ or "").split())
+    assert f"(deprecated since langchain-core {runnable})" in doc and f"deprecated since langchain-core {base}" in doc
+
+
+def test_langchains_deprecation_warnings_reach_the_user() -> None:
+    """memtree filters no warnings: building a chain on the deprecated runnable warns as
+    LangChain means it to, and using the history changes no warning filter."""
+    filters = list(warnings.filters)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        history = MemTreeChatMessageHistory(hashing_memory(), session_id="quiet")
-        history.add_messages([HumanMessage("hi"), AIMessage("hello")])
-        assert len(history.messages) == 2
-        history.clear()
-    assert [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)] == []
+        chain = RunnableWithMessageHistory(
+            scripted("Hello!"), lambda session_id: MemTreeChatMessageHistory(hashing_memory(), session_id=session_id)
+        )
+        chain.invoke([HumanMessage("Hi")], config={"configurable": {"session_id": "s"}})
+    assert any(
+        issubclass(w.category, DeprecationWarning) and "RunnableWithMessageHistory is deprecated" in str(w.message)
+        for w in caught
+    )
+    assert warnings.filters == filters
 
 
 def test_works_with_runnable_with_message_history() -> None:

@@ -24,6 +24,14 @@ print(langchain_memtree.__file__)
 """
 
 
+def test_the_notebook_uses_no_deprecated_langchain_class() -> None:
+    """The chat-history adapter builds on langchain-core's deprecated BaseChatMessageHistory;
+    the notebook shows the middleware instead."""
+    code = "".join(cell.source for cell in nbformat.read(NOTEBOOK, as_version=4).cells)
+    assert "MemTreeMemoryMiddleware" in code
+    assert "MemTreeChatMessageHistory" not in code and "RunnableWithMessageHistory" not in code
+
+
 def run_notebook(monkeypatch: pytest.MonkeyPatch) -> nbformat.NotebookNode:
     """Execute the notebook in a kernel that imports this checkout; return it with outputs."""
     # The kernel inherits this environment: this checkout first on the path, no downloads.
@@ -49,8 +57,8 @@ def test_notebook_runs_offline_and_recalls_early_sessions(monkeypatch: pytest.Mo
 
     assert stdout(notebook.cells[1]).startswith("model: scripted fake (offline)")
     summary = json.loads(stdout(notebook.cells[-2]))
-    assert summary["messages_logged"] == 12  # the three early sessions, exactly
-    assert summary["rounds_remembered"] == 8  # six from the history, two recorded by the middleware
+    assert summary["rounds_remembered"] == 8  # six replayed, two from the live session
+    assert summary["rounds_per_day"] == ROUNDS_PER_DAY  # each round recorded once, on its session's date
     memories = {result["question"]: result["memories"] for result in summary["results"]}
     expected = {
         "Remind me, what is my dog called?": "His name is Pepper.",
@@ -75,7 +83,7 @@ def test_notebook_with_an_api_key_uses_openai_for_the_tree_and_the_agent(monkeyp
         notebook = run_notebook(monkeypatch)
     assert stdout(notebook.cells[1]).startswith("model: OpenAI (real)")
     summary = json.loads(stdout(notebook.cells[-2]))
-    assert summary["messages_logged"] == 12 and summary["rounds_remembered"] == 8
+    assert summary["rounds_remembered"] == 8 and summary["rounds_per_day"] == ROUNDS_PER_DAY
     # every answer is the server's deterministic reply to the question the agent sent it
     assert [result["answer"] for result in summary["results"]] == [f"Reply: {q}" for q in QUESTIONS]
     assert "Assistant: Reply: I booked my flights to Lisbon for September 12th." in stdout(notebook.cells[7])
@@ -98,6 +106,8 @@ def test_notebook_with_an_api_key_uses_openai_for_the_tree_and_the_agent(monkeyp
     assert "Ingrid is getting married in Tromsø" in memories["Where is Ingrid's wedding again?"]
     assert "I booked my flights to Lisbon for September 12th." in memories["When do I fly to Lisbon?"]
 
+
+ROUNDS_PER_DAY = {"2024-04-28": 2, "2024-05-20": 2, "2024-06-16": 2, "2024-07-30": 2}
 
 QUESTIONS = [
     "Remind me, what is my dog called?",

@@ -143,7 +143,7 @@ def test_index_false_and_per_put_fields() -> None:
 
 
 def test_whole_value_is_embedded_by_default_and_updates_reindex_only_what_changed() -> None:
-    store = MemTreeStore(hashing_memory())
+    store = MemTreeStore(hashing_memory(), index={"fields": ["$"]})
     store.put(("docs",), "a", {"text": "Pepper chases squirrels."})
     tree = store.tree(("docs",))
     assert [tree.get(i).text for i in tree.find(source_id="a")] == ['{"text": "Pepper chases squirrels."}']
@@ -153,8 +153,40 @@ def test_whole_value_is_embedded_by_default_and_updates_reindex_only_what_change
     fielded.put(("docs",), "a", {"text": "Pepper chases squirrels.", "views": 2})  # text unchanged: same leaf
     assert fielded.tree(("docs",)).find(source_id="a") == leaf
     fielded.put(("docs",), "a", {"text": "Pepper sleeps all day.", "views": 3})
-    new_leaf = fielded.tree(("docs",)).find(source_id="a")
-    assert new_leaf != leaf and len(new_leaf) == 1 and len(fielded.tree(("docs",))) == 1
+    tree = fielded.tree(("docs",))
+    assert tree.find(source_id="a") == leaf and len(tree) == 1  # corrected in place: the same leaf
+    assert tree.get(leaf[0]).text == "Pepper sleeps all day."
+    assert [version.text for version in tree.history(leaf[0])] == ["Pepper chases squirrels."]
+
+
+def test_put_on_an_existing_key_updates_its_leaves_in_place_with_history() -> None:
+    store = MemTreeStore(hashing_memory(), index={"fields": ["text", "note"]})
+    namespace = ("memories", "maya")
+    store.put(namespace, "dog", {"text": "Maya's greyhound is called Pepper.", "note": "adopted in April"})
+    store.put(namespace, "job", {"text": "Maya works night shifts as a nurse.", "note": "since May"})
+    tree = store.tree(namespace)
+    leaves = {tree.get(i).metadata["path"]: i for i in tree.find(source_id="dog")}
+    store.put(namespace, "dog", {"text": "Maya's greyhound Pepper is scared of bicycles.", "note": "adopted in April"})
+    assert {tree.get(i).metadata["path"]: i for i in tree.find(source_id="dog")} == leaves  # same ids
+    assert tree.get(leaves["text"]).text == "Maya's greyhound Pepper is scared of bicycles."
+    assert [v.text for v in tree.history(leaves["text"])] == ["Maya's greyhound is called Pepper."]
+    assert tree.history(leaves["note"]) == []  # unchanged text: untouched
+    found = store.search(namespace, query="Maya's greyhound Pepper is scared of bicycles.", limit=1)
+    assert [(item.key, item.score) for item in found] == [("dog", pytest.approx(1.0, abs=1e-5))]
+    assert store.search(namespace, query="Maya's greyhound is called Pepper.", limit=1)[0].score < 0.99
+    store.put(namespace, "dog", {"text": "Maya's greyhound Pepper is scared of bicycles."})  # the note is gone
+    assert tree.find(source_id="dog") == [leaves["text"]] and len(tree) == 3
+    assert tree.check_integrity() == []
+
+
+async def test_async_put_on_an_existing_key_updates_in_place() -> None:
+    store = MemTreeStore(hashing_memory(), index={"fields": ["text"]})
+    await store.aput(("n",), "k", {"text": "first version of the note"})
+    (leaf,) = store.tree(("n",)).find(source_id="k")
+    await store.aput(("n",), "k", {"text": "second version of the note"})
+    tree = store.tree(("n",))
+    assert tree.find(source_id="k") == [leaf] and tree.get(leaf).text == "second version of the note"
+    assert [v.text for v in tree.history(leaf)] == ["first version of the note"]
 
 
 def test_equal_texts_in_two_items_are_two_leaves() -> None:
@@ -245,8 +277,18 @@ def test_bad_input_is_refused_clearly() -> None:
         store.search(("n",), filter={"a": {"$regex": "x"}})
     with pytest.raises(ValueError, match=r"filter 'a': \$in takes a list of values, got 'xy'"):
         store.search(("n",), filter={"a": {"$in": "xy"}})
-    with pytest.raises(ValueError, match="takes only 'fields'; drop \\['dims', 'embed'\\]"):
-        MemTreeStore(hashing_memory(), index={"dims": 384, "embed": "openai:x", "fields": ["text"]})
+    with pytest.raises(ValueError) as unknown:
+        MemTreeStore(hashing_memory(), index={"dims": 64, "feilds": ["text"], "distance": "cosine"})
+    assert str(unknown.value) == (
+        "unknown index key(s) ['distance', 'feilds']; MemTreeStore accepts ['dims', 'embed', 'fields'] "
+        "(as LangGraph's IndexConfig: dims, embed, fields)"
+    )
+    with pytest.raises(ValueError, match="index dims must be a positive int"):
+        MemTreeStore(hashing_memory(), index={"dims": 0})
+    with pytest.raises(TypeError, match="index embed must be a LangChain Embeddings"):
+        MemTreeStore(hashing_memory(), index={"embed": 42})  # type: ignore[typeddict-item]
+    with pytest.raises(ValueError, match="must be 'provider:model'"):
+        MemTreeStore(hashing_memory(), index={"embed": "minilm"})
     assert store.list_namespaces() == []
 
 
@@ -348,22 +390,19 @@ def test_traversal_search_fills_the_limit_beam_first_and_filters_work() -> None:
     query = "dog cat tea"
     tree = store.tree(("n",))
     options: dict[str, Any] = {"leaves_only": True, "min_score": -1.0, "k": 100}
+    options["k"] = 10 * 2 + 8  # what the store asks each tree for a page of 10
     beam = {hit.source_id: hit.score for hit in tree.retrieve(query, mode="traversal", **options)}
-    collapsed = {hit.source_id: hit.score for hit in tree.retrieve(query, mode="collapsed", **options)}
-    assert 0 < len(beam) < 10  # the beam alone would not fill the page
-    others = sorted((score for key, score in collapsed.items() if key not in beam), reverse=True)
+    assert len(beam) == options["k"]  # traversal fills k: the beam's nodes, then the leaves below them
 
     results = store.search(("n",), query=query, limit=10)
     found = [(item.key, item.score) for item in results]
     assert len(found) == 10 and len({key for key, _ in found}) == 10
-    lead, rest = found[: len(beam)], found[len(beam) :]
-    assert dict(lead) == beam and [s for _, s in lead] == sorted(beam.values(), reverse=True)  # the beam leads
-    assert all(collapsed[key] == score for key, score in rest)  # then the others by collapsed score
-    assert [score for _, score in rest] == others[: len(rest)]
+    assert all(beam[key] == score for key, score in found)  # what traversal reached, best first
+    assert [score for _, score in found] == sorted(beam.values(), reverse=True)[:10]
     assert keys(store.search(("n",), query=query, limit=4, offset=6)) == keys(results[6:10])
 
     late = store.search(("n",), query=query, limit=10, filter={"i": {"$gte": 30}})
     assert sorted(item.value["i"] for item in late) == list(range(30, 40))
-    reached = {key for key in beam if int(key[1:]) >= 30}
-    assert {item.key for item in late[: len(reached)]} == reached
+    scores = [item.score or 0.0 for item in late]
+    assert scores == sorted(scores, reverse=True)  # every tree gave all it has: one ranking
     assert len(store.search(("n",), query=query, limit=50)) == 40

@@ -124,11 +124,41 @@ async def test_adelete_ref_doc_and_ainsert_use_the_async_engine() -> None:
 
 def test_update_ref_doc_replaces_the_documents_leaves() -> None:
     index = build()
+    first, second = index.ref_doc_info["hike-1"].node_ids
+    (first_leaf,) = index.memory.find(source_id=first)
     index.update_ref_doc(Document(text="Ana hiked the Camino in Spain.", doc_id="hike-1", metadata={"topic": "hike"}))
     texts = leaf_texts(index.memory)
     assert "Ana hiked the Camino in Spain." in texts
     assert "Ana hiked the Rota Vicentina trail in Portugal." not in texts
     assert fold("The trail follows the Atlantic cliffs.") not in all_sentences(index.memory)
+    # The one new node keeps the first old node's id and leaf; the second old node is gone.
+    assert index.ref_doc_info["hike-1"].node_ids == [first]
+    assert index.memory.find(source_id=first) == [first_leaf] and index.memory.find(source_id=second) == []
+    assert index.docstore.get_node(first).get_content() == "Ana hiked the Camino in Spain."
+    assert [v.text for v in index.memory.history(first_leaf)] == ["Ana hiked the Rota Vicentina trail in Portugal."]
+    assert index.memory.check_integrity() == []
+
+
+def test_update_ref_doc_with_more_nodes_keeps_the_old_ids_and_adds_new_ones() -> None:
+    index = build()
+    old_ids = list(index.ref_doc_info["hike-2"].node_ids)
+    text = "Ana packed plasters. The cliffs trail ends in a village. She slept by the harbour."
+    index.update_ref_doc(Document(text=text, doc_id="hike-2", metadata={"topic": "hike"}))
+    new_ids = index.ref_doc_info["hike-2"].node_ids
+    assert new_ids[:2] == old_ids and len(new_ids) == 3
+    contents = [index.docstore.get_node(node_id).get_content() for node_id in new_ids]
+    assert contents == ["Ana packed plasters.", "The cliffs trail ends in a village.", "She slept by the harbour."]
+    assert [index.memory.get(index.memory.find(source_id=n)[0]).text for n in new_ids] == contents
+    assert index.memory.check_integrity() == []
+
+
+async def test_aupdate_ref_doc_keeps_ids_like_update_ref_doc() -> None:
+    index = build()
+    first, _ = index.ref_doc_info["hike-1"].node_ids
+    (leaf,) = index.memory.find(source_id=first)
+    await index.aupdate_ref_doc(Document(text="Ana hiked the Camino in Spain.", doc_id="hike-1"))
+    assert index.ref_doc_info["hike-1"].node_ids == [first] and index.memory.find(source_id=first) == [leaf]
+    assert index.memory.get(leaf).text == "Ana hiked the Camino in Spain."
 
 
 def test_refresh_ref_docs_touches_only_changed_and_new_documents() -> None:
@@ -146,15 +176,16 @@ def test_refresh_ref_docs_touches_only_changed_and_new_documents() -> None:
     assert "Leo ate tonkotsu ramen in Kyoto." not in texts
 
 
-def test_insert_nodes_replaces_a_changed_node_and_skips_an_unchanged_one() -> None:
+def test_insert_nodes_updates_a_changed_node_and_skips_an_unchanged_one() -> None:
     index = MemTreeIndex([TextNode(id_="n", text="Pepper fears bicycles.", metadata={"v": 1})], memory=make_memory())
     first = index.memory.find(source_id="n")
     index.insert_nodes([TextNode(id_="n", text="Pepper fears bicycles.", metadata={"v": 1})])
     assert index.memory.find(source_id="n") == first
     index.insert_nodes([TextNode(id_="n", text="Pepper fears bicycles.", metadata={"v": 2})])
-    (replaced,) = index.memory.find(source_id="n")
-    assert replaced != first[0]
-    assert index.memory.get(replaced).metadata == {"v": 2}
+    (updated,) = index.memory.find(source_id="n")
+    assert updated == first[0]  # the same leaf, updated; its earlier version is kept
+    assert index.memory.get(updated).metadata == {"v": 2}
+    assert [v.metadata for v in index.memory.history(updated)] == [{"v": 1}]
     assert len(index.memory) == 1
 
 

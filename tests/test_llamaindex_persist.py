@@ -104,7 +104,7 @@ def test_the_tree_is_saved_beside_the_docstore_as_the_engines_jsonl_export(index
     struct = json.loads(
         json.loads((tmp_path / "index_store.json").read_text())["index_store/data"][index.index_id]["__data__"]
     )
-    assert struct["store"] == "InMemoryStore" and struct["namespace"] == ["default"]
+    assert struct["store"] == "MemoryBackend" and struct["namespace"] == ["default"]
     assert struct["snapshot"] == "memtree_tree"
     snapshot = tmp_path / "memtree_tree__vector_store.json"
     lines = json.loads(snapshot.read_text())["metadata_dict"]["memtree.jsonl"]["lines"]
@@ -140,7 +140,7 @@ def test_index_over_a_sqlite_tree_reopens_it(local_embedder, tmp_path: Path) -> 
         before = tree(memory), results(index)
     assert not list((tmp_path / "storage").glob("memtree*"))  # the tree is in the database, not copied
     storage = StorageContext.from_defaults(persist_dir=str(tmp_path / "storage"))
-    with pytest.raises(ValueError, match=r"keeps its tree in a SQLiteStore \(namespace \('docs', 'corpus'\)\)"):
+    with pytest.raises(ValueError, match=r"keeps its tree in a SQLiteBackend \(namespace \('docs', 'corpus'\)\)"):
         load_index_from_storage(storage)
     with (
         MemTree.open(path, namespace="other", embedder=local_embedder, config=CONFIG) as wrong,
@@ -267,8 +267,8 @@ def test_reopening_a_durable_index_with_a_memory_that_lacks_its_tree_is_refused(
     fresh = MemTree(namespace="docs", embedder=HashingEmbedder(64), config=CONFIG)
     with pytest.raises(
         ValueError,
-        match=r"the memory given \(InMemoryStore, namespace \('docs',\)\) does not hold this MemTreeIndex's tree: "
-        r"the index was built in a SQLiteStore and had 14 leaves, the memory holds 0 .*"
+        match=r"the memory given \(MemoryBackend, namespace \('docs',\)\) does not hold this MemTreeIndex's tree: "
+        r"the index was built in a SQLiteBackend and had 14 leaves, the memory holds 0 .*"
         r"pass the memory the index was built in, e.g. MemTree.open\(<the same SQLite path or PostgreSQL DSN>, "
         r"namespace=\('docs',\)\)",
     ):

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from memtree import ROOT_ID, HashingEmbedder, InMemoryStore, MemTree, MemTreeConfig
+from memtree import ROOT_ID, HashingEmbedder, MemoryBackend, MemTree, MemTreeConfig
 
 FACTS = [
     "Dana keeps bees on her roof in Oslo.",
@@ -62,7 +62,7 @@ def test_summary_timestamp_is_the_latest_below() -> None:
 
 
 def test_namespaces_are_isolated_in_a_shared_store() -> None:
-    store = InMemoryStore()
+    store = MemoryBackend()
     alice = make(store=store, namespace=("users", "alice"))
     bob = alice.with_namespace(("users", "bob"))
     alice.add("I like green tea.")
@@ -79,7 +79,7 @@ def test_namespaces_are_isolated_in_a_shared_store() -> None:
 
 
 def test_two_memory_objects_on_one_store_see_each_others_writes() -> None:
-    store = InMemoryStore()
+    store = MemoryBackend()
     first, second = make(store=store), make(store=store)
     first.add(FACTS[0])
     second.add(FACTS[1])
@@ -131,7 +131,7 @@ def test_export_and_outline() -> None:
 
 
 def test_auto_theta0_calibrates_and_is_remembered() -> None:
-    store = InMemoryStore()
+    store = MemoryBackend()
     config = MemTreeConfig(theta0="auto", calibration_samples=4, calibration_quantile=0.5)
     memory = MemTree(embedder=HashingEmbedder(64), store=store, config=config)
     assert memory.stats().theta0 == config.auto_theta0_start
@@ -143,7 +143,7 @@ def test_auto_theta0_calibrates_and_is_remembered() -> None:
 
 
 def test_records_live_beside_the_tree_and_go_with_the_namespace() -> None:
-    store = InMemoryStore()
+    store = MemoryBackend()
     key = ("chat", "s1")
     store.put_records(key, "messages", {"0002": {"text": "b"}, "0001": {"text": "a"}})
     store.put_records(key, "messages", {"0003": {"text": "c"}, "0002": None})

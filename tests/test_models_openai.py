@@ -9,7 +9,7 @@ import pytest
 from conftest import path_to_root
 from openai_server import FakeOpenAIServer, default_reply
 
-from memtree import ExtractiveAggregator, HashingEmbedder, InMemoryStore, LLMAggregator, LocalEmbedder, MemTree
+from memtree import ExtractiveAggregator, HashingEmbedder, LLMAggregator, LocalEmbedder, MemoryBackend, MemTree
 from memtree import MemTreeConfig as Config
 from memtree.models import MissingAPIKeyError, OpenAIChatModel, OpenAIEmbedder
 from memtree.models import resolve as resolve_module
@@ -93,7 +93,7 @@ def test_key_and_base_url_come_from_the_environment(
 
 
 def test_asking_for_openai_without_a_key_fails_before_any_work() -> None:
-    store = InMemoryStore()
+    store = MemoryBackend()
     for build in (
         lambda: OpenAIEmbedder(),
         lambda: OpenAIChatModel(),

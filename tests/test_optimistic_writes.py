@@ -12,7 +12,7 @@ import pytest
 from conftest import TableEmbedder, unit
 from test_deferred import SEP, JoiningAggregator, assert_summaries_cover_exactly_their_leaves
 
-from memtree import Aggregator, HashingEmbedder, MemTree, MemTreeConfig, SQLiteStore
+from memtree import Aggregator, HashingEmbedder, MemTree, MemTreeConfig, SQLiteBackend
 from memtree.node import Vector
 
 
@@ -33,7 +33,7 @@ class GatedAggregator(JoiningAggregator):
         return super().aggregate(summary, new_texts, count, centroid=centroid)
 
 
-def two_topic_memory(aggregator: Aggregator, store: SQLiteStore | None = None) -> MemTree:
+def two_topic_memory(aggregator: Aggregator, store: SQLiteBackend | None = None) -> MemTree:
     """Two subtrees under the root: "alpha ..." texts and "beta ..." texts."""
     table = {
         **{f"alpha {i}": unit(1, 0, 0.3 * i, 0) for i in range(1, 6)},
@@ -64,7 +64,7 @@ def in_thread(call: object) -> tuple[threading.Thread, dict[str, object]]:
 
 
 def test_a_slow_model_call_does_not_hold_the_files_writer_lock(tmp_path) -> None:
-    store = SQLiteStore(tmp_path / "memory.db", busy_timeout=1.0)
+    store = SQLiteBackend(tmp_path / "memory.db", busy_timeout=1.0)
     aggregator = GatedAggregator("alpha 3")
     alice = two_topic_memory(aggregator, store)
     bob = MemTree(embedder=HashingEmbedder(16), store=store, namespace="bob")
@@ -128,7 +128,7 @@ def test_many_concurrent_aadds_on_one_memory_all_finish(tmp_path, on_disk: bool)
     into one subtree: waiting for the writer lock must not starve the model calls."""
 
     async def main() -> MemTree:
-        store = SQLiteStore(tmp_path / "memory.db") if on_disk else None
+        store = SQLiteBackend(tmp_path / "memory.db") if on_disk else None
         memory = MemTree(embedder=HashingEmbedder(64), store=store, config=MemTreeConfig(theta0=0.2))
         for i in range(5):
             await memory.aadd(f"seed cat dog {i}")

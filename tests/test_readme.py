@@ -52,3 +52,17 @@ def test_ci_runs_the_readme_test_command() -> None:
     test_command = next(c.strip() for c in commands if "pytest" in c)
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert test_command in ci
+
+
+def test_every_example_that_builds_an_agent_also_runs_it() -> None:
+    """An agent built and never called can hide a model that cannot bind its tools."""
+    agents = [
+        (page, number, block, name)
+        for page, number, block in BLOCKS
+        for name in re.findall(r"(\w+) = create_agent\(", block)
+    ]
+    assert len(agents) >= 3  # the middleware example and both store examples
+    for page, number, block, name in agents:
+        assert re.search(rf"\b{name}\.(a?invoke|a?stream)\(", block), (
+            f"{page.name} example {number + 1} never runs {name}"
+        )

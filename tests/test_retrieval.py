@@ -10,6 +10,7 @@ from typing import TypeVar
 
 import numpy as np
 import pytest
+from conftest import TableEmbedder
 
 from memtree import ROOT_ID, HashingEmbedder, MemTree, MemTreeConfig, retrieval
 from memtree.lexical import lexical_tokens
@@ -280,19 +281,73 @@ def test_delivered_sentences_give_only_what_is_new() -> None:
     assert delivered.new_part("Ben runs.\nMiso sleeps.\nAna swims.") == "Miso sleeps.\nAna swims."
 
 
-def test_traversal_descends_by_beam() -> None:
+def test_traversal_descends_by_beam_then_fills_k_from_the_leaves_below() -> None:
+    memory = build(beam=1, lexical_weight=0.0)
+    query = "Miso the cat"
+    vector = memory.embed_query(query)
+
+    def cosine(node_id: str) -> float:
+        return float(memory.get(node_id).embedding @ vector)
+
+    path, node = [], memory.get(ROOT_ID)  # beam 1: the best child at each level
+    while node.children:
+        best = max(range(len(node.children)), key=lambda i: (cosine(node.children[i]), -i))
+        path.append(node.children[best])
+        node = memory.get(path[-1])
+    assert len(path) >= 2 and memory.get(path[-1]).is_leaf
+    below = [leaf for leaf in memory.leaf_ids_under(path[0]) if leaf not in path]
+    assert below  # the descent alone would leave k unfilled
+    expected = sorted(path, key=lambda i: -cosine(i)) + sorted(below, key=lambda i: (-cosine(i), i))
+    assert [r.id for r in memory.retrieve(query, mode="traversal", k=len(expected))] == expected
+
+    # Asked for more than the subtree holds: every other node follows in collapsed order.
+    everything = memory.retrieve(query, mode="traversal", k=100)
+    nodes = [n.id for n in memory.walk() if n.id != ROOT_ID]
+    assert len(everything) == len(nodes)
+    assert [r.id for r in everything][: len(expected)] == expected
+    others = [r.id for r in memory.retrieve(query, k=100) if r.id not in expected]
+    assert [r.id for r in everything][len(expected) :] == others
+
+
+def test_traversal_fills_the_token_budget() -> None:
     memory = build(beam=1)
-    results = memory.retrieve("Miso the cat", mode="traversal", k=20)
-    # beam 1: exactly one node per level, each the child of the previous one.
-    for upper, lower in zip(
-        sorted(results, key=lambda r: r.depth), sorted(results, key=lambda r: r.depth)[1:], strict=False
-    ):
-        assert memory.get(lower.id).parent == upper.id
-    assert sorted(r.depth for r in results) == list(range(1, len(results) + 1))
-    assert results[-1].is_leaf or any(r.is_leaf for r in results)
+    total = sum(count_tokens(node.text) for node in memory.walk() if node.id != ROOT_ID)
+    for budget in (40, 120, total // 2):
+        results = memory.retrieve("Miso the cat", mode="traversal", k=100, token_budget=budget)
+        assert sum(count_tokens(r.context) for r in results) == budget
+
+
+def test_k_results_come_back_whatever_their_scores_unless_a_min_score_is_set() -> None:
+    table = {"north": [1.0, 0.0], "south": [-1.0, 0.1], "east": [0.0, 1.0]}
+
+    def memory(**options: object) -> MemTree:
+        config = MemTreeConfig(theta0=0.99, lexical_weight=0.0, **options)  # type: ignore[arg-type]
+        built = MemTree(embedder=TableEmbedder(table), config=config)
+        for text in table:
+            built.add(text)  # θ0 0.99: three leaves under the root, no summary
+        return built
+
+    query = np.asarray([1.0, 0.0], np.float32)
+    plain = memory()
+    for mode in ("collapsed", "traversal"):
+        hits = plain.retrieve("q", k=3, mode=mode, query_embedding=query)
+        assert [(h.text, round(h.score, 3)) for h in hits] == [("north", 1.0), ("east", 0.0), ("south", -0.995)]
+        assert [h.text for h in plain.retrieve("q", k=3, mode=mode, query_embedding=query, min_score=0.0)] == [
+            "north",
+            "east",
+        ]
+    assert MemTreeConfig().retrieve_threshold is None
+    strict = memory(retrieve_threshold=0.5)
+    assert [h.text for h in strict.retrieve("q", k=3, query_embedding=query)] == ["north"]
+    assert [h.text for h in strict.retrieve("q", k=3, query_embedding=query, min_score=-1.0)] == [
+        "north",
+        "east",
+        "south",
+    ]
 
 
 def test_empty_memory_returns_nothing() -> None:
     memory = MemTree(embedder=HashingEmbedder(32))
     assert memory.retrieve("anything") == []
     assert memory.retrieve("anything", mode="traversal") == []
+

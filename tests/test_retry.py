@@ -8,11 +8,19 @@ import json
 import threading
 import time
 
+import aiohttp
+import httpx
+import openai
 import pytest
+import requests
 from hypothesis import given
 from hypothesis import strategies as st
+from langchain_core.embeddings import Embeddings
+from openai_server import FakeOpenAIServer
 
 from memtree.model_usage import recording
+from memtree.models import OpenAIChatModel
+from memtree.models.langchain import LangChainEmbedder
 from memtree.retry import ModelResponseError, RetryPolicy, call_with_timeout, retry_after_seconds, transient
 from memtree.stats import Counters
 
@@ -34,7 +42,21 @@ class StatusError(Exception):
 
 
 class APIConnectionError(Exception):
-    """Recognized by name, without importing any client library."""
+    """Named like openai's, but not it: a class name alone decides nothing."""
+
+
+def _request() -> httpx.Request:
+    return httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
+
+
+def _status(cls: type[openai.APIStatusError], status: int) -> openai.APIStatusError:
+    return cls(f"HTTP {status}", response=httpx.Response(status, request=_request()), body=None)
+
+
+def _wrapped(error: BaseException, outer: BaseException) -> BaseException:
+    """``outer`` as if raised from ``error``, as wrappers and downloaders do."""
+    outer.__cause__ = error
+    return outer
 
 
 class Flaky:
@@ -63,7 +85,7 @@ class Flaky:
         (StatusError(404), False),
         (TimeoutError("slow"), True),
         (ConnectionResetError("reset"), True),
-        (APIConnectionError("down"), True),
+        (APIConnectionError("down"), False),
         (ModelResponseError("empty reply"), True),
         (json.JSONDecodeError("bad", "{", 1), True),
         (ValueError("bad argument"), False),
@@ -71,6 +93,39 @@ class Flaky:
     ],
 )
 def test_transient_errors_are_recognized(error: Exception, retryable: bool) -> None:
+    assert transient(error)[0] is retryable
+
+
+@pytest.mark.parametrize(
+    ("error", "retryable"),
+    [
+        # transient: the client libraries' connection and timeout errors, 408/409/425/429/5xx
+        (openai.APIConnectionError(request=_request()), True),
+        (openai.APITimeoutError(request=_request()), True),
+        (_status(openai.RateLimitError, 429), True),
+        (_status(openai.InternalServerError, 500), True),
+        (_status(openai.InternalServerError, 503), True),
+        (httpx.ConnectError("refused"), True),
+        (httpx.ReadTimeout("slow"), True),
+        (httpx.RemoteProtocolError("closed mid-reply"), True),
+        (aiohttp.ServerDisconnectedError(), True),
+        (_wrapped(httpx.ReadTimeout("slow"), RuntimeError("provider failed")), True),
+        # permanent: waiting does not fix them
+        (_status(openai.AuthenticationError, 401), False),
+        (_status(openai.PermissionDeniedError, 403), False),
+        (_status(openai.BadRequestError, 400), False),
+        (_status(openai.NotFoundError, 404), False),
+        (_status(openai.UnprocessableEntityError, 422), False),
+        (FileNotFoundError("tokenizer.json"), False),
+        (PermissionError("model cache"), False),
+        # a tokenizer download (tiktoken fetches with requests) and a model download
+        (requests.exceptions.ConnectionError("Failed to resolve 'openaipublic.blob.core.windows.net'"), False),
+        (_wrapped(httpx.ConnectError("offline"), OSError("We couldn't connect to 'https://huggingface.co'")), False),
+        (_wrapped(_status(openai.InternalServerError, 503), ValueError("bad config")), False),
+    ],
+    ids=lambda value: type(value).__name__ if isinstance(value, BaseException) else str(value),
+)
+def test_errors_are_judged_by_their_type_and_status_not_their_name(error: BaseException, retryable: bool) -> None:
     assert transient(error)[0] is retryable
 
 
@@ -201,3 +256,57 @@ def test_a_stalled_attempt_is_retried_after_the_timeout() -> None:
 def test_bad_policies_name_the_field(options: dict[str, float], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         RetryPolicy(**options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("status", ["400", "401", "403", "404", "422"])
+def test_an_openai_error_that_will_not_go_away_fails_at_once(openai_server: FakeOpenAIServer, status: str) -> None:
+    model = OpenAIChatModel(**openai_server.client_options(), retry=RetryPolicy(initial_delay=0.0))
+    openai_server.fail_next(status, times=5, endpoint="chat")
+    with pytest.raises(openai.APIStatusError) as caught:
+        model.complete("hello")
+    assert caught.value.status_code == int(status)
+    assert openai_server.count("chat") == 1
+
+
+@pytest.mark.parametrize("status", ["408", "429", "500", "502", "503"])
+def test_an_openai_error_that_may_go_away_is_retried(openai_server: FakeOpenAIServer, status: str) -> None:
+    model = OpenAIChatModel(**openai_server.client_options(), retry=RetryPolicy(initial_delay=0.0))
+    openai_server.fail_next(status, times=2, endpoint="chat")
+    assert model.complete("hello").text
+    assert openai_server.count("chat") == 3
+
+
+def test_a_failed_tokenizer_download_is_not_retried() -> None:
+    """What ``OpenAIEmbeddings`` raises when tiktoken cannot download its encoding:
+    retrying it five times only made the failure slower."""
+
+    class OfflineTokenizer(Embeddings):
+        calls = 0
+
+        def embed_documents(self, texts: list[str]) -> list[list[float]]:
+            OfflineTokenizer.calls += 1
+            raise requests.exceptions.ConnectionError(
+                "HTTPSConnectionPool(host='openaipublic.blob.core.windows.net', port=443): "
+                "Max retries exceeded with url: /encodings/cl100k_base.tiktoken"
+            )
+
+        def embed_query(self, text: str) -> list[float]:
+            return self.embed_documents([text])[0]
+
+    embedder = LangChainEmbedder(OfflineTokenizer(), retry=RetryPolicy(initial_delay=0.0))
+    with pytest.raises(requests.exceptions.ConnectionError, match="cl100k_base"):
+        embedder.embed(["hello"])
+    assert OfflineTokenizer.calls == 1
+
+
+def test_a_missing_model_file_is_not_retried() -> None:
+    calls = 0
+
+    def attempt(timeout: float | None) -> str:
+        nonlocal calls
+        calls += 1
+        raise FileNotFoundError("/models/tokenizer.json")
+
+    with pytest.raises(FileNotFoundError):
+        NO_WAIT.call(attempt, what="test model")
+    assert calls == 1

@@ -68,11 +68,12 @@ def test_metadata_filters_match_before_and_after_the_index_is_made_and_after_a_r
             assert filtered(memory, where) == matching(memory, where), where
         before = {str(where): filtered(memory, where) for where in FILTERS}
         hits = [(hit.id, hit.score) for hit in memory.retrieve("Jon dance day", k=8)]
-        duplicates = {text: memory.add(text) for text, _ in notes(35, 3)}  # found by the text lookup
+        stored = dict(notes(35, 3))
+        duplicates = {text: memory.add(text, metadata=meta) for text, meta in stored.items()}  # the content lookup
     with MemTree.open(path, embedder=HashingEmbedder(64), config=CONFIG) as memory:  # loaded in one batch
         assert {str(where): filtered(memory, where) for where in FILTERS} == before
         assert [(hit.id, hit.score) for hit in memory.retrieve("Jon dance day", k=8)] == hits
-        assert {text: memory.add(text) for text in duplicates} == duplicates
+        assert {text: memory.add(text, metadata=stored[text]) for text in duplicates} == duplicates
         assert memory.check_integrity() == []
 
 
@@ -95,7 +96,7 @@ def test_a_reopened_state_equals_the_one_built_insert_by_insert(tmp_path: Path, 
         live = memory._state
         expected = (
             {node.id: list(node.children) for node in live.nodes.values()},
-            dict(live.leaf_by_text),
+            dict(live.leaf_by_content),
             {key: list(ids) for key, ids in live.leaves_by_source.items()},
             live.depth_histogram(),
             live.leaf_total,
@@ -105,7 +106,7 @@ def test_a_reopened_state_equals_the_one_built_insert_by_insert(tmp_path: Path, 
         loaded = memory._state
         assert (
             {node.id: list(node.children) for node in loaded.nodes.values()},
-            dict(loaded.leaf_by_text),
+            dict(loaded.leaf_by_content),
             {key: list(ids) for key, ids in loaded.leaves_by_source.items()},
             loaded.depth_histogram(),
             loaded.leaf_total,

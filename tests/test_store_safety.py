@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from memtree import HashingEmbedder, IncompatibleStoreError, MemTree, MemTreeConfig, PostgresStore, SQLiteStore
-from memtree.store import InMemoryStore, as_store, migrations, sqlite
+from memtree import HashingEmbedder, IncompatibleStoreError, MemTree, MemTreeConfig, PostgresBackend, SQLiteBackend
+from memtree.store import MemoryBackend, as_store, migrations, sqlite
 from memtree.store.codec import CorruptDataError
 from memtree.store.migrations import Migration
 
@@ -54,7 +54,7 @@ def test_another_applications_sqlite_database_is_refused_untouched(tmp_path: Pat
     connection.close()
     before = fingerprint(tmp_path)
     with pytest.raises(IncompatibleStoreError, match=r"another application \(table users\).*untouched"):
-        SQLiteStore(path)
+        SQLiteBackend(path)
     with pytest.raises(ValueError, match="not a memtree memory"):
         open_memory(path)
     assert fingerprint(tmp_path) == before
@@ -68,7 +68,7 @@ def test_a_newer_schema_is_refused_untouched(tmp_path: Path) -> None:
         connection.execute("INSERT INTO memtree_schema VALUES (99, 'from the future', 0)")
     connection.close()
     before = fingerprint(tmp_path)
-    with pytest.raises(IncompatibleStoreError, match=r"schema version 99.*only knows versions up to 1.*upgrade"):
+    with pytest.raises(IncompatibleStoreError, match=r"schema version 99.*only knows versions up to 2.*upgrade"):
         open_memory(path)
     assert fingerprint(tmp_path) == before
 
@@ -117,7 +117,7 @@ def test_commits_still_in_the_wal_are_seen_and_a_refusal_keeps_every_byte(
     assert {f"{path.name}-wal", f"{path.name}-shm"} <= set(before)  # the refusal has a WAL to spoil
     for _ in range(2):
         with pytest.raises(IncompatibleStoreError, match=message):
-            SQLiteStore(path)
+            SQLiteBackend(path)
         assert fingerprint(tmp_path) == before  # main file, -wal and -shm
 
 
@@ -127,7 +127,7 @@ def test_a_wal_without_its_shm_is_read_from_a_copy(tmp_path: Path, make: Callabl
     Path(f"{path}-shm").unlink()  # as when someone copied the file and its -wal by hand
     before = fingerprint(tmp_path)
     with pytest.raises(IncompatibleStoreError, match=message):
-        SQLiteStore(path)
+        SQLiteBackend(path)
     assert fingerprint(tmp_path) == before  # in particular, no -shm made beside it
 
 
@@ -152,7 +152,7 @@ def test_a_database_another_process_has_open_is_refused_without_disturbing_it(tm
         assert holder.stdout.readline() == "ready\n"
         before = fingerprint(tmp_path)
         with pytest.raises(IncompatibleStoreError, match=r"another application \(table users\)"):
-            SQLiteStore(path)
+            SQLiteBackend(path)
         assert fingerprint(tmp_path) == before
         holder.stdin.write("go on\n")
         holder.stdin.flush()
@@ -196,9 +196,9 @@ def test_checking_a_file_keeps_the_locks_this_process_holds_on_it(tmp_path: Path
         assert not another_process_can_lock(path)
         if refused:
             with pytest.raises(IncompatibleStoreError, match=r"objects memtree did not make \(table users\)"):
-                SQLiteStore(path)
+                SQLiteBackend(path)
         else:
-            SQLiteStore(path).close()
+            SQLiteBackend(path).close()
         assert not another_process_can_lock(path)  # the reader's lock survived the check
     finally:
         reader.execute("COMMIT")
@@ -278,7 +278,7 @@ def test_files_that_are_not_memtree_memories_are_refused_byte_identical(tmp_path
     path = make(tmp_path)
     before = fingerprint(tmp_path)
     with pytest.raises(IncompatibleStoreError, match=message):
-        SQLiteStore(path)
+        SQLiteBackend(path)
     with pytest.raises(ValueError, match=message):  # IncompatibleStoreError is a ValueError
         open_memory(path)
     assert fingerprint(tmp_path) == before
@@ -332,7 +332,7 @@ def test_a_wal_index_locked_by_another_process_is_read_from_a_copy(tmp_path: Pat
         with pytest.raises(sqlite3.OperationalError, match="locking protocol"):
             in_place.execute("PRAGMA page_count").fetchone()
         in_place.close()
-        assert sqlite.inspect(path, sqlite.SQLITE_MIGRATIONS) == 1
+        assert sqlite.inspect(path, sqlite.SQLITE_MIGRATIONS) == 2
         assert child.stdin is not None
         child.stdin.close()
     with open_memory(path) as memory:
@@ -357,17 +357,17 @@ def test_a_new_file_is_a_wal_database_with_a_schema_version(tmp_path: Path) -> N
     with sqlite3.connect(path) as connection:
         assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert connection.execute("PRAGMA application_id").fetchone()[0] == sqlite.APPLICATION_ID
-        assert connection.execute("SELECT version FROM memtree_schema").fetchall() == [(1,)]
+        assert connection.execute("SELECT version FROM memtree_schema ORDER BY version").fetchall() == [(1,), (2,)]
     connection.close()
 
 
 def test_bad_paths_say_what_to_pass(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="InMemoryStore"):
-        SQLiteStore(":memory:")
+    with pytest.raises(ValueError, match="MemoryBackend"):
+        SQLiteBackend(":memory:")
     with pytest.raises(IsADirectoryError, match="is a folder"):
-        SQLiteStore(tmp_path)
+        SQLiteBackend(tmp_path)
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        SQLiteStore(tmp_path / "missing" / "memory.db")
+        SQLiteBackend(tmp_path / "missing" / "memory.db")
 
 
 def test_migrations_run_once_in_order_and_keep_the_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -375,19 +375,20 @@ def test_migrations_run_once_in_order_and_keep_the_data(tmp_path: Path, monkeypa
     with open_memory(path) as memory:
         leaf = memory.add("kept across the upgrade", metadata={"k": 1})
     upgrade = Migration(
-        2, "index leaves by source id", ("CREATE INDEX memtree_nodes_source ON memtree_nodes (source_id)",)
+        3, "index leaves by source id", ("CREATE INDEX memtree_nodes_source ON memtree_nodes (source_id)",)
     )
     monkeypatch.setattr(sqlite, "SQLITE_MIGRATIONS", (*sqlite.SQLITE_MIGRATIONS, upgrade))
     for _ in range(2):  # the second open finds nothing to do
         with open_memory(path) as memory:
             assert memory.get(leaf).metadata == {"k": 1} and memory.check_integrity() == []
     with sqlite3.connect(path) as connection:
-        assert [row[0] for row in connection.execute("SELECT version FROM memtree_schema ORDER BY version")] == [1, 2]
+        versions = connection.execute("SELECT version FROM memtree_schema ORDER BY version").fetchall()
+        assert [row[0] for row in versions] == [1, 2, 3]
         indexes = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
         assert "memtree_nodes_source" in indexes
     connection.close()
     monkeypatch.undo()  # an older memtree meets the upgraded file
-    with pytest.raises(IncompatibleStoreError, match="version 2"):
+    with pytest.raises(IncompatibleStoreError, match="version 3"):
         open_memory(path)
 
 
@@ -413,7 +414,7 @@ def test_a_busy_writer_makes_others_time_out_clearly(tmp_path: Path) -> None:
     blocker = sqlite3.connect(path, isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
     try:
-        memory = MemTree(store=SQLiteStore(path, busy_timeout=0.1), embedder=HashingEmbedder(32), config=CONFIG)
+        memory = MemTree(store=SQLiteBackend(path, busy_timeout=0.1), embedder=HashingEmbedder(32), config=CONFIG)
         with pytest.raises(TimeoutError, match=r"another process held the write lock for more than 0\.1s"):
             memory.add("waits in vain")
     finally:
@@ -429,17 +430,17 @@ def test_a_busy_writer_makes_others_time_out_clearly(tmp_path: Path) -> None:
 
 def test_open_owns_its_store_and_closing_closes_it(tmp_path: Path) -> None:
     with open_memory(tmp_path / "memory.db", namespace=("users", "ada")) as memory:
-        assert isinstance(memory.store, SQLiteStore) and memory.namespace == ("users", "ada")
+        assert isinstance(memory.store, SQLiteBackend) and memory.namespace == ("users", "ada")
         memory.add("Ada likes tea.")
     with pytest.raises(RuntimeError, match="is closed"):
         memory.store.head(memory.namespace)
     memory.close()  # closing twice is fine
     with pytest.raises(TypeError, match=r"MemTree\(store=\.\.\.\)"):
-        MemTree.open(tmp_path / "memory.db", store=SQLiteStore(tmp_path / "other.db"))
+        MemTree.open(tmp_path / "memory.db", store=SQLiteBackend(tmp_path / "other.db"))
 
 
 def test_a_store_passed_in_stays_open(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "memory.db")
+    store = SQLiteBackend(tmp_path / "memory.db")
     MemTree(store=store, embedder=HashingEmbedder(32), config=CONFIG).close()
     assert store.list_namespaces() == []
     store.close()
@@ -455,21 +456,21 @@ def test_bad_arguments_to_open_close_the_store_again(tmp_path: Path) -> None:
 def test_as_store_opens_a_path_and_owns_it(tmp_path: Path) -> None:
     for location in (str(tmp_path / "a.db"), tmp_path / "b.db"):
         store, owned = as_store(location)
-        assert isinstance(store, SQLiteStore) and owned
+        assert isinstance(store, SQLiteBackend) and owned
         assert store.path == Path(location) and store.path.exists()
         store.close()
 
 
 def test_as_store_takes_a_store_as_given_and_makes_an_in_memory_one_for_none(tmp_path: Path) -> None:
-    given = SQLiteStore(tmp_path / "memory.db")
+    given = SQLiteBackend(tmp_path / "memory.db")
     assert as_store(given) == (given, False)  # the caller's to close
     given.close()
     store, owned = as_store(None)
-    assert isinstance(store, InMemoryStore) and not owned
+    assert isinstance(store, MemoryBackend) and not owned
 
 
 def test_as_store_refuses_other_kinds_naming_what_it_accepts(tmp_path: Path) -> None:
-    for value in (42, b"memory.db", ["memory.db"], InMemoryStore):
+    for value in (42, b"memory.db", ["memory.db"], MemoryBackend):
         with pytest.raises(TypeError, match=r"store must be a Store .*a SQLite file path or a postgresql:// DSN, got"):
             as_store(value)  # type: ignore[arg-type]
     assert list(tmp_path.iterdir()) == []
@@ -477,7 +478,7 @@ def test_as_store_refuses_other_kinds_naming_what_it_accepts(tmp_path: Path) -> 
 
 def test_as_store_opens_a_postgres_dsn_and_owns_it(postgres_dsn: str) -> None:
     store, owned = as_store(postgres_dsn)
-    assert isinstance(store, PostgresStore) and owned
+    assert isinstance(store, PostgresBackend) and owned
     store.close()
 
 
@@ -487,7 +488,7 @@ def test_as_store_opens_a_postgres_dsn_and_owns_it(postgres_dsn: str) -> None:
 def test_open_with_a_dsn_makes_a_postgres_store(postgres_dsn: str) -> None:
     for dsn in (postgres_dsn, postgres_dsn.replace("postgresql://", "postgres://", 1)):
         with open_memory(dsn, namespace="pg") as memory:
-            assert isinstance(memory.store, PostgresStore)
+            assert isinstance(memory.store, PostgresBackend)
             memory.add("stored in PostgreSQL")
             assert "127.0.0.1" in repr(memory.store)
 
@@ -496,24 +497,24 @@ def test_postgres_refuses_a_newer_schema_and_foreign_tables(postgres_server) -> 
     import psycopg
 
     newer = postgres_server.create_database()
-    PostgresStore(newer).close()
+    PostgresBackend(newer).close()
     with psycopg.connect(newer, autocommit=True) as connection:
         connection.execute("INSERT INTO memtree_schema VALUES (7, 'from the future', 0)")
     with pytest.raises(IncompatibleStoreError, match=r"schema version 7.*upgrade"):
-        PostgresStore(newer)
+        PostgresBackend(newer)
 
     foreign = postgres_server.create_database()
     with psycopg.connect(foreign, autocommit=True) as connection:
         connection.execute("CREATE TABLE memtree_nodes (x int)")
     with pytest.raises(IncompatibleStoreError, match="memtree_nodes exist but were not made by memtree"):
-        PostgresStore(foreign)
+        PostgresBackend(foreign)
     with psycopg.connect(foreign, autocommit=True) as connection:
         assert connection.execute("SELECT to_regclass('memtree_schema')").fetchone()[0] is None  # nothing created
 
 
 def test_postgres_writers_time_out_clearly(postgres_dsn: str) -> None:
-    holder_store = PostgresStore(postgres_dsn)
-    store = PostgresStore(postgres_dsn, lock_timeout=0.2)
+    holder_store = PostgresBackend(postgres_dsn)
+    store = PostgresBackend(postgres_dsn, lock_timeout=0.2)
     memory = MemTree(store=store, namespace="busy", embedder=HashingEmbedder(32), config=CONFIG)
     holder = holder_store.begin(("busy",))
     try:
@@ -536,10 +537,10 @@ def test_an_unreachable_server_is_a_connection_error() -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     with pytest.raises(ConnectionError, match=f"cannot connect to PostgreSQL at host=127.0.0.1 port={port}"):
-        PostgresStore(f"postgresql://nobody:secret@127.0.0.1:{port}/memory")
+        PostgresBackend(f"postgresql://nobody:secret@127.0.0.1:{port}/memory")
 
 
 def test_without_psycopg_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "psycopg", None)
     with pytest.raises(ImportError, match=r"pip install 'memtree-llm\[postgres\]'"):
-        PostgresStore("postgresql://localhost/memory")
+        PostgresBackend("postgresql://localhost/memory")

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import test_memory_api
 
-from memtree import HashingEmbedder, InMemoryStore, MemTree, MemTreeConfig, Node, PostgresStore, SQLiteStore
+from memtree import HashingEmbedder, MemoryBackend, MemTree, MemTreeConfig, Node, PostgresBackend, SQLiteBackend
 from memtree.store import ChangeBatch, Store
 
 CONFIG = MemTreeConfig(theta0=0.2)
@@ -31,14 +31,14 @@ class Backend:
 
     name: str
     location: str | None = None
-    shared: InMemoryStore | None = None
+    shared: MemoryBackend | None = None
     opened: list[Store] = field(default_factory=list)
 
     def store(self) -> Store:
         if self.shared is not None:
             return self.shared
         assert self.location is not None
-        store: Store = PostgresStore(self.location) if self.name == "postgres" else SQLiteStore(self.location)
+        store: Store = PostgresBackend(self.location) if self.name == "postgres" else SQLiteBackend(self.location)
         self.opened.append(store)
         return store
 
@@ -50,7 +50,7 @@ class Backend:
 @pytest.fixture(params=["memory", "sqlite", "postgres"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     if request.param == "memory":
-        chosen = Backend("memory", shared=InMemoryStore())
+        chosen = Backend("memory", shared=MemoryBackend())
     elif request.param == "sqlite":
         chosen = Backend("sqlite", location=str(tmp_path / "memory.db"))
     else:
@@ -409,9 +409,9 @@ async def test_a_cancelled_async_insert_does_not_keep_the_write_lock(backend: Ba
 
 
 def test_records_with_a_literal_backslash_u0000_are_stored_but_nul_and_surrogates_are_refused(tmp_path) -> None:
-    from memtree.store import SQLiteStore
+    from memtree.store import SQLiteBackend
 
-    store = SQLiteStore(tmp_path / "records.db")
+    store = SQLiteBackend(tmp_path / "records.db")
     try:
         key = ("chat", "s")
         store.put_records(key, "log", {"1": {"text": "a literal \\u0000 is just text"}})
@@ -430,7 +430,7 @@ def test_a_path_as_store_opens_sqlite_owned_by_the_memory(tmp_path) -> None:
     with MemTree(embedder=HashingEmbedder(16), store=str(path)) as memory:
         memory.add("Rosa lives in Lisbon.")
         store = memory.store
-    assert isinstance(store, SQLiteStore)
+    assert isinstance(store, SQLiteBackend)
     with pytest.raises(Exception, match="closed"):
         store.read_changes(("default",), 0)  # the memory closed the store it opened
     with MemTree(embedder=HashingEmbedder(16), store=path) as again:  # a PathLike too

@@ -42,7 +42,7 @@ from memtree.models.resolve import resolve_embedder
 from memtree.retry import ModelResponseError
 from memtree.store.base import NamespaceKey, Store, namespace_key
 from memtree.store.migrations import IncompatibleStoreError
-from memtree.store.sqlite import ReadOnlySQLiteStore
+from memtree.store.sqlite import ReadOnlySQLiteBackend
 from memtree.tree import MemTree
 from memtree.viz.graphviz import GraphvizNotFoundError
 
@@ -203,12 +203,29 @@ def cli_errors(command: Callable[P, R]) -> Callable[P, R]:
 
 
 def parse_namespace(text: str) -> NamespaceKey:
-    """``alice`` -> ``("alice",)``; ``users/alice`` -> ``("users", "alice")``."""
-    return namespace_key(tuple(text.split("/")))
+    """``alice`` -> ``("alice",)``; ``users/alice`` -> ``("users", "alice")``;
+    ``a\\/b`` -> ``("a/b",)`` (a ``/`` inside a part is written ``\\/``, a
+    backslash before ``/`` or ``\\`` as ``\\\\``), the form :func:`namespace_text` prints."""
+    parts = [""]
+    position = 0
+    while position < len(text):
+        char = text[position]
+        if char == "\\" and text[position + 1 : position + 2] in ("/", "\\"):
+            parts[-1] += text[position + 1]
+            position += 2
+            continue
+        if char == "/":
+            parts.append("")
+        else:
+            parts[-1] += char
+        position += 1
+    return namespace_key(tuple(parts))
 
 
 def namespace_text(key: NamespaceKey) -> str:
-    return "/".join(key)
+    """A namespace as ``--namespace`` takes it: parts joined by ``/``, so that the
+    one-part ``"a/b"`` (shown ``a\\/b``) and ``("a", "b")`` (shown ``a/b``) differ."""
+    return "/".join(part.replace("\\", "\\\\").replace("/", "\\/") for part in key)
 
 
 def parse_embedder(spec: str | None) -> Embedder | None:
@@ -338,7 +355,7 @@ def _open(db: str, options: dict[str, Any], *, read_only: bool) -> tuple[MemTree
     """The memory, and the store to close after it when the memory does not own it."""
     if not read_only:
         return MemTree.open(db, **options), None
-    store = ReadOnlySQLiteStore(db)
+    store = ReadOnlySQLiteBackend(db)
     try:
         return MemTree(store=store, **options), store
     except BaseException:

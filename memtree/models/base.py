@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from memtree import model_usage as usage
-from memtree.embed import Embedder, Matrix
-from memtree.retry import ModelResponseError, RetryPolicy
+from memtree.embed import Embedder, Matrix, unit_rows
+from memtree.retry import CircuitBreaker, ModelResponseError, RetryPolicy, breaker_for
 
 
 @dataclass(frozen=True)
@@ -93,14 +93,22 @@ class RemoteEmbedder(Embedder):
             usage.report(embedding_requests=1)
             return self._checked(request(timeout), count)
 
-        return self.retry.call(attempt, what=self.name, enforce_timeout=not self.handles_timeout)
+        return self.retry.call(attempt, what=self.name, enforce_timeout=not self.handles_timeout, breaker=self.breaker)
 
     async def _acall(self, request: Callable[[float | None], Awaitable[EmbeddingBatch]], count: int) -> Matrix:
         async def attempt(timeout: float | None) -> Matrix:
             usage.report(embedding_requests=1)
             return self._checked(await request(timeout), count)
 
-        return await self.retry.acall(attempt, what=self.name, enforce_timeout=not self.handles_timeout)
+        return await self.retry.acall(
+            attempt, what=self.name, enforce_timeout=not self.handles_timeout, breaker=self.breaker
+        )
+
+    @property
+    def breaker(self) -> CircuitBreaker:
+        """This model's circuit breaker (see :class:`~memtree.retry.CircuitBreaker`;
+        tuned by ``retry.breaker_failures`` and ``retry.breaker_cooldown``)."""
+        return breaker_for(self, self.retry)
 
     def _checked(self, batch: object, count: int) -> Matrix:
         """The batch's vectors as unit float32 rows, or a retried error if malformed."""
@@ -108,14 +116,16 @@ class RemoteEmbedder(Embedder):
             raise TypeError(f"{self.name}._embed_batch returned {type(batch).__name__}, expected an EmbeddingBatch")
         usage.report(embedding_tokens=batch.tokens)
         try:
-            array = np.asarray(batch.vectors, dtype=np.float32)
+            array = np.asarray(batch.vectors, dtype=np.float64)
         except (TypeError, ValueError) as error:
             raise ModelResponseError(f"{self.name} returned embeddings that are not numeric: {error}") from None
         if array.ndim != 2 or array.shape[0] != count or array.shape[1] == 0:
             raise ModelResponseError(f"{self.name} returned embeddings of shape {array.shape} for {count} texts")
-        norms = np.linalg.norm(array, axis=1, keepdims=True)
+        if not np.isfinite(array).all():
+            return np.ascontiguousarray(array, dtype=np.float32)  # the engine's check names the problem
+        unit = unit_rows(array)
         # Zero rows are left for the engine's check, which names the problem.
-        return np.ascontiguousarray(array / np.where(norms > 0, norms, 1.0), dtype=np.float32)
+        return unit if unit is not None else np.ascontiguousarray(array, dtype=np.float32)
 
 
 def _stack(parts: list[Matrix]) -> Matrix:

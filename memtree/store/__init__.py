@@ -13,23 +13,23 @@ from memtree.store.base import (
 )
 from memtree.store.codec import CorruptDataError
 from memtree.store.location import as_store, open_store
-from memtree.store.memory import InMemoryStore
+from memtree.store.memory import MemoryBackend
 from memtree.store.migrations import IncompatibleStoreError
-from memtree.store.postgres import PostgresStore
-from memtree.store.sqlite import SQLiteStore
+from memtree.store.postgres import PostgresBackend
+from memtree.store.sqlite import SQLiteBackend
 
 __all__ = [
     "DEFAULT_NAMESPACE",
     "ChangeBatch",
     "CorruptDataError",
-    "InMemoryStore",
     "IncompatibleStoreError",
+    "MemoryBackend",
     "Namespace",
     "NamespaceInfo",
     "NamespaceKey",
     "NamespaceSnapshot",
-    "PostgresStore",
-    "SQLiteStore",
+    "PostgresBackend",
+    "SQLiteBackend",
     "Store",
     "WriteTransaction",
     "as_store",

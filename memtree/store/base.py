@@ -18,6 +18,11 @@ Besides the tree, a namespace holds *records*: small JSON documents under a
 (a chat history's message log, a key-value store's items). Records are not
 embedded and never routed; they only share the namespace, its lifetime and the
 store's durability.
+
+A namespace also keeps each leaf's *history*: the :class:`~memtree.node.LeafVersion`
+s that ``MemTree.update`` replaced, committed in the same transaction as the update.
+Deleting a leaf deletes its history with it (forgetting a memory forgets every
+version of it); deleting a namespace deletes all of it.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from memtree.node import JSONDict, Node
+from memtree.node import JSONDict, LeafVersion, Node
 from memtree.text import unstorable
 
 Namespace = str | tuple[str, ...]
@@ -145,11 +150,13 @@ class NamespaceSnapshot:
 
     ``changes`` holds what was committed after the ``since`` asked for (0: every
     node); ``records`` holds every record by kind (kinds sorted, records in the
-    order first written).
+    order first written); ``history`` every leaf's earlier versions, each leaf's
+    oldest first.
     """
 
     changes: ChangeBatch
     records: dict[str, dict[str, JSONDict]]
+    history: list[LeafVersion] = field(default_factory=list)
 
 
 class WriteTransaction(ABC):
@@ -160,8 +167,17 @@ class WriteTransaction(ABC):
         """What other writers committed after ``since`` (read inside the lock)."""
 
     @abstractmethod
-    def commit(self, upserts: Sequence[Node], deletions: Sequence[str], info: NamespaceInfo | None = None) -> int:
-        """Write everything atomically under one new sequence number and return it."""
+    def commit(
+        self,
+        upserts: Sequence[Node],
+        deletions: Sequence[str],
+        info: NamespaceInfo | None = None,
+        versions: Sequence[LeafVersion] = (),
+    ) -> int:
+        """Write everything atomically under one new sequence number and return it.
+
+        ``versions`` are appended to their leaves' history; a deleted id's history
+        is deleted with it."""
 
     @abstractmethod
     def rollback(self) -> None:
@@ -172,8 +188,8 @@ class Store(ABC):
     """Interface for memory backends (in-memory, SQLite, PostgreSQL).
 
     Implement :meth:`read_changes`, :meth:`begin`, :meth:`head`,
-    :meth:`list_namespaces`, :meth:`delete_namespace` and the three record
-    methods; :meth:`write` wraps :meth:`begin` with commit-or-rollback.
+    :meth:`list_namespaces`, :meth:`delete_namespace`, the record methods and
+    :meth:`read_history`; :meth:`write` wraps :meth:`begin` with commit-or-rollback.
     """
 
     @abstractmethod
@@ -212,6 +228,11 @@ class Store(ABC):
     def record_kinds(self, namespace: NamespaceKey) -> list[str]:
         """The kinds of record a namespace holds, sorted (for backups)."""
 
+    @abstractmethod
+    def read_history(self, namespace: NamespaceKey, leaf_id: str | None = None) -> list[LeafVersion]:
+        """A leaf's earlier versions, oldest first (``None``: every leaf's, each
+        leaf's oldest first, for backups)."""
+
     def read_snapshot(self, namespace: NamespaceKey, since: int = 0) -> NamespaceSnapshot:
         """:meth:`read_changes` and every record of the namespace, as of one moment.
 
@@ -224,9 +245,10 @@ class Store(ABC):
         for _ in range(_SNAPSHOT_ATTEMPTS):
             changes = self.read_changes(namespace, since)
             records = {kind: self.get_records(namespace, kind) for kind in self.record_kinds(namespace)}
+            history = self.read_history(namespace)
             if self.head(namespace) == (changes.seq, changes.generation):
                 break
-        return NamespaceSnapshot(changes, records)
+        return NamespaceSnapshot(changes, records, history)
 
     def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release connections and files."""
@@ -242,3 +264,50 @@ class Store(ABC):
             raise
         else:
             transaction.rollback()  # a no-op after commit; releases the lock otherwise
+
+
+LANGGRAPH_STORE_METHODS = (
+    "get",
+    "put",
+    "delete",
+    "search",
+    "batch",
+    "aget",
+    "aput",
+    "adelete",
+    "asearch",
+    "abatch",
+    "alist_namespaces",
+)
+"""Methods of LangGraph's ``BaseStore`` that a memtree ``Store`` does not have."""
+
+
+def not_a_langgraph_store(backend: Store, what: str) -> TypeError:
+    """The error for an engine backend used where LangGraph expects its store:
+    ``what`` it was asked to do, and the class that does it."""
+    name = type(backend).__name__
+    return TypeError(
+        f"{name} is memtree's storage backend, not a LangGraph store: it cannot {what}. Where LangGraph "
+        "expects a store (create_agent(store=...), graph.compile(store=...)), pass "
+        f"langchain_memtree.MemTreeStore(MemTree(store=backend))"
+    )
+
+
+def _refusing(method: str) -> Any:
+    """A stand-in for a LangGraph store method that says which class was meant.
+
+    An engine backend handed to ``create_agent(store=...)`` is accepted by LangGraph
+    (it checks nothing) and would otherwise fail at the agent's first store call
+    with a bare ``AttributeError``; this fails at that same call, but names the fix.
+    """
+
+    def refuse(self: Store, *args: Any, **kwargs: Any) -> Any:
+        raise not_a_langgraph_store(self, f"{method}()")
+
+    refuse.__name__ = refuse.__qualname__ = method
+    refuse.__doc__ = "Raises ``TypeError``: this is not a LangGraph store (use ``langchain_memtree.MemTreeStore``)."
+    return refuse
+
+
+for _method in LANGGRAPH_STORE_METHODS:
+    setattr(Store, _method, _refusing(_method))

@@ -15,17 +15,17 @@ def is_postgres_dsn(location: str | os.PathLike[str]) -> bool:
 
 
 def open_store(location: str | os.PathLike[str]) -> Store:
-    """Open the store at ``location``: a PostgreSQL DSN opens a :class:`PostgresStore`,
+    """Open the store at ``location``: a PostgreSQL DSN opens a :class:`PostgresBackend`,
     anything else is a SQLite file path (created if missing)."""
     if not isinstance(location, (str, os.PathLike)):
         raise TypeError(f"location must be a file path or a postgresql:// DSN, got {type(location).__name__}")
     if is_postgres_dsn(location):
-        from memtree.store.postgres import PostgresStore
+        from memtree.store.postgres import PostgresBackend
 
-        return PostgresStore(str(location))
-    from memtree.store.sqlite import SQLiteStore
+        return PostgresBackend(str(location))
+    from memtree.store.sqlite import SQLiteBackend
 
-    return SQLiteStore(location)
+    return SQLiteBackend(location)
 
 
 def as_store(value: Store | str | os.PathLike[str] | None) -> tuple[Store, bool]:
@@ -34,13 +34,13 @@ def as_store(value: Store | str | os.PathLike[str] | None) -> tuple[Store, bool]
     * a :class:`Store` is used as given: ``(value, False)``; whoever made it closes it.
     * a path or a ``postgresql://`` DSN is opened with :func:`open_store`:
       ``(store, True)``; the caller must close it when done.
-    * ``None`` is a new :class:`InMemoryStore`: ``(store, False)`` (nothing to release).
+    * ``None`` is a new :class:`MemoryBackend`: ``(store, False)`` (nothing to release).
 
     Anything else raises ``TypeError`` naming what is accepted, before anything is opened.
 
     Example::
 
-        store, owned = as_store("memory.db")  # a SQLiteStore, owned
+        store, owned = as_store("memory.db")  # a SQLiteBackend, owned
         try:
             ...
         finally:
@@ -48,14 +48,14 @@ def as_store(value: Store | str | os.PathLike[str] | None) -> tuple[Store, bool]
                 store.close()
     """
     if value is None:
-        from memtree.store.memory import InMemoryStore
+        from memtree.store.memory import MemoryBackend
 
-        return InMemoryStore(), False
+        return MemoryBackend(), False
     if isinstance(value, Store):
         return value, False
     if isinstance(value, (str, os.PathLike)) and isinstance(os.fspath(value), str):
         return open_store(value), True
     raise TypeError(
-        "store must be a Store (InMemoryStore, SQLiteStore, PostgresStore), a SQLite file path or a "
+        "store must be a Store (MemoryBackend, SQLiteBackend, PostgresBackend), a SQLite file path or a "
         f"postgresql:// DSN, got {type(value).__name__}"
     )

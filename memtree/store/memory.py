@@ -7,9 +7,9 @@ import copy
 import json
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from memtree.node import JSONDict, Node
+from memtree.node import JSONDict, LeafVersion, Node
 from memtree.store.base import (
     ChangeBatch,
     NamespaceInfo,
@@ -32,14 +32,16 @@ class _Namespace:
     """(seq, ids written, ids deleted) per commit: catching up reads only the tail."""
     info: NamespaceInfo = field(default_factory=NamespaceInfo)
     records: dict[str, dict[str, JSONDict]] = field(default_factory=dict)
+    history: dict[str, list[LeafVersion]] = field(default_factory=dict)
+    """Each leaf's earlier versions, oldest first (frozen dataclasses: shared safely)."""
     writer: threading.Lock = field(default_factory=threading.Lock)
 
 
-class InMemoryStore(Store):
+class MemoryBackend(Store):
     """Keeps nodes in dictionaries, with the same sequence and lock semantics as the
     durable stores, so the engine behaves identically on every store.
 
-    Several memories in one process may share one ``InMemoryStore``; writers to a
+    Several memories in one process may share one ``MemoryBackend``; writers to a
     namespace are serialized by a per-namespace lock.
     """
 
@@ -63,7 +65,7 @@ class InMemoryStore(Store):
         space = self._space(namespace)
         with self._data_lock:  # commits and record writes take it too: one moment
             records = {kind: copy.deepcopy(table) for kind, table in sorted(space.records.items()) if table}
-            return NamespaceSnapshot(_changes(space, since), records)
+            return NamespaceSnapshot(_changes(space, since), records, _history(space, None))
 
     def head(self, namespace: NamespaceKey) -> tuple[int, str]:
         space = self._space(namespace)
@@ -118,6 +120,17 @@ class InMemoryStore(Store):
         with self._data_lock:
             return sorted(kind for kind, table in space.records.items() if table)
 
+    def read_history(self, namespace: NamespaceKey, leaf_id: str | None = None) -> list[LeafVersion]:
+        space = self._space(namespace)
+        with self._data_lock:
+            return _history(space, leaf_id)
+
+
+def _history(space: _Namespace, leaf_id: str | None) -> list[LeafVersion]:
+    """Copies (a caller may change a version's metadata dict; the store's stays)."""
+    chosen = [space.history.get(leaf_id, [])] if leaf_id is not None else list(space.history.values())
+    return [replace(version, metadata=copy.deepcopy(version.metadata)) for versions in chosen for version in versions]
+
 
 def _holds_data(space: _Namespace) -> bool:
     return bool(space.nodes) or any(space.records.values())
@@ -146,7 +159,7 @@ def _detached(node: Node) -> Node:
 
 
 class _MemoryTransaction(WriteTransaction):
-    def __init__(self, store: InMemoryStore, space: _Namespace) -> None:
+    def __init__(self, store: MemoryBackend, space: _Namespace) -> None:
         self._store = store
         self._space = space
         self._open = True
@@ -155,10 +168,17 @@ class _MemoryTransaction(WriteTransaction):
         with self._store._data_lock:
             return _changes(self._space, since)
 
-    def commit(self, upserts: Sequence[Node], deletions: Sequence[str], info: NamespaceInfo | None = None) -> int:
+    def commit(
+        self,
+        upserts: Sequence[Node],
+        deletions: Sequence[str],
+        info: NamespaceInfo | None = None,
+        versions: Sequence[LeafVersion] = (),
+    ) -> int:
         if not self._open:
             raise RuntimeError("this transaction is already finished")
         staged = [_detached(node) for node in upserts]  # copy first: a failure changes nothing
+        kept = [replace(version, metadata=copy.deepcopy(version.metadata)) for version in versions]
         with self._store._data_lock:
             space = self._space
             seq = space.seq + 1
@@ -166,6 +186,9 @@ class _MemoryTransaction(WriteTransaction):
                 space.nodes[node.id] = node
             for node_id in deletions:
                 space.nodes.pop(node_id, None)
+                space.history.pop(node_id, None)
+            for version in kept:
+                space.history.setdefault(version.leaf_id, []).append(version)
             space.log.append((seq, [node.id for node in staged], list(deletions)))
             if info is not None:
                 space.info = copy.deepcopy(info)

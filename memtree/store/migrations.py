@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 SCHEMA_TABLE = "memtree_schema"
-TABLES = ("memtree_schema", "memtree_namespaces", "memtree_nodes", "memtree_records")
+TABLES = ("memtree_schema", "memtree_namespaces", "memtree_nodes", "memtree_records", "memtree_versions")
 """Every table memtree creates (names shared by all SQL backends)."""
 
 
@@ -99,6 +99,27 @@ def schema_v1(types: ColumnTypes) -> tuple[str, ...]:
             value TEXT NOT NULL,
             UNIQUE (ns, kind, key)
         )""",
+    )
+
+
+SCHEMA_V2_DESCRIPTION = "leaf history: the versions MemTree.update replaced"
+
+
+def schema_v2(types: ColumnTypes) -> tuple[str, ...]:
+    """Version 2: ``memtree_versions``, one row per replaced leaf version; ``pos``
+    orders them (oldest first), and a leaf's rows go when the leaf is deleted."""
+    t = types
+    return (
+        f"""CREATE TABLE memtree_versions (
+            pos {t.serial_key},
+            ns {t.integer} NOT NULL{t.namespace_reference},
+            leaf_id TEXT NOT NULL,
+            text TEXT NOT NULL,
+            metadata TEXT NOT NULL DEFAULT '{{}}',
+            event_time {t.real},
+            replaced_at {t.real} NOT NULL
+        )""",
+        "CREATE INDEX memtree_versions_leaf ON memtree_versions (ns, leaf_id, pos)",
     )
 
 

@@ -1,4 +1,4 @@
-"""``PostgresStore``: memory shared by many processes and machines through PostgreSQL.
+"""``PostgresBackend``: memory shared by many processes and machines through PostgreSQL.
 
 * psycopg 3 with a connection pool (``pip install 'memtree-llm[postgres]'``).
 * Writers to one namespace are serialized by a transaction-scoped advisory lock
@@ -25,13 +25,15 @@ from memtree.store.base import NamespaceKey, encode_namespace
 from memtree.store.migrations import (
     SCHEMA_TABLE,
     SCHEMA_V1_DESCRIPTION,
+    SCHEMA_V2_DESCRIPTION,
     TABLES,
     ColumnTypes,
     IncompatibleStoreError,
     Migration,
     schema_v1,
+    schema_v2,
 )
-from memtree.store.sql import NAMESPACE_ID, SQLStore
+from memtree.store.sql import NAMESPACE_ID, SQLBackend
 
 _LOCK_CLASS = 0x6D656D74
 """First key of memtree's namespace advisory locks ("memt"): keeps them apart from the application's."""
@@ -49,7 +51,10 @@ POSTGRES_TYPES = ColumnTypes(
     node_key="PRIMARY KEY (ns, id)",
 )
 
-POSTGRES_MIGRATIONS: tuple[Migration, ...] = (Migration(1, SCHEMA_V1_DESCRIPTION, schema_v1(POSTGRES_TYPES)),)
+POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, SCHEMA_V1_DESCRIPTION, schema_v1(POSTGRES_TYPES)),
+    Migration(2, SCHEMA_V2_DESCRIPTION, schema_v2(POSTGRES_TYPES)),
+)
 
 
 def _psycopg() -> Any:
@@ -58,13 +63,13 @@ def _psycopg() -> Any:
         import psycopg_pool  # noqa: F401 - checked here so the error names the extra
     except ImportError as error:
         raise ImportError(
-            "PostgresStore needs psycopg 3 and psycopg_pool; install the postgres extra: "
+            "PostgresBackend needs psycopg 3 and psycopg_pool; install the postgres extra: "
             "pip install 'memtree-llm[postgres]'"
         ) from error
     return psycopg
 
 
-class PostgresStore(SQLStore):
+class PostgresBackend(SQLBackend):
     """Memory in a PostgreSQL database, shared by every process that opens the same DSN.
 
     ``min_size`` / ``max_size`` size the connection pool; ``lock_timeout`` bounds
@@ -73,7 +78,7 @@ class PostgresStore(SQLStore):
 
     Example::
 
-        store = PostgresStore("postgresql://memtree@db.internal/memory")
+        store = PostgresBackend("postgresql://memtree@db.internal/memory")
         memory = MemTree(store=store, namespace=("users", "alice"))
 
     (``MemTree.open("postgresql://...")`` does the same and closes the store for you.)
@@ -88,7 +93,7 @@ class PostgresStore(SQLStore):
         from psycopg_pool import ConnectionPool
 
         if not isinstance(dsn, str) or not dsn:
-            raise ValueError("PostgresStore needs a DSN such as postgresql://user@host:5432/dbname")
+            raise ValueError("PostgresBackend needs a DSN such as postgresql://user@host:5432/dbname")
         if min_size < 0 or max_size < max(min_size, 1):
             raise ValueError(f"need 0 <= min_size <= max_size and max_size >= 1, got {min_size}, {max_size}")
         if lock_timeout <= 0:
@@ -112,7 +117,7 @@ class PostgresStore(SQLStore):
         )
 
     def __repr__(self) -> str:
-        return f"PostgresStore({self._label})"
+        return f"PostgresBackend({self._label})"
 
     def _migrate(self, connection: Any) -> None:
         """Create or upgrade memtree's tables under a lock, so concurrent first opens agree."""
@@ -132,7 +137,7 @@ class PostgresStore(SQLStore):
             steps = migrations.pending(POSTGRES_MIGRATIONS, current, repr(self))
             migrations.apply(connection, steps, "%s")
 
-    # -- the SQLStore hooks ----------------------------------------------------------
+    # -- the SQLBackend hooks ----------------------------------------------------------
 
     @contextmanager
     def _read_session(self, snapshot: bool = False) -> Iterator[Any]:

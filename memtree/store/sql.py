@@ -14,12 +14,15 @@ Tables (created by each backend's migrations, same columns on both):
   ago still learns of every deletion; they go when the namespace is deleted.
 * ``memtree_records``: JSON records by (namespace, kind, key); ``pos`` keeps the
   order they were first written.
+* ``memtree_versions`` (schema version 2): the leaf versions ``MemTree.update``
+  replaced, ``pos`` in the order written; written and deleted in the same
+  transaction as the leaf's change.
 
-A backend supplies connections and locking: :meth:`SQLStore._read_session` (a
-connection for reading, optionally inside one snapshot) and :meth:`SQLStore._open_write` /
-:meth:`SQLStore._close_write` (a transaction holding the writer lock of a
+A backend supplies connections and locking: :meth:`SQLBackend._read_session` (a
+connection for reading, optionally inside one snapshot) and :meth:`SQLBackend._open_write` /
+:meth:`SQLBackend._close_write` (a transaction holding the writer lock of a
 namespace, or of the whole store). Queries are written with ``?`` placeholders;
-a backend with another style sets :attr:`SQLStore.placeholder`.
+a backend with another style sets :attr:`SQLBackend.placeholder`.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from contextlib import AbstractContextManager, contextmanager
 from functools import cache
 from typing import Any
 
-from memtree.node import JSONDict, Node
+from memtree.node import JSONDict, LeafVersion, Node
 from memtree.store.base import (
     ChangeBatch,
     NamespaceInfo,
@@ -88,6 +91,17 @@ LIST_NAMESPACES = (
 DELETE_NODES = "DELETE FROM memtree_nodes WHERE ns = ?"
 DELETE_ALL_RECORDS = "DELETE FROM memtree_records WHERE ns = ?"
 DELETE_NAMESPACE = "DELETE FROM memtree_namespaces WHERE id = ?"
+DELETE_ALL_VERSIONS = "DELETE FROM memtree_versions WHERE ns = ?"
+DELETE_VERSIONS = "DELETE FROM memtree_versions WHERE ns = ? AND leaf_id = ?"
+ADD_VERSION = (
+    "INSERT INTO memtree_versions (ns, leaf_id, text, metadata, event_time, replaced_at) VALUES (?, ?, ?, ?, ?, ?)"
+)
+_VERSION_SELECT = (
+    "SELECT v.leaf_id, v.text, v.metadata, v.event_time, v.replaced_at FROM memtree_versions v "
+    "JOIN memtree_namespaces n ON n.id = v.ns WHERE n.name = ?"
+)
+ALL_VERSIONS = _VERSION_SELECT + " ORDER BY v.pos"
+LEAF_VERSIONS = _VERSION_SELECT + " AND v.leaf_id = ? ORDER BY v.pos"
 NAMESPACE_ID = "SELECT id FROM memtree_namespaces WHERE name = ?"
 PUT_RECORD = (
     "INSERT INTO memtree_records (ns, kind, key, value) VALUES (?, ?, ?, ?) "
@@ -114,7 +128,7 @@ RECORD_KINDS = (
 )
 
 
-class SQLStore(Store):
+class SQLBackend(Store):
     """The :class:`Store` semantics over SQL tables; backends add connections and locks."""
 
     placeholder = "?"
@@ -204,10 +218,33 @@ class SQLStore(Store):
         with self._read_session(snapshot=True) as connection:  # one read transaction
             changes = self._changes(connection, namespace, since)
             rows = connection.execute(self.sql(ALL_RECORDS), (encode_namespace(namespace),)).fetchall()
+            history = self._history(connection, namespace, None)
         records: dict[str, dict[str, JSONDict]] = {}
         for kind, key, value in rows:
             records.setdefault(kind, {})[key] = json_object(value, key)
-        return NamespaceSnapshot(changes, records)
+        return NamespaceSnapshot(changes, records, history)
+
+    def read_history(self, namespace: NamespaceKey, leaf_id: str | None = None) -> list[LeafVersion]:
+        self._check_usable()
+        with self._read_session() as connection:
+            return self._history(connection, namespace, leaf_id)
+
+    def _history(self, connection: Any, namespace: NamespaceKey, leaf_id: str | None) -> list[LeafVersion]:
+        name = encode_namespace(namespace)
+        if leaf_id is None:
+            rows = connection.execute(self.sql(ALL_VERSIONS), (name,)).fetchall()
+        else:
+            rows = connection.execute(self.sql(LEAF_VERSIONS), (name, leaf_id)).fetchall()
+        return [
+            LeafVersion(
+                leaf_id=row[0],
+                text=row[1],
+                metadata=json_object(row[2], f"version of leaf {row[0]!r}"),
+                timestamp=None if row[3] is None else float(row[3]),
+                replaced_at=float(row[4]),
+            )
+            for row in rows
+        ]
 
     def head(self, namespace: NamespaceKey) -> tuple[int, str]:
         self._check_usable()
@@ -243,7 +280,7 @@ class SQLStore(Store):
                 return False
             ns_id = row[0]
             existed = bool(connection.execute(self.sql(HOLDS_DATA), (ns_id, ns_id)).fetchone()[0])
-            for query in (DELETE_NODES, DELETE_ALL_RECORDS, DELETE_NAMESPACE):
+            for query in (DELETE_NODES, DELETE_ALL_RECORDS, DELETE_ALL_VERSIONS, DELETE_NAMESPACE):
                 connection.execute(self.sql(query), (ns_id,))
             return existed
 
@@ -303,14 +340,14 @@ class SQLStore(Store):
 
 
 class _SQLTransaction(WriteTransaction):
-    """A write transaction of a :class:`SQLStore`: open from ``begin`` to commit or rollback.
+    """A write transaction of a :class:`SQLBackend`: open from ``begin`` to commit or rollback.
 
     Safe to finish from another thread than the one that began it (the async
     engine begins in a worker thread and commits on the event loop), never used by
     two threads at once.
     """
 
-    def __init__(self, store: SQLStore, connection: Any, namespace: NamespaceKey, row: tuple[Any, ...]) -> None:
+    def __init__(self, store: SQLBackend, connection: Any, namespace: NamespaceKey, row: tuple[Any, ...]) -> None:
         self._store = store
         self._connection = connection
         self._namespace = namespace
@@ -322,7 +359,13 @@ class _SQLTransaction(WriteTransaction):
         self._check_open()
         return self._store._changes(self._connection, self._namespace, since)
 
-    def commit(self, upserts: Sequence[Node], deletions: Sequence[str], info: NamespaceInfo | None = None) -> int:
+    def commit(
+        self,
+        upserts: Sequence[Node],
+        deletions: Sequence[str],
+        info: NamespaceInfo | None = None,
+        versions: Sequence[LeafVersion] = (),
+    ) -> int:
         self._check_open()
         sql = self._store.sql
         try:
@@ -337,6 +380,22 @@ class _SQLTransaction(WriteTransaction):
                 cursor.executemany(sql(UPSERT_NODE), rows)
             if deletions:
                 cursor.executemany(sql(TOMBSTONE), [(seq, self._ns_id, node_id) for node_id in deletions])
+                cursor.executemany(sql(DELETE_VERSIONS), [(self._ns_id, node_id) for node_id in deletions])
+            if versions:
+                cursor.executemany(
+                    sql(ADD_VERSION),
+                    [
+                        (
+                            self._ns_id,
+                            version.leaf_id,
+                            version.text,
+                            json_text(version.metadata),
+                            version.timestamp,
+                            version.replaced_at,
+                        )
+                        for version in versions
+                    ],
+                )
             cursor.execute(
                 sql(COMMITTED), (seq, chosen.dimension, chosen.embedder, json_text(chosen.settings), self._ns_id)
             )

@@ -1,4 +1,4 @@
-"""``SQLiteStore``: the default durable store, one file holding many namespaces.
+"""``SQLiteBackend``: the default durable store, one file holding many namespaces.
 
 * WAL journal: readers never wait for the writer and see the last committed tree.
 * Writers take SQLite's write lock with ``BEGIN IMMEDIATE`` (waiting up to
@@ -14,9 +14,9 @@ Connections: one writer connection (guarded by a lock; a transaction may begin i
 one thread and commit in another, as the async engine does) and a small pool of
 reader connections handed to one thread at a time.
 
-``ReadOnlySQLiteStore`` (at the end) reads a memtree file you cannot, or must not,
+``ReadOnlySQLiteBackend`` (at the end) reads a memtree file you cannot, or must not,
 write: another user's file, a read-only folder or mount, a copy kept as a backup.
-``SQLiteStore`` cannot open it there (it switches the file to WAL mode and SQLite
+``SQLiteBackend`` cannot open it there (it switches the file to WAL mode and SQLite
 must create the ``-wal`` and ``-shm`` files beside it), and where SQLite can create
 them, the files left behind belong to the reader and stop the owner from writing.
 It reads such a file without writing anything:
@@ -47,12 +47,14 @@ from memtree.store import migrations
 from memtree.store.base import NamespaceKey
 from memtree.store.migrations import (
     SCHEMA_V1_DESCRIPTION,
+    SCHEMA_V2_DESCRIPTION,
     ColumnTypes,
     IncompatibleStoreError,
     Migration,
     schema_v1,
+    schema_v2,
 )
-from memtree.store.sql import SQLStore
+from memtree.store.sql import SQLBackend
 from memtree.store.sqlite_inspect import APPLICATION_ID, inspect, schema_version
 
 _MAX_IDLE_READERS = 4
@@ -75,10 +77,11 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
         SCHEMA_V1_DESCRIPTION,
         (*schema_v1(SQLITE_TYPES), f"PRAGMA application_id = {APPLICATION_ID}"),
     ),
+    Migration(2, SCHEMA_V2_DESCRIPTION, schema_v2(SQLITE_TYPES)),
 )
 
 
-class SQLiteStore(SQLStore):
+class SQLiteBackend(SQLBackend):
     """Memory in one SQLite file (created if missing), shared by threads and processes.
 
     ``busy_timeout`` is how long a writer waits for another writer before giving up
@@ -87,7 +90,7 @@ class SQLiteStore(SQLStore):
 
     Example::
 
-        store = SQLiteStore("memory.db")
+        store = SQLiteBackend("memory.db")
         memory = MemTree(store=store, namespace=("users", "alice"))
 
     (``MemTree.open("memory.db")`` does the same and closes the store for you.)
@@ -108,7 +111,8 @@ class SQLiteStore(SQLStore):
         text = os.fspath(path)
         if not text or text == ":memory:" or text.startswith("file:"):
             raise ValueError(
-                f"SQLiteStore needs a file path, got {text!r}; use InMemoryStore for a memory that lives in the process"
+                f"SQLiteBackend needs a file path, got {text!r}; "
+                "use MemoryBackend for a memory that lives in the process"
             )
         self.path = Path(text)
         self.busy_timeout = busy_timeout
@@ -127,7 +131,7 @@ class SQLiteStore(SQLStore):
             raise
 
     def __repr__(self) -> str:
-        return f"SQLiteStore({str(self.path)!r})"
+        return f"SQLiteBackend({str(self.path)!r})"
 
     # -- opening ---------------------------------------------------------------------
 
@@ -171,7 +175,7 @@ class SQLiteStore(SQLStore):
                 raise
             self._writer.execute("COMMIT")
 
-    # -- the SQLStore hooks ----------------------------------------------------------
+    # -- the SQLBackend hooks ----------------------------------------------------------
 
     @contextmanager
     def _read_session(self, snapshot: bool = False) -> Iterator[sqlite3.Connection]:
@@ -267,12 +271,12 @@ def wal_path(path: Path) -> Path:
     return path.with_name(path.name + "-wal")
 
 
-class ReadOnlySQLiteStore(SQLiteStore):
+class ReadOnlySQLiteBackend(SQLiteBackend):
     """An existing memtree SQLite file, opened for reading only.
 
     Example::
 
-        store = ReadOnlySQLiteStore("/srv/shared/memory.db")
+        store = ReadOnlySQLiteBackend("/srv/shared/memory.db")
         memory = MemTree(store=store, namespace="team")
         hits = memory.retrieve("release date")
         memory.close(); store.close()
@@ -288,7 +292,7 @@ class ReadOnlySQLiteStore(SQLiteStore):
         super().__init__(location, busy_timeout=busy_timeout)
 
     def __repr__(self) -> str:
-        return f"ReadOnlySQLiteStore({str(self.path)!r})"
+        return f"ReadOnlySQLiteBackend({str(self.path)!r})"
 
     def _connect(self) -> sqlite3.Connection:
         uri = f"file:{quote(str(self.path.resolve()))}?{self._uri_options}"

@@ -1,6 +1,6 @@
 """Whose is this SQLite file, and at which schema version? Answered without writing.
 
-``SQLiteStore`` asks before it opens a file for writing, because a normal SQLite
+``SQLiteBackend`` asks before it opens a file for writing, because a normal SQLite
 connection changes files merely by opening and closing: it rebuilds ``-shm``,
 checkpoints the ``-wal`` into the main file and deletes both. A file memtree
 refuses must keep every byte of the main file, ``-wal`` and ``-shm``, so the

@@ -29,7 +29,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from memtree.node import ROOT_ID, Node
+from memtree.node import ROOT_ID, Node, to_datetime
 from memtree.state import TreeState
 from memtree.viz.picture import day
 
@@ -50,7 +50,9 @@ def moment(timestamp: float | None) -> str | None:
     """A readable UTC time: ``2024-05-07`` at midnight, else ``2024-05-07 14:05 UTC``."""
     if timestamp is None:
         return None
-    when = datetime.fromtimestamp(timestamp, tz=UTC)
+    when = to_datetime(timestamp)
+    if when is None:  # a number no date can hold: shown raw, never a failed page
+        return repr(timestamp)
     if when.hour == when.minute == when.second == 0:
         return when.strftime("%Y-%m-%d")
     return when.strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -12,10 +12,9 @@ from __future__ import annotations
 import textwrap
 import unicodedata
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Literal
 
-from memtree.node import ROOT_ID, Node
+from memtree.node import ROOT_ID, Node, to_datetime
 from memtree.state import TreeState
 from memtree.text import preview
 
@@ -76,7 +75,8 @@ def day(timestamp: float | None) -> str | None:
     """``2024-05-07`` for a POSIX timestamp (UTC), ``None`` for none."""
     if timestamp is None:
         return None
-    return datetime.fromtimestamp(timestamp, tz=UTC).strftime("%Y-%m-%d")
+    when = to_datetime(timestamp)
+    return when.strftime("%Y-%m-%d") if when is not None else repr(timestamp)  # raw when no date holds it
 
 
 def _title(node: Node) -> str:
