@@ -173,11 +173,11 @@ class MemTree:
         source_id: str | None = None,
         aggregation: Aggregation | None = None,
     ) -> str:
-        """Remember one text; return its leaf id (an identical stored text's id if
-        ``config.deduplicate``). ``timestamp`` is when the event happened; ``source_id``
-        your id for it. ``aggregation`` says when the summaries above it are written
-        (default ``config.aggregation``; in a :meth:`deferred` block, at its end); with
-        ``"deferred"`` or ``"background"`` only its embedding is computed here."""
+        """Remember one text; return its leaf id (with ``config.deduplicate``, that of a
+        stored leaf with the same text, metadata and source id). ``timestamp``: when the
+        event happened; ``source_id``: your id for it. ``aggregation``: when the summaries
+        above it are written (default ``config.aggregation``; in a :meth:`deferred`
+        block, at its end); ``"deferred"``/``"background"`` only embed it here."""
         return self._writer.add(make_item(text, metadata, timestamp, source_id), aggregation)
 
     async def aadd(
