@@ -27,10 +27,10 @@ from pathlib import Path
 from memtree import LLMAggregator, MemTree
 from memtree.aggregate import Aggregator, ExtractiveAggregator
 from memtree.embed import LocalEmbedder
-from memtree.eval.locomo import load_locomo
 from memtree.llm import Completion
 from memtree.models.llamacpp import LlamaCppChatModel
 from memtree.node import Vector
+from memtree_bench.locomo import load_locomo
 
 
 class Recorder(Aggregator):

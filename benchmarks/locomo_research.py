@@ -6,7 +6,7 @@ reading it costs seconds. So each conversation's tree is built once with the
 engine (``MemTree.add`` turn by turn, the defaults unless a tree variant says
 otherwise), exported with ``MemTree.export_jsonl`` into a cache directory, and every
 retrieval/packing variant is then scored over the cached trees, with the metric of
-design.md §5 (:mod:`memtree.eval.metrics`). Embeddings of every text (turns,
+design.md §5 (:mod:`memtree_bench.metrics`). Embeddings of every text (turns,
 summaries, sentences, questions) are cached on disk too, so a re-run embeds nothing.
 
 The variants re-implement the engine's ranking in numpy over a whole tree
@@ -44,18 +44,23 @@ from memtree.aggregate import ExtractiveAggregator  # noqa: E402
 from memtree.config import MemTreeConfig  # noqa: E402
 from memtree.digest import DigestAggregator  # noqa: E402
 from memtree.embed import Embedder, Matrix  # noqa: E402
-from memtree.eval.locomo import (  # noqa: E402
+from memtree.lexical import lexical_tokens  # noqa: E402
+from memtree.retrieval import SUMMARY_WEIGHT  # noqa: E402
+from memtree.text import (  # noqa: E402
+    count_tokens,
+    count_words,
+    fold,
+    split_sentences,
+)
+from memtree_bench.locomo import (  # noqa: E402
     CATEGORY_NAMES,
     RETRIEVAL_CATEGORIES,
     Conversation,
     load_locomo,
     select_conversations,
 )
-from memtree.eval.metrics import answer_recall, contexts_at_budgets, evidence_recall  # noqa: E402
-from memtree.eval.report import machine_info, machine_lines, markdown_table  # noqa: E402
-from memtree.lexical import lexical_tokens  # noqa: E402
-from memtree.retrieval import SUMMARY_WEIGHT  # noqa: E402
-from memtree.text import count_tokens, count_words, fold, split_sentences  # noqa: E402
+from memtree_bench.metrics import answer_recall, contexts_at_budgets, evidence_recall  # noqa: E402
+from memtree_bench.report import machine_info, machine_lines, markdown_table  # noqa: E402
 
 BUDGETS: tuple[int, ...] = (250, 500, 1000, 2000)
 WEIGHT = MemTreeConfig().lexical_weight

@@ -38,8 +38,9 @@ from llamaindex_memtree.struct import (
     stored_config,
 )
 from memtree import MemoryBackend, MemTree, MemTreeConfig
+from memtree.config import AGGREGATION_MODES, Aggregation
 from memtree.inputs import Item
-from memtree.tree import AGGREGATION_MODES, Aggregation, DeferredAggregation
+from memtree.writer import DeferredAggregation
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,58 @@
 """memtree: long-term memory for LLM applications as a dynamic tree (MemTree).
 
-The public entry point is :class:`MemTree`; see the README for a tour.
+The public entry point is :class:`MemTree`; the README has a tour, docs/ the rest.
+The modules, top (what users call) to bottom (what everything uses); an import only
+ever points down this list (tests/test_module_graph.py checks it, and that there are
+no circles):
+
+Entry points
+  cli, commands/   the ``memtree`` command, one module per sub-command (bench: finds memtree_bench)
+  demo             the offline demo conversation, its tree and answers
+  tree             MemTree: the public API, a facade delegating each operation in one step
+  siblings         the handles a memory keeps open to other namespaces of its store (sibling())
+  backup           JSONL export and import of one namespace (no pickle, no re-embedding)
+  update           MemTree.update: correct a leaf in place (same id), the versions it replaced kept
+Writing
+  writer           where a text enters once and leaves committed: entry points, optimistic commit loop
+  procedures       insert, flush, delete, repair, restore as sans-IO steps returning a PreparedWrite
+  summaries        aggregation and embedding rounds the procedures share; failures mark nodes stale
+  model_calls      the steps' model requests and their sync (threads) and async (event loop) drivers
+  background       aggregation="background": the worker thread that writes pending summaries
+  optimistic       footprints: is a plan made outside the store's lock still valid at commit?
+  deferral         which summaries wait for a deferred rewrite, and with which texts
+  planning         what an insert or delete changes in the tree, before any model is called
+  routing          where a new text goes: depth-adaptive threshold, descent from the root
+  calibration      theta0="auto": the routing threshold learnt from the embedder's scale
+Reading
+  retrieval        a query checked, ranked (collapsed or traversal, hybrid) and packed to a budget
+  replica          this process's tree and index of one namespace, caught up from the store
+  integrity        every invariant of a tree and its index, checked
+  stats            TreeStats and the cost counters
+  viz/             pictures of the tree: outline, Mermaid, DOT (PNG/SVG via Graphviz), HTML page
+  state            TreeState: the in-process tree and its lookups, changed only by change batches
+  where            the metadata filter of retrieve (Mongo-style operators), parsed and matched
+  index            the incremental FAISS index (exact inner product) over a namespace's nodes
+  lexical          the incremental BM25 index beside it, for hybrid scores
+  spare_core       runs the BM25 search on a spare core while the caller scans vectors
+Models
+  model_choice     which embedder and summary writer a memory uses (OpenAI with a key, else offline)
+  digest           digest summaries: an offline summary that says who, when and what (the demo's)
+  aggregate        Aggregator: LLM summaries (the paper's prompt) and offline extractive ones
+  models/          OpenAI, LangChain, LlamaIndex and llama.cpp adapters; the resolver of what callers pass
+  embed            Embedder: local sentence-transformers, hashing (tests); vector checks
+  llm              ChatModel: what memtree asks of a language model; plain callables
+  summary_guard    checks on a model-written summary before the tree stores it
+  retry            backoff with jitter, Retry-After and per-call timeouts for every model call
+  model_usage      usage reports: adapters say what a call cost, the calling memory counts it
+Storage
+  store/           the Store boundary: in memory, SQLite (sqlite_inspect checks a file first), PostgreSQL
+Foundations
+  config           MemTreeConfig: every tuning knob in one validated object
+  inputs           checks and conversions of what callers pass (metadata, times)
+  node             Node and RetrievedNode, the records a memory hands out
+  text             sentences, words, token counts, text checks
+  output_file      writing a file the user named as shell redirection would, without its risks
+  version          the package version, also written into backups
 """
 
 from memtree.aggregate import (
@@ -19,8 +71,7 @@ from memtree.retry import ModelResponseError, RetryPolicy
 from memtree.stats import TreeStats
 from memtree.store import IncompatibleStoreError, MemoryBackend, NamespaceInfo, PostgresBackend, SQLiteBackend, Store
 from memtree.tree import MemTree
-
-__version__ = "0.1.0"
+from memtree.version import __version__
 
 __all__ = [
     "AGGREGATE_PROMPT",

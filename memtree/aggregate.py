@@ -25,11 +25,12 @@ import numpy as np
 
 from memtree.embed import Embedder, Matrix, check_embeddings
 from memtree.llm import ChatModel, Completion
+from memtree.model_usage import report
+from memtree.models.resolve import resolve_chat_model
 from memtree.node import Vector
 from memtree.retry import EmptyReplyError, ModelResponseError
 from memtree.summary_guard import GuardVerdict, SummaryRejectedError, check_summary, clean_reply
 from memtree.text import count_words, fold, split_sentences
-from memtree.usage import report
 
 
 class Aggregator(ABC):
@@ -263,8 +264,6 @@ class LLMAggregator(Aggregator):
         fallback: Aggregator | None = None,
         max_words: int | None = 200,
     ) -> None:
-        from memtree.models.resolve import resolve_chat_model  # the resolver builds aggregators too
-
         try:
             prompt.format(summary="", count=0, new_texts="", guidance="")
         except (KeyError, IndexError) as error:

@@ -55,7 +55,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -66,12 +66,11 @@ from memtree.node import ROOT_ID, JSONDict, LeafVersion, Node, Vector
 from memtree.output_file import write_output
 from memtree.planning import root_node
 from memtree.state import TreeState
-from memtree.store.base import ChangeBatch, NamespaceInfo, check_record_name, namespace_key
+from memtree.store.base import ChangeBatch, NamespaceInfo, NamespaceKey, Store, check_record_name, namespace_key
 from memtree.store.codec import VECTOR_DTYPE, vector_bytes
 from memtree.text import require_text
-
-if TYPE_CHECKING:
-    from memtree.tree import MemTree
+from memtree.version import __version__
+from memtree.writer import Writer
 
 FORMAT = "memtree-jsonl"
 VERSION = 1
@@ -85,8 +84,8 @@ _MAX_SHOWN = 20
 # -- export -------------------------------------------------------------------------------
 
 
-def export_jsonl(memory: MemTree, target: str | os.PathLike[str] | TextIO) -> int:
-    """Write ``memory``'s namespace to ``target`` (a path or a text stream); return the
+def export_jsonl(store: Store, namespace: NamespaceKey, target: str | os.PathLike[str] | TextIO) -> int:
+    """Write ``namespace`` of ``store`` to ``target`` (a path or a text stream); return the
     number of nodes written. A regular file is written beside itself and renamed, so an
     interrupted export never leaves half a backup under the name; a pipe or a device is
     written through, a symbolic link followed, a file's mode kept
@@ -95,7 +94,7 @@ def export_jsonl(memory: MemTree, target: str | os.PathLike[str] | TextIO) -> in
     Tree and records are read from the store in one snapshot
     (:meth:`~memtree.store.Store.read_snapshot`), so a backup taken while other
     writers work holds the namespace as it was at one moment."""
-    snapshot = memory.store.read_snapshot(memory.namespace)
+    snapshot = store.read_snapshot(namespace)
     tree = TreeState(lexical=False)
     tree.apply(snapshot.changes)
     nodes, info = list(tree.walk()), tree.info
@@ -105,7 +104,7 @@ def export_jsonl(memory: MemTree, target: str | os.PathLike[str] | TextIO) -> in
     header = {
         "format": FORMAT,
         "version": VERSION,
-        "namespace": list(memory.namespace),
+        "namespace": list(namespace),
         "dimension": info.dimension,
         "embedder": info.embedder,
         "settings": info.settings,
@@ -113,7 +112,7 @@ def export_jsonl(memory: MemTree, target: str | os.PathLike[str] | TextIO) -> in
         "nodes": len(nodes),
         "records": len(records),
         "versions": len(history),
-        "memtree_version": _memtree_version(),
+        "memtree_version": __version__,
         "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     lines = _lines(header, nodes, records, history)
@@ -124,12 +123,6 @@ def export_jsonl(memory: MemTree, target: str | os.PathLike[str] | TextIO) -> in
             target.write(line)
         target.flush()
     return len(nodes)
-
-
-def _memtree_version() -> str:
-    from memtree import __version__  # the package imports this module's users
-
-    return __version__
 
 
 def _lines(
@@ -205,8 +198,8 @@ class _Parsed:
         self.problems.append(f"line {line}: {message}")
 
 
-def import_jsonl(memory: MemTree, source: str | os.PathLike[str] | TextIO, *, skip_bad: bool = False) -> int:
-    """Restore a backup into ``memory``'s namespace, which must be empty; return the
+def import_jsonl(writer: Writer, source: str | os.PathLike[str] | TextIO, *, skip_bad: bool = False) -> int:
+    """Restore a backup through ``writer`` into its memory's namespace, which must be empty; return the
     number of nodes imported. See the module docstring for the format and for
     ``skip_bad``."""
     if isinstance(source, (str, os.PathLike)):
@@ -214,7 +207,7 @@ def import_jsonl(memory: MemTree, source: str | os.PathLike[str] | TextIO, *, sk
             parsed = _parse(stream)
     else:
         parsed = _parse(source)
-    kept, loose = _check_tree(parsed, memory.config.depth_cap)
+    kept, loose = _check_tree(parsed, writer.config.depth_cap)
     info = parsed.info
     if not loose and all(node.embedding is None for node in kept):
         # Nothing with a vector survives: recording the header's dimension and model
@@ -224,7 +217,7 @@ def import_jsonl(memory: MemTree, source: str | os.PathLike[str] | TextIO, *, sk
         raise ValueError(_summary(parsed.problems, "nothing was imported; fix the file or pass skip_bad=True"))
     if parsed.problems:
         warnings.warn(_summary(parsed.problems, "these lines were skipped"), UserWarning, stacklevel=3)
-    embedder = memory.embedder.name
+    embedder = writer.calls.embedder.name
     if parsed.info.embedder is not None and parsed.info.embedder != embedder:
         warnings.warn(
             f"the backup was made with {parsed.info.embedder} but this memory embeds with {embedder}; "
@@ -234,14 +227,14 @@ def import_jsonl(memory: MemTree, source: str | os.PathLike[str] | TextIO, *, sk
         )
     leaves = {node.id for node in [*kept, *loose] if node.is_leaf}
     versions = [version for _, version in parsed.versions if version.leaf_id in leaves]
-    memory._restore(kept, info, versions)
+    writer.restore(kept, info, versions)
     by_kind: dict[str, dict[str, JSONDict]] = {}
     for (kind, key), (_, value) in parsed.records.items():  # file order: the order first written
         by_kind.setdefault(kind, {})[key] = value
     for kind, records in by_kind.items():
-        memory.store.put_records(memory.namespace, kind, records)
+        writer.replica.store.put_records(writer.replica.namespace, kind, records)
     for leaf in sorted(loose, key=lambda node: (node.created_at, node.id)):
-        memory._reinsert_leaf(leaf)
+        writer.reinsert_leaf(leaf)
     made_root = 0 if ROOT_ID in parsed.nodes else 1
     return len(kept) - made_root + len(loose)
 

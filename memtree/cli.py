@@ -1,7 +1,8 @@
 """The ``memtree`` command: the app, its global options and ``demo``.
 
 The other commands live in ``memtree/commands/`` (one small module each) and are
-registered below; sub-apps (``bench``) are added with ``app.add_typer``.
+registered below; sub-apps (``bench``, from the repository's ``memtree_bench``) are
+added with ``app.add_typer``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 import typer
 
 from memtree.commands import add, backup, query, repair, show, stats
-from memtree.commands.bench import bench_app
+from memtree.commands.bench import add_bench
 from memtree.commands.common import CliError, LlmOption, cli_errors, parse_llm, set_verbose
 from memtree.commands.files import os_problem, output_problem
 
@@ -68,7 +69,7 @@ app.command()(stats.stats)
 app.command()(backup.export)
 app.command(name="import")(backup.import_)
 app.command()(repair.repair)
-app.add_typer(bench_app, name="bench")
+add_bench(app)
 
 
 def main() -> None:

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from memtree import usage
+from memtree import model_usage as usage
 from memtree.retry import CircuitBreaker, EmptyReplyError, RetryPolicy, breaker_for
 
 

@@ -24,16 +24,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from memtree.config import RETRIEVAL_MODES, MemTreeConfig
 from memtree.index import Mask, VectorIndex
+from memtree.inputs import TimeLike, to_min_score, to_time_range
 from memtree.lexical import LexicalQuery as PreparedQuery
 from memtree.node import ROOT_ID, RetrievedNode, Vector
-from memtree.overlap import IN_TURN, SEARCHES, Overlap
+from memtree.replica import Replica
+from memtree.spare_core import IN_TURN, SEARCHES, Overlap
 from memtree.state import TreeState
-from memtree.text import fold, split_sentences
+from memtree.text import fold, require_text, split_sentences
 from memtree.where import Selection, Where, parse_where
 
 Ranked = list[tuple[str, float]]
@@ -117,7 +121,7 @@ def rank_collapsed(
     nodes, three to four scans per query (benchmarks/results/scale.md).
 
     The BM25 search runs on a spare core during the vector scan (``overlap``; by
-    default :data:`memtree.overlap.SEARCHES` on memories of :data:`OVERLAP_MIN_NODES`
+    default :data:`memtree.spare_core.SEARCHES` on memories of :data:`OVERLAP_MIN_NODES`
     nodes or more, else the calling thread does both in turn)."""
     selection = state.leaves_matching(filters.where) if filters.where else None
     mask = index.mask(
@@ -400,3 +404,67 @@ def _cut(text: str, budget: int, count_tokens: Callable[[str], int]) -> str:
         else:
             high = middle - 1
     return " ".join(words[:low]).strip()
+
+
+# -- a query from the public API, checked and answered -------------------------------
+
+
+@dataclass(frozen=True)
+class Query:
+    """One ``retrieve`` call's options, checked: what to rank and how to pack it."""
+
+    text: str
+    mode: str
+    packing: Packing
+    filters: Filters
+    lexical_weight: float
+
+
+def check_query(
+    config: MemTreeConfig,
+    state: TreeState,
+    query: str,
+    k: int | None,
+    token_budget: int | None,
+    mode: str | None,
+    leaves_only: bool,
+    where: Mapping[str, Any] | None,
+    time_range: tuple[TimeLike | None, TimeLike | None] | None,
+    min_score: float | None,
+    lexical_weight: float | None,
+) -> Query:
+    """``MemTree.retrieve``'s arguments with the config's defaults filled in; a bad
+    value raises naming the argument and what it accepts."""
+    require_text(query, "query")
+    k = config.k if k is None else k
+    if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
+        raise ValueError(f"k must be a positive integer, got {k!r}")
+    budget = config.token_budget if token_budget is None else token_budget
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0):
+        raise ValueError(f"token_budget must be a positive integer or None, got {budget!r}")
+    mode = config.mode if mode is None else mode
+    if mode not in RETRIEVAL_MODES:
+        raise ValueError(f"unknown mode {mode!r}; choose one of: {', '.join(RETRIEVAL_MODES)}")
+    threshold = config.retrieve_threshold if min_score is None else to_min_score(min_score)  # None: no cut
+    packing = Packing(k, budget, threshold, config.drop_repeated_sentences, config.token_counter)
+    filters = Filters(leaves_only, parse_where(where), to_time_range(time_range))
+    weight = config.lexical_weight if lexical_weight is None else lexical_weight
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight <= 10:
+        raise ValueError(f"lexical_weight must be a number between 0 and 10, got {weight!r}")
+    if weight > 0 and state.lexical is None:
+        raise ValueError(
+            "this memory keeps no lexical index (its config has lexical_weight=0); "
+            "open it with MemTreeConfig(lexical_weight=...) > 0 to use hybrid retrieval"
+        )
+    return Query(query, mode, packing, filters, float(weight))
+
+
+def answer(replica: Replica, query: Query, vector: Vector, beam: int) -> list[RetrievedNode]:
+    """Rank the replica's nodes for ``query`` (embedded as ``vector``) and pack the
+    results (:func:`retrieve`), under the replica's read lock."""
+    lexical = LexicalQuery(query.text, query.lexical_weight) if query.lexical_weight > 0 else None
+    with replica.lock.read():
+        index, state = replica.index, replica.state
+        if index is None or len(index) == 0:
+            return []
+        return retrieve(index, state, vector, query.mode, beam, query.packing, query.filters, lexical)

@@ -36,7 +36,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from memtree import usage
+from memtree import model_usage as usage
 
 logger = logging.getLogger(__name__)
 

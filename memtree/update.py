@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from memtree.inputs import TimeLike, make_item, to_timestamp
 from memtree.node import ROOT_ID, JSONDict, LeafVersion, Node, Vector
@@ -33,9 +33,7 @@ from memtree.optimistic import PreparedWrite, footprint_of
 from memtree.planning import latest, plan_delete_many, plan_insert, rebuild_job
 from memtree.routing import Route, route
 from memtree.state import TreeState, TreeView
-
-if TYPE_CHECKING:
-    from memtree.tree import MemTree
+from memtree.writer import Writer
 
 Router = Callable[[TreeView], Route]
 """Where a text goes in a given view of the tree."""
@@ -228,31 +226,31 @@ def check_leaf(state: TreeState, leaf_id: object, namespace: tuple[str, ...], ac
 
 
 def prepare(
-    memory: MemTree, leaf_id: str, text: str, metadata: Mapping[str, Any] | None, timestamp: TimeLike | None
+    writer: Writer, leaf_id: str, text: str, metadata: Mapping[str, Any] | None, timestamp: TimeLike | None
 ) -> tuple[_Change, bool]:
     """Check an update before any model call; also say whether the text changes
     (then the new text must be embedded)."""
     item = make_item(text, metadata)
     change = _Change(leaf_id, item.text, None if metadata is None else item.metadata, to_timestamp(timestamp))
-    memory._maybe_refresh()
-    with memory._rw.read():
-        current = check_leaf(memory._state, leaf_id, memory.namespace)
+    writer.replica.maybe_refresh()
+    with writer.replica.lock.read():
+        current = check_leaf(writer.replica.state, leaf_id, writer.replica.namespace)
         return change, current.text != change.text
 
 
 def update_steps(
-    memory: MemTree, change: _Change, embedding: Vector | None, *, defer: bool
+    writer: Writer, change: _Change, embedding: Vector | None, *, defer: bool
 ) -> Generator[Any, Any, PreparedWrite[str]]:
-    """The write procedure of one update (run by ``MemTree._write`` / ``_awrite``)."""
-    with memory._rw.read():
-        current = check_leaf(memory._state, change.leaf_id, memory.namespace)
+    """The write procedure of one update (run by ``Writer.write`` / ``awrite``)."""
+    with writer.replica.lock.read():
+        current = check_leaf(writer.replica.state, change.leaf_id, writer.replica.namespace)
         needs_vector = current.text != change.text and embedding is None
     if needs_vector:  # the leaf changed since the caller looked: embed the text now
-        embedding = (yield from memory._embed_steps([change.text]))[0]
-    with memory._rw.read():
-        state = memory._state
+        embedding = (yield from writer.procedures.embed([change.text]))[0]
+    with writer.replica.lock.read():
+        state = writer.replica.state
         base = (state.seq, state.generation)
-        old = check_leaf(state, change.leaf_id, memory.namespace)
+        old = check_leaf(state, change.leaf_id, writer.replica.namespace)
         metadata = dict(old.metadata) if change.metadata is None else change.metadata
         timestamp = old.timestamp if change.timestamp is None else change.timestamp
         retext = old.text != change.text
@@ -260,8 +258,8 @@ def update_steps(
             return PreparedWrite(change.leaf_id, base)  # nothing to change, nothing to remember
         vector = embedding if retext else old.embedding
         assert vector is not None
-        scorer = memory._scorer(vector)
-        theta0 = memory._theta0()
+        scorer = writer.procedures.scorer(vector)
+        theta0 = writer.procedures.theta0()
         plan = plan_update(
             state,
             change.leaf_id,
@@ -270,7 +268,7 @@ def update_steps(
             metadata=metadata,
             timestamp=timestamp,
             now=time.time(),
-            router=lambda view: route(view, scorer, theta0, memory.config),
+            router=lambda view: route(view, scorer, theta0, writer.config),
         )
         kids = {node_id: plan.child_nodes(node_id, state) for node_id in plan.summaries}
         watched = {node_id for node_id in [*plan.summaries, old.parent, plan.leaf.parent, ROOT_ID] if node_id}
@@ -298,18 +296,18 @@ def update_steps(
                 reads_stale.add(node.id)
             jobs.append(rebuild_job(node, [kid.text for kid in kids[node.id]]))
         if deferring:
-            memory._centroid_embeddings(level.values())
+            writer.procedures.summaries.centroid_embeddings(level.values())
         elif jobs:
-            yield from memory._write_summaries(jobs, level, plan.fallback)
+            yield from writer.procedures.summaries.write(jobs, level, plan.fallback)
         for node_id in reads_stale:
             level[node_id].stale = True
 
     def committed() -> None:
-        memory._pending.mark_rebuild(plan.summaries)  # what a ledger entry merged is gone
+        writer.pending.mark_rebuild(plan.summaries)  # what a ledger entry merged is gone
         if deferring:
-            with memory._rw.read():
-                memory._pending.put_back(plan.summaries, memory._state)
-        memory._counters.add("updates")
+            with writer.replica.lock.read():
+                writer.pending.put_back(plan.summaries, writer.replica.state)
+        writer.calls.counters.add("updates")
 
     return PreparedWrite(
         change.leaf_id,
@@ -323,7 +321,7 @@ def update_steps(
 
 
 def update(
-    memory: MemTree,
+    writer: Writer,
     leaf_id: str,
     text: str,
     *,
@@ -331,14 +329,14 @@ def update(
     timestamp: TimeLike | None,
 ) -> str:
     """``MemTree.update`` (see there)."""
-    change, retext = prepare(memory, leaf_id, text, metadata, timestamp)
-    defer = memory._is_deferring()
-    vector = memory._drive(memory._embed_steps([change.text]))[0] if retext else None
-    return memory._write(lambda: update_steps(memory, change, vector, defer=defer))
+    change, retext = prepare(writer, leaf_id, text, metadata, timestamp)
+    defer = writer.is_deferring()
+    vector = writer.calls.drive(writer.procedures.embed([change.text]))[0] if retext else None
+    return writer.write(lambda: update_steps(writer, change, vector, defer=defer))
 
 
 async def aupdate(
-    memory: MemTree,
+    writer: Writer,
     leaf_id: str,
     text: str,
     *,
@@ -346,15 +344,15 @@ async def aupdate(
     timestamp: TimeLike | None,
 ) -> str:
     """``MemTree.aupdate`` (see there)."""
-    change, retext = prepare(memory, leaf_id, text, metadata, timestamp)
-    defer = memory._is_deferring()
-    vector = (await memory._adrive(memory._embed_steps([change.text])))[0] if retext else None
-    return await memory._awrite(lambda: update_steps(memory, change, vector, defer=defer))
+    change, retext = prepare(writer, leaf_id, text, metadata, timestamp)
+    defer = writer.is_deferring()
+    vector = (await writer.calls.adrive(writer.procedures.embed([change.text])))[0] if retext else None
+    return await writer.awrite(lambda: update_steps(writer, change, vector, defer=defer))
 
 
-def history(memory: MemTree, leaf_id: str) -> list[LeafVersion]:
+def history(writer: Writer, leaf_id: str) -> list[LeafVersion]:
     """``MemTree.history`` (see there)."""
-    memory._maybe_refresh()
-    with memory._rw.read():
-        check_leaf(memory._state, leaf_id, memory.namespace, action="have a history")
-    return memory.store.read_history(memory.namespace, leaf_id)
+    writer.replica.maybe_refresh()
+    with writer.replica.lock.read():
+        check_leaf(writer.replica.state, leaf_id, writer.replica.namespace, action="have a history")
+    return writer.replica.store.read_history(writer.replica.namespace, leaf_id)

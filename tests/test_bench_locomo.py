@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from memtree.config import MemTreeConfig
-from memtree.eval.locomo import Turn, load_locomo, select_conversations
-from memtree.eval.locomo_report import render_markdown_file
-from memtree.eval.metrics import answer_recall, context_at_budget, contexts_at_budgets, evidence_recall
 from memtree.text import fold, split_sentences
+from memtree_bench.locomo import Turn, load_locomo, select_conversations
+from memtree_bench.locomo_report import render_markdown_file
+from memtree_bench.metrics import answer_recall, context_at_budget, contexts_at_budgets, evidence_recall
 from tests.cli_runner import memtree, ok, refused
 
 LOCOMO = Path(
@@ -158,7 +158,7 @@ def test_report_rows_follow_the_paper_and_the_flat_baseline() -> None:
     """The paper's row builds its own tree with the paper's settings and ranks as the
     paper does; flat hybrid is a tree that never groups; memtree's rows share one tree."""
     from memtree.embed import HashingEmbedder
-    from memtree.eval.locomo_bench import LocomoSettings, method_factories
+    from memtree_bench.locomo_bench import LocomoSettings, method_factories
 
     methods = {
         m.name: m
@@ -186,7 +186,7 @@ def test_raptor_row_packs_like_memtree() -> None:
     pytest.importorskip("sklearn")
     from memtree.aggregate import ExtractiveAggregator
     from memtree.embed import HashingEmbedder
-    from memtree.eval.methods import RaptorMethod, deduplicated
+    from memtree_bench.methods import RaptorMethod, deduplicated
 
     assert deduplicated(["A cat. A dog.", "A dog.", "A DOG. A bird.", "x\ny"]) == ["A cat. A dog.", "A bird.", "x\ny"]
     phrases = ["we hiked in the mountains", "my sister adopted a kitten", "the bakery sells sourdough"]

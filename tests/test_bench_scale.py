@@ -13,7 +13,10 @@ import numpy as np
 import pytest
 from cli_runner import memtree, ok, refused
 
-from memtree.eval.scale import (
+from memtree.index import VectorIndex
+from memtree.retrieval import Filters, LexicalQuery, first_limit, rank_collapsed
+from memtree.state import TreeState
+from memtree_bench.scale import (
     ScaleReport,
     ScaleSettings,
     SizeResult,
@@ -22,11 +25,8 @@ from memtree.eval.scale import (
     random_unit_vectors,
     rows_updated_per_insert,
 )
-from memtree.eval.scale_report import verdict
-from memtree.eval.zipf import ZipfWords
-from memtree.index import VectorIndex
-from memtree.retrieval import Filters, LexicalQuery, first_limit, rank_collapsed
-from memtree.state import TreeState
+from memtree_bench.scale_report import verdict
+from memtree_bench.zipf import ZipfWords
 
 TIMINGS = (
     "upkeep", "upkeep_vector", "upkeep_lexical", "rebuild", "query_hybrid", "query_hybrid_one_thread", "query_dense",
@@ -231,9 +231,9 @@ def test_the_verdict_names_each_size_above_the_target_and_growing_upkeep() -> No
 
 
 def test_a_report_renders_again_from_its_json(tmp_path: Path) -> None:
-    from memtree.eval.report import machine_info
-    from memtree.eval.scale import load_scale_report, run_scale
-    from memtree.eval.scale_report import write_scale_report
+    from memtree_bench.report import machine_info
+    from memtree_bench.scale import load_scale_report, run_scale
+    from memtree_bench.scale_report import write_scale_report
 
     settings = ScaleSettings(sizes=(50, 120), dimension=8, queries=5, inserts=5, rebuilds=3, threads=1, vocabulary=500)
     report = run_scale(settings, progress=False)

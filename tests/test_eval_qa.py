@@ -9,7 +9,9 @@ import re
 import pytest
 from openai_server import FakeOpenAIServer
 
-from memtree.eval.qa import (
+from memtree.models import OpenAIChatModel
+from memtree.retry import RetryPolicy
+from memtree_bench.qa import (
     EMPTY_CONTEXT,
     JUDGE_PROMPT,
     JUDGE_REMINDER,
@@ -21,8 +23,6 @@ from memtree.eval.qa import (
     parse_verdict,
     qa_models_from_env,
 )
-from memtree.models import OpenAIChatModel
-from memtree.retry import RetryPolicy
 
 FAST = RetryPolicy(max_attempts=3, initial_delay=0.0, timeout=10.0)
 

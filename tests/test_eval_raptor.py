@@ -11,8 +11,8 @@ import pytest
 from memtree import HashingEmbedder
 from memtree.aggregate import ExtractiveAggregator
 from memtree.embed import Embedder, Matrix
-from memtree.eval.raptor import RaptorTree
 from memtree.text import count_words
+from memtree_bench.raptor import RaptorTree
 
 pytest.importorskip("sklearn")
 

@@ -279,7 +279,8 @@ def test_the_deprecation_note_names_the_installed_langchain_core_versions() -> N
         "RunnableWithMessageHistory is deprecated",
     )
     assert (base, runnable) == ("1.6.4", "1.3.3")
-    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8").split())
+    page = Path(__file__).resolve().parents[1] / "docs" / "langchain.md"  # the README's LangChain section
+    readme = " ".join(page.read_text(encoding="utf-8").split())
     assert f"`RunnableWithMessageHistory`, which langchain-core deprecates since {runnable}" in readme
     assert f"`BaseChatMessageHistory`, the class it builds on, is deprecated since langchain-core {base}" in readme
     doc = " ".join((MemTreeChatMessageHistory.__doc__ or "").split())

@@ -22,6 +22,7 @@ from llama_index.core.llms import MockLLM
 
 from memtree import ROOT_ID, Aggregator, ExtractiveAggregator, HashingEmbedder, LLMAggregator, MemTree, MemTreeConfig
 from memtree.llm import CallableChatModel, ChatModel, Completion
+from memtree.model_usage import recording
 from memtree.models import (
     LangChainChatModel,
     LangChainEmbedder,
@@ -32,7 +33,6 @@ from memtree.models import (
 )
 from memtree.retry import ModelResponseError, RetryPolicy
 from memtree.stats import Counters
-from memtree.usage import recording
 
 DEEP = MemTreeConfig(theta0=-1.0, near_duplicate=1.0)
 TEXTS = ["tea with lemon", "tea with honey", "tea with milk", "coffee black"]

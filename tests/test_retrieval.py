@@ -14,8 +14,8 @@ from conftest import TableEmbedder
 
 from memtree import ROOT_ID, HashingEmbedder, MemTree, MemTreeConfig, retrieval
 from memtree.lexical import lexical_tokens
-from memtree.overlap import Overlap
 from memtree.retrieval import SUMMARY_WEIGHT, DeliveredSentences, Filters, LexicalQuery
+from memtree.spare_core import Overlap
 from memtree.text import count_tokens
 
 TEXTS = [
@@ -153,7 +153,7 @@ class ThreadRecordingOverlap(Overlap):
 
 
 def test_hybrid_ranking_is_the_same_with_the_bm25_search_on_a_helper_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Large memories run the BM25 search beside the vector scan (memtree.overlap);
+    """Large memories run the BM25 search beside the vector scan (memtree.spare_core);
     the ranking must not depend on it, filters included."""
     people = ["Alice", "Bob", "Carol", "Dan", "Eve"]
     things = ["cat", "piano", "marathon", "bakery", "garden", "chess", "boat", "violin"]

@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 from langchain_core.embeddings import Embeddings
 from openai_server import FakeOpenAIServer
 
+from memtree.model_usage import recording
 from memtree.models import OpenAIChatModel
 from memtree.models.langchain import LangChainEmbedder
 from memtree.retry import ModelResponseError, RetryPolicy, call_with_timeout, retry_after_seconds, transient
 from memtree.stats import Counters
-from memtree.usage import recording
 
 NO_WAIT = RetryPolicy(max_attempts=4, initial_delay=0.0, timeout=None)
 

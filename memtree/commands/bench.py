@@ -1,91 +1,53 @@
-"""``memtree bench``: the benchmarks, each a sub-command writing a report to a folder.
+"""``memtree bench``: finds the benchmark harness, or says how to get it.
 
-The heavy imports (FAISS, matplotlib, the harnesses) happen inside each command so
-``memtree --help`` stays fast.
+The harness (:mod:`memtree_bench`: LoCoMo, RAPTOR baseline, QA, scale) is not part
+of the memtree-llm wheel, so a user's install carries no evaluation code. It lives
+beside ``memtree/`` in the repository and runs from a checkout installed with the
+``bench`` extra (``pip install -e ".[bench]"``), which brings its dependencies.
+An editable install maps only the wheel's packages, so the checkout's root is put
+on ``sys.path`` (at the end, shadowing nothing) when the harness is found there.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
 
 import typer
 
-from memtree.commands.bench_locomo import locomo
-from memtree.commands.common import CliError, cli_errors
+from memtree.commands.common import fail
 
-bench_app = typer.Typer(
-    help="Run a benchmark and write its report (Markdown, JSON, PNG) under --out.",
-    no_args_is_help=True,
+BENCH_INSTALL = (
+    "the benchmarks ship with the memtree repository, not the memtree-llm wheel: "
+    'clone it and run `pip install -e ".[bench]"` in the checkout'
 )
 
-DEFAULT_OUT = "benchmarks/results"
+
+def _harness_on_path() -> bool:
+    """Whether ``memtree_bench`` can be imported, after looking beside this package."""
+    if importlib.util.find_spec("memtree_bench") is not None:
+        return True
+    root = Path(__file__).resolve().parents[2]
+    if (root / "memtree_bench" / "__init__.py").is_file():
+        sys.path.append(str(root))
+        return importlib.util.find_spec("memtree_bench") is not None
+    return False
 
 
-@bench_app.command()
-@cli_errors
-def scale(
-    sizes: str = typer.Option(
-        "10000,100000,1000000", "--sizes", help="Numbers of vectors to index, comma-separated (100k and 1M work too)."
-    ),
-    dim: int = typer.Option(384, "--dim", help="Vector dimension (384 = all-MiniLM-L6-v2)."),
-    queries: int = typer.Option(300, "--queries", help="Top-10 queries to time per size (fewer if the time runs out)."),
-    inserts: int = typer.Option(300, "--inserts", help="Inserts to time per size (fewer if the time runs out)."),
-    rebuilds: int = typer.Option(20, "--rebuilds", help="Full index rebuilds to time per size (at least 3)."),
-    seconds: float = typer.Option(
-        60.0, "--seconds", help="Time budget of each measurement per size; repetitions stop early when it is spent."
-    ),
-    threads: int = typer.Option(
-        0, "--threads", help="FAISS and NumPy (BLAS) threads; 0 keeps their default (one per core)."
-    ),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random vectors."),
-    out: str = typer.Option(DEFAULT_OUT, "--out", help="Folder for scale.md, scale.json and scale.png."),
-) -> None:
-    """Index upkeep per insert (vector + BM25) and collapsed top-10 query time (default hybrid and dense) versus N,
-    on random unit vectors and Zipf-distributed texts (no model), against FAISS brute force and a full rebuild."""
-    from memtree.eval.report import machine_info
-    from memtree.eval.scale import ScaleSettings, parse_sizes, run_scale
-    from memtree.eval.scale_report import write_scale_report
+def add_bench(app: typer.Typer) -> None:
+    """Add ``bench`` to the ``memtree`` app: the harness's sub-app, or, without the
+    harness, a command that takes any arguments and names the install."""
+    if _harness_on_path():
+        from memtree_bench.cli import bench_app
 
-    try:
-        parsed_sizes = parse_sizes(sizes)
-    except ValueError as error:
-        raise CliError(f"--sizes: {error}") from None
-    try:
-        settings = ScaleSettings(
-            sizes=parsed_sizes,
-            dimension=dim,
-            queries=queries,
-            inserts=inserts,
-            rebuilds=rebuilds,
-            seconds_per_measurement=seconds,
-            seed=seed,
-            threads=threads,
-        )
-    except ValueError as error:
-        raise CliError(_option_names(str(error))) from None
-    info = machine_info()
-    report = run_scale(settings)
-    paths = write_scale_report(report, Path(out), info)
-    for result in report.results:
-        print(
-            f"N={result.n:>9,}  upkeep p50 {result.upkeep['p50'] * 1e6:8.0f} µs  "
-            f"rebuild p50 {result.rebuild['p50'] * 1e3:9.2f} ms  "
-            f"hybrid p50 {result.query_hybrid['p50'] * 1e3:8.2f} ms ({result.hybrid_paired_ratio:.2f}×)  "
-            f"dense p50 {result.query_dense['p50'] * 1e3:8.2f} ms ({result.dense_paired_ratio:.2f}×)  "
-            f"floor p50 {result.query_faiss['p50'] * 1e3:8.2f} ms"
-        )
-    print("Wrote " + ", ".join(str(path) for path in paths))
+        app.add_typer(bench_app, name="bench")
+        return
 
-
-_OPTIONS = {"dimension": "--dim", "seconds_per_measurement": "--seconds"}
-
-
-def _option_names(message: str) -> str:
-    """A settings error in the words of the command line (``dimension`` -> ``--dim``)."""
-    for field, option in _OPTIONS.items():
-        if message.startswith(field):
-            return option + message[len(field) :]
-    return "--" + message
-
-
-bench_app.command()(locomo)
+    @app.command(
+        name="bench",
+        help="Run a benchmark (needs the repository's memtree_bench package).",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    )
+    def unavailable() -> None:
+        raise fail(f"memtree bench: {BENCH_INSTALL}")

@@ -42,7 +42,7 @@ from memtree.models.resolve import resolve_embedder
 from memtree.retry import ModelResponseError
 from memtree.store.base import NamespaceKey, Store, namespace_key
 from memtree.store.migrations import IncompatibleStoreError
-from memtree.store.sqlite_readonly import ReadOnlySQLiteBackend
+from memtree.store.sqlite import ReadOnlySQLiteBackend
 from memtree.tree import MemTree
 from memtree.viz.graphviz import GraphvizNotFoundError
 
@@ -310,7 +310,7 @@ def open_memory(
     clear message when the file or its folder is read-only for the user. A command
     that only reads refuses an empty (0-byte) file, which opening would turn into a
     memory, and opens a read-only file read-only (see
-    :mod:`memtree.store.sqlite_readonly`), so it works and leaves nothing behind.
+    :mod:`memtree.store.sqlite`), so it works and leaves nothing behind.
     SQLite's errors inside the block are reported naming ``db``.
     """
     key = parse_namespace(namespace)

@@ -14,7 +14,7 @@ from memtree.models.langchain import LangChainChatModel, LangChainEmbedder
 from memtree.models.llamacpp import LlamaCppChatModel
 from memtree.models.llamaindex import LlamaIndexChatModel, LlamaIndexEmbedder
 from memtree.models.openai import MissingAPIKeyError, OpenAIChatModel, OpenAIEmbedder
-from memtree.models.resolve import default_aggregator, default_embedder, resolve_chat_model, resolve_embedder
+from memtree.models.resolve import default_embedder, resolve_chat_model, resolve_embedder
 
 __all__ = [
     "EmbeddingBatch",
@@ -27,7 +27,6 @@ __all__ = [
     "OpenAIChatModel",
     "OpenAIEmbedder",
     "RemoteEmbedder",
-    "default_aggregator",
     "default_embedder",
     "resolve_chat_model",
     "resolve_embedder",

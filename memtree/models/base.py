@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from memtree import usage
+from memtree import model_usage as usage
 from memtree.embed import Embedder, Matrix, unit_rows
 from memtree.retry import CircuitBreaker, ModelResponseError, RetryPolicy, breaker_for
 

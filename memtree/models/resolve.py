@@ -17,7 +17,6 @@ import os
 import sys
 import threading
 
-from memtree.aggregate import Aggregator, ExtractiveAggregator, LLMAggregator
 from memtree.embed import Embedder, LocalEmbedder
 from memtree.llm import CallableChatModel, ChatModel
 
@@ -47,6 +46,12 @@ def _loaded_class(module: str, name: str) -> type | None:
 def _is_instance(obj: object, module: str, name: str) -> bool:
     cls = _loaded_class(module, name)
     return cls is not None and isinstance(obj, cls)
+
+
+def is_aggregator(obj: object) -> bool:
+    """A memtree summary writer (looked up, not imported: :mod:`memtree.aggregate`
+    imports this module to resolve the chat model an ``LLMAggregator`` is given)."""
+    return _is_instance(obj, "memtree.aggregate", "Aggregator")
 
 
 def is_langchain_embeddings(obj: object) -> bool:
@@ -118,8 +123,10 @@ def resolve_chat_model(llm: object) -> ChatModel:
         from memtree.models.llamaindex import LlamaIndexChatModel
 
         return LlamaIndexChatModel(llm)
-    elif isinstance(llm, (Embedder, Aggregator)) or is_langchain_embeddings(llm) or is_llamaindex_embedding(llm):
-        hint = "aggregator=" if isinstance(llm, Aggregator) else "embedder="
+    elif (
+        isinstance(llm, Embedder) or is_aggregator(llm) or is_langchain_embeddings(llm) or is_llamaindex_embedding(llm)
+    ):
+        hint = "aggregator=" if is_aggregator(llm) else "embedder="
         raise TypeError(f"llm must be {LLM_KINDS}; got {_shown(llm)} (pass it as {hint})")
     elif callable(llm):
         return CallableChatModel(llm)
@@ -128,38 +135,29 @@ def resolve_chat_model(llm: object) -> ChatModel:
 
 def default_embedder() -> Embedder:
     """OpenAI embeddings when ``OPENAI_API_KEY`` is set, else the local model."""
-    if _openai_usable():
+    if openai_usable():
         from memtree.models.openai import DEFAULT_EMBEDDING_MODEL, OpenAIEmbedder
 
-        _announce(f"memtree: embedding with OpenAI {DEFAULT_EMBEDDING_MODEL} (OPENAI_API_KEY is set)")
+        announce(f"memtree: embedding with OpenAI {DEFAULT_EMBEDDING_MODEL} (OPENAI_API_KEY is set)")
         return OpenAIEmbedder()
-    _announce("memtree: embedding offline with all-MiniLM-L6-v2 (no OPENAI_API_KEY; pass embedder= to choose)")
+    announce("memtree: embedding offline with all-MiniLM-L6-v2 (no OPENAI_API_KEY; pass embedder= to choose)")
     return LocalEmbedder()
 
 
-def default_aggregator() -> Aggregator:
-    """LLM summaries by OpenAI when ``OPENAI_API_KEY`` is set, else extractive summaries."""
-    if _openai_usable():
-        from memtree.models.openai import DEFAULT_CHAT_MODEL, OpenAIChatModel
-
-        _announce(f"memtree: summarizing with OpenAI {DEFAULT_CHAT_MODEL} (OPENAI_API_KEY is set)")
-        return LLMAggregator(OpenAIChatModel())
-    _announce("memtree: summarizing offline with extractive summaries (no OPENAI_API_KEY; pass llm= to choose)")
-    return ExtractiveAggregator()
-
-
-def _openai_usable() -> bool:
+def openai_usable() -> bool:
+    """Whether the default models are OpenAI's: a key is set and the client installed."""
     if not os.environ.get("OPENAI_API_KEY"):
         return False
     try:
         import openai  # noqa: F401
     except ImportError:
-        _announce("memtree: OPENAI_API_KEY is set but the openai package is missing; using offline models")
+        announce("memtree: OPENAI_API_KEY is set but the openai package is missing; using offline models")
         return False
     return True
 
 
-def _announce(message: str) -> None:
+def announce(message: str) -> None:
+    """Log a default model choice once per process."""
     with _announce_lock:
         if message in _announced:
             return

@@ -6,13 +6,30 @@
   serialized and each insert commits atomically.
 * ``synchronous=FULL`` by default: a commit is on disk before ``add`` returns,
   so an acknowledged insert survives a power cut, not only a crash.
-* The file is checked before anything can write to it (:mod:`memtree.store.sqlite_check`):
+* The file is checked before anything can write to it (:mod:`memtree.store.sqlite_inspect`):
   a file that is not SQLite, another application's database or a newer memtree
   schema is refused with the file, its ``-wal`` and ``-shm`` byte for byte as they were.
 
 Connections: one writer connection (guarded by a lock; a transaction may begin in
 one thread and commit in another, as the async engine does) and a small pool of
 reader connections handed to one thread at a time.
+
+``ReadOnlySQLiteBackend`` (at the end) reads a memtree file you cannot, or must not,
+write: another user's file, a read-only folder or mount, a copy kept as a backup.
+``SQLiteBackend`` cannot open it there (it switches the file to WAL mode and SQLite
+must create the ``-wal`` and ``-shm`` files beside it), and where SQLite can create
+them, the files left behind belong to the reader and stop the owner from writing.
+It reads such a file without writing anything:
+
+* no ``-wal`` file beside it (no connection has the file open, so the main file
+  holds every commit): opened ``immutable``, which reads the file as it is and
+  creates nothing. A writer that starts while it reads is not seen, so use it for
+  a short read (a command), not as a long-lived store next to writers;
+* a ``-wal`` file (a writer has the file open, or crashed): opened
+  ``mode=ro&readonly_shm=1``, which reads the log without writing the ``-shm`` file.
+
+Any write raises :class:`ReadOnlyMemoryError`; a file whose schema needs an
+upgrade is refused (upgrading is a write).
 """
 
 from __future__ import annotations
@@ -24,6 +41,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
+from urllib.parse import quote
 
 from memtree.store import migrations
 from memtree.store.base import NamespaceKey
@@ -37,7 +55,7 @@ from memtree.store.migrations import (
     schema_v2,
 )
 from memtree.store.sql import SQLBackend
-from memtree.store.sqlite_check import APPLICATION_ID, inspect, schema_version
+from memtree.store.sqlite_inspect import APPLICATION_ID, inspect, schema_version
 
 _MAX_IDLE_READERS = 4
 _MMAP_BYTES = 1 << 30
@@ -129,7 +147,7 @@ class SQLiteBackend(SQLBackend):
     def _prepare(self) -> None:
         """Switch to WAL and bring the schema to the latest version.
 
-        :func:`~memtree.store.sqlite_check.inspect` read the file without locks; this
+        :func:`~memtree.store.sqlite_inspect.inspect` read the file without locks; this
         checks again inside a transaction (another process may have changed the file
         since) and migrates under the write lock.
         """
@@ -242,3 +260,67 @@ class SQLiteBackend(SQLBackend):
         finally:
             if acquired:
                 self._writer_lock.release()
+
+
+class ReadOnlyMemoryError(PermissionError):
+    """A write was attempted through a store opened read-only."""
+
+
+def wal_path(path: Path) -> Path:
+    """The write-ahead log SQLite keeps beside ``path`` while it is open."""
+    return path.with_name(path.name + "-wal")
+
+
+class ReadOnlySQLiteBackend(SQLiteBackend):
+    """An existing memtree SQLite file, opened for reading only.
+
+    Example::
+
+        store = ReadOnlySQLiteBackend("/srv/shared/memory.db")
+        memory = MemTree(store=store, namespace="team")
+        hits = memory.retrieve("release date")
+        memory.close(); store.close()
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 30.0) -> None:
+        location = Path(os.fspath(path))
+        if not location.is_file():
+            raise FileNotFoundError(f"no memory file at {location} to read")
+        # readonly_shm: read the log through the -shm file without ever writing it
+        # (plain mode=ro may rewrite it) or checkpointing.
+        self._uri_options = "mode=ro&readonly_shm=1" if wal_path(location).exists() else "mode=ro&immutable=1"
+        super().__init__(location, busy_timeout=busy_timeout)
+
+    def __repr__(self) -> str:
+        return f"ReadOnlySQLiteBackend({str(self.path)!r})"
+
+    def _connect(self) -> sqlite3.Connection:
+        uri = f"file:{quote(str(self.path.resolve()))}?{self._uri_options}"
+        connection = sqlite3.connect(
+            uri, uri=True, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
+        )
+        connection.execute(f"PRAGMA mmap_size = {_MMAP_BYTES}")
+        return connection
+
+    def _prepare(self) -> None:
+        """Check the schema is current; nothing is switched or migrated."""
+        self._writer.execute("BEGIN")
+        try:
+            # A first read outside the schema check: SQLite's own error (a read-only
+            # folder without the -shm file, a damaged page) reaches the caller as is.
+            self._writer.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            current = schema_version(self._writer, self.path, SQLITE_MIGRATIONS)
+        finally:
+            self._writer.execute("COMMIT")
+        if current is None:
+            raise IncompatibleStoreError(f"{self.path} holds no memtree memory yet (it has no tables)")
+        if migrations.pending(SQLITE_MIGRATIONS, current, str(self.path)):
+            raise IncompatibleStoreError(
+                f"{self.path} has memtree schema version {current}, older than this memtree's; upgrading it is a "
+                "write, so open it once with write access (any memtree command run by its owner upgrades it)"
+            )
+
+    def _open_write(self, namespace: NamespaceKey | None) -> sqlite3.Connection:
+        raise ReadOnlyMemoryError(
+            f"{self.path} is open read-only; changing the memory needs write access to the file and its folder"
+        )

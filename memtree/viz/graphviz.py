@@ -6,6 +6,7 @@ subprocess and says how to install it when it is missing.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from typing import Literal
@@ -46,3 +47,12 @@ def render_dot(source: str, image_format: ImageFormat = "png") -> bytes:
         message = done.stderr.decode("utf-8", "replace").strip() or f"exit status {done.returncode}"
         raise RuntimeError(f"Graphviz dot failed to draw the tree: {message}")
     return done.stdout
+
+
+def render_dot_to(source: str, image_format: ImageFormat, path: str | os.PathLike[str] | None) -> bytes:
+    """:func:`render_dot`, also written to ``path`` when one is given."""
+    image = render_dot(source, image_format)
+    if path is not None:
+        with open(path, "wb") as file:
+            file.write(image)
+    return image

@@ -22,7 +22,7 @@ from __future__ import annotations
 import html
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
@@ -137,6 +137,23 @@ def json_for_script(data: Any) -> str:
 @cache
 def _asset(name: str) -> str:
     return resources.files("memtree.viz").joinpath("assets", name).read_text(encoding="utf-8")
+
+
+def answer_queries(
+    retrieve: Callable[..., Sequence[Any]],
+    queries: str | Sequence[str],
+    *,
+    k: int | None,
+    mode: str | None,
+    shown_mode: str,
+) -> list[HtmlQuery]:
+    """Each of ``queries`` answered by ``retrieve`` (a memory's), for the page to
+    highlight exactly the nodes the memory retrieves for it."""
+    asked = [queries] if isinstance(queries, str) else list(queries)
+    return [
+        HtmlQuery(query, [(hit.id, hit.score) for hit in retrieve(query, k=k, mode=mode)], mode or shown_mode)
+        for query in asked
+    ]
 
 
 def to_html(

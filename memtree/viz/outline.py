@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from memtree.node import ROOT_ID
 from memtree.state import TreeState
 from memtree.text import preview
@@ -37,3 +39,25 @@ def format_tree(state: TreeState, *, max_depth: int | None = None, width: int = 
     for i, child in enumerate(children):
         visit(child, "", i == len(children) - 1)
     return "\n".join(lines)
+
+
+def to_dict(state: TreeState) -> dict[str, Any]:
+    """The tree as nested dicts (id, text, depth, leaf_count, timestamp, metadata, children)."""
+
+    def build(node_id: str) -> dict[str, Any]:
+        node = state.nodes[node_id]
+        return {
+            "id": node.id,
+            "text": node.text,
+            "depth": node.depth,
+            "is_leaf": node.is_leaf,
+            "leaf_count": state.leaf_total if node.id == ROOT_ID else node.leaf_count,
+            "timestamp": node.timestamp,
+            "metadata": dict(node.metadata),
+            "stale": node.stale,
+            "children": [build(child) for child in node.children],
+        }
+
+    if state.root is None:
+        return {"id": ROOT_ID, "text": "", "depth": 0, "leaf_count": 0, "children": []}
+    return build(ROOT_ID)

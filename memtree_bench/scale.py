@@ -4,12 +4,12 @@ No model is involved: the index holds ``N`` seeded random unit vectors (as many 
 tree of ``N`` nodes), 60% of them flagged as leaves (a MemTree has at least two
 children per summary, so leaves are the majority; 3,000 inserts with the test
 embedder give 3,000 leaves in 4,979 nodes). Each node also gets a synthetic text,
-words drawn from a Zipf law (:mod:`memtree.eval.zipf`): 10-26 words for a leaf,
+words drawn from a Zipf law (:mod:`memtree_bench.zipf`): 10-26 words for a leaf,
 30-60 for a summary, indexed by the BM25 index that hybrid retrieval (the default,
 ``lexical_weight`` 0.3) reads beside the vectors.
 
 * **Upkeep per insert** reproduces what the engine's insert path does to both
-  indexes: ``MemTree._apply`` calls ``VectorIndex.upsert`` once per insert with every
+  indexes: ``Replica._apply`` calls ``VectorIndex.upsert`` once per insert with every
   node the insert wrote, and ``TreeState.apply`` calls ``LexicalIndex.upsert_many``
   once with their texts. An insert re-writes the summaries on the new leaf's path
   and adds the leaf (plus a summary when it splits a leaf), so each timed insert
@@ -62,14 +62,13 @@ from tqdm import tqdm
 
 from memtree.config import MemTreeConfig
 from memtree.embed import Matrix
-from memtree.eval.report import percentiles
-from memtree.eval.zipf import ZipfWords
-from memtree.gcpause import paused_gc
 from memtree.index import VectorIndex
 from memtree.lexical import LexicalIndex, top
-from memtree.overlap import IN_TURN
 from memtree.retrieval import SUMMARY_WEIGHT, Filters, LexicalQuery, Ranked, first_limit, rank_collapsed
-from memtree.state import TreeState
+from memtree.spare_core import IN_TURN
+from memtree.state import TreeState, paused_gc
+from memtree_bench.report import percentiles
+from memtree_bench.zipf import ZipfWords
 
 QUERY_RATIO_TARGET = 1.2
 """The issue's goal: a collapsed query within 1.2× of FAISS brute force at every N."""

@@ -10,7 +10,7 @@ that), and two memories sharing one model object never mix their counts.
 Use it yourself to count what your own code spends through memtree's models::
 
     from memtree.stats import Counters
-    from memtree.usage import recording
+    from memtree.model_usage import recording
 
     spent = Counters()
     with recording(spent):

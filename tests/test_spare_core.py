@@ -1,4 +1,4 @@
-"""memtree.overlap: the side work runs on a helper thread when one is idle, on the
+"""memtree.spare_core: the side work runs on a helper thread when one is idle, on the
 caller's thread otherwise, and neither outlives the call."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from memtree.overlap import Overlap
+from memtree.spare_core import Overlap
 
 
 def test_the_side_work_runs_on_a_helper_thread_beside_the_main_work() -> None:

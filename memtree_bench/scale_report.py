@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from memtree.eval.report import (
+from memtree.retrieval import OVERLAP_MIN_NODES
+from memtree.spare_core import SEARCHES
+from memtree_bench.report import (
     load_average,
     machine_lines,
     markdown_table,
@@ -19,9 +21,7 @@ from memtree.eval.report import (
     write_json,
     write_markdown,
 )
-from memtree.eval.scale import EXACTNESS_CHECKS, QUERY_RATIO_TARGET, ROWS_ADDED_PER_INSERT, ScaleReport, SizeResult
-from memtree.overlap import SEARCHES
-from memtree.retrieval import OVERLAP_MIN_NODES
+from memtree_bench.scale import EXACTNESS_CHECKS, QUERY_RATIO_TARGET, ROWS_ADDED_PER_INSERT, ScaleReport, SizeResult
 
 UPKEEP_FLAT = 2.0
 """Upkeep counts as not growing with N while its largest p50 across the sizes is at
@@ -305,7 +305,7 @@ def _markdown(report: ScaleReport, info: dict[str, str]) -> list[str]:
         "the vector search, the BM25 top-k search (MaxScore: the query's rarest words first, stopping once the "
         "common words' upper bounds cannot change the top), the BM25 scores of the vector hits, and the "
         f"cosine of the union; from {OVERLAP_MIN_NODES:,} nodes up the BM25 search runs on a spare core "
-        "(`memtree.overlap`, helper threads in the machine table) while the calling thread scans, as FAISS "
+        "(`memtree.spare_core`, helper threads in the machine table) while the calling thread scans, as FAISS "
         "scans one query on one core. hybrid, one thread = the same with the BM25 search after the scan on the "
         "calling thread. dense = the same without BM25 (`lexical_weight=0`). BM25 alone = "
         "`LexicalIndex.search`. Floor = `faiss.knn` top-10 (FAISS's exhaustive inner-product search, what "

@@ -33,11 +33,11 @@ from typing import Any
 from memtree.aggregate import Aggregator, ExtractiveAggregator, LLMAggregator
 from memtree.config import MemTreeConfig
 from memtree.embed import Embedder
-from memtree.eval.harness import MethodResult, ProgressFactory, run_locomo
-from memtree.eval.locomo import Conversation
-from memtree.eval.methods import BM25Baseline, FlatDense, MemTreeMethod, Method, RaptorMethod, TreeBuilder
+from memtree_bench.harness import MethodResult, ProgressFactory, run_locomo
+from memtree_bench.locomo import Conversation
+from memtree_bench.methods import BM25Baseline, FlatDense, MemTreeMethod, Method, RaptorMethod, TreeBuilder
 
-logger = logging.getLogger("memtree.eval")
+logger = logging.getLogger("memtree_bench")
 
 DEFAULT_BUDGETS: tuple[int, ...] = (250, 500, 1000, 2000)
 

@@ -19,9 +19,9 @@ import numpy as np
 from memtree.aggregate import Aggregator
 from memtree.config import MemTreeConfig
 from memtree.embed import Embedder, Matrix
-from memtree.eval.locomo import Turn
 from memtree.retrieval import DeliveredSentences
 from memtree.text import count_words
+from memtree_bench.locomo import Turn
 
 _WORD = re.compile(r"\w+")
 
@@ -243,7 +243,7 @@ class MemTreeMethod(Method):
 
 
 class RaptorMethod(Method):
-    """An offline RAPTOR-style tree (:mod:`memtree.eval.raptor`) built once with the
+    """An offline RAPTOR-style tree (:mod:`memtree_bench.raptor`) built once with the
     whole conversation in view, searched collapsed and packed like memtree's rows
     (repeated sentences dropped); its build time is spread over the turns as the
     per-insert cost."""
@@ -256,7 +256,7 @@ class RaptorMethod(Method):
         self.tree: Any = None
 
     def ingest(self, turns: Sequence[Turn]) -> IngestCost:
-        from memtree.eval.raptor import RaptorTree
+        from memtree_bench.raptor import RaptorTree
 
         start = time.perf_counter()
         self.tree = RaptorTree.build([turn.text for turn in turns], self.embedder, self.aggregator_factory())

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from memtree.eval.locomo import Conversation
-from memtree.eval.methods import IngestCost, Method
-from memtree.eval.metrics import answer_recall, contexts_at_budgets, evidence_recall
+from memtree_bench.locomo import Conversation
+from memtree_bench.methods import IngestCost, Method
+from memtree_bench.metrics import answer_recall, contexts_at_budgets, evidence_recall
 
 ANSWER_RECALL_CATEGORIES: tuple[int, ...] = (1, 4)
 

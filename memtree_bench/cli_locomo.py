@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from memtree.commands.common import CliError, cli_errors, err, parse_embedder, parse_llm
+from memtree_bench.deps import require_bench_extra
 
 
 def _budgets(text: str) -> tuple[int, ...]:
@@ -57,12 +58,13 @@ def locomo(
 ) -> None:
     """Evidence recall on LoCoMo for flat dense, BM25, memtree (collapsed, traversal, the paper's
     ranking) and a RAPTOR-style tree; writes Markdown, JSON and a PNG plot."""
+    require_bench_extra()
     from dataclasses import replace
 
-    from memtree.eval.locomo import load_locomo, select_conversations
-    from memtree.eval.locomo_bench import LocomoSettings, run_locomo_bench
-    from memtree.eval.locomo_report import write_locomo_report
-    from memtree.eval.report import machine_info, machine_lines
+    from memtree_bench.locomo import load_locomo, select_conversations
+    from memtree_bench.locomo_bench import LocomoSettings, run_locomo_bench
+    from memtree_bench.locomo_report import write_locomo_report
+    from memtree_bench.report import machine_info, machine_lines
 
     chosen_llm = parse_llm(llm)
     if chosen_llm is not None:
@@ -109,7 +111,7 @@ def _progress(total: int, label: str) -> Any:
 
 
 def _qa_models() -> Any:
-    from memtree.eval.qa import qa_models_from_env
+    from memtree_bench.qa import qa_models_from_env
 
     models = qa_models_from_env()
     if models is None:
@@ -118,7 +120,7 @@ def _qa_models() -> Any:
 
 
 def _run_qa(results: Any, models: Any, budget: int) -> dict[str, Any]:
-    from memtree.eval.qa import QAEvaluator, QAItem
+    from memtree_bench.qa import QAEvaluator, QAItem
 
     reader, judge = models
     evaluator = QAEvaluator(reader, judge)

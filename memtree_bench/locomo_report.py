@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from memtree.eval.harness import ANSWER_RECALL_CATEGORIES, MethodResult
-from memtree.eval.locomo import CATEGORY_NAMES, RETRIEVAL_CATEGORIES, Conversation
-from memtree.eval.report import markdown_table
+from memtree_bench.harness import ANSWER_RECALL_CATEGORIES, MethodResult
+from memtree_bench.locomo import CATEGORY_NAMES, RETRIEVAL_CATEGORIES, Conversation
+from memtree_bench.report import markdown_table
 
 
 def _fmt(value: float, digits: int = 3) -> str:

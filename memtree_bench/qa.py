@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
-from memtree import usage
+from memtree import model_usage as usage
 from memtree.llm import ChatModel
 from memtree.retry import ModelResponseError, transient
 from memtree.stats import Counters

@@ -1,0 +1,211 @@
+"""The write procedures' model requests, and the two drivers that answer them.
+
+Every write is written once, as a generator of requests (run these aggregation
+jobs, embed these texts). :meth:`ModelCalls.drive` answers them with a thread pool
+(sync API), :meth:`ModelCalls.adrive` on the event loop (async API), so one
+procedure serves both. A failed call is handed back to the procedure as the
+exception, which decides what it costs (a stale summary, never a lost leaf). Every
+call is counted, and made inside a usage-recording scope so model adapters can
+report the tokens and retries it spent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Generator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+
+from memtree.aggregate import Aggregator
+from memtree.background import map_in_daemon_threads
+from memtree.embed import Embedder, Matrix
+from memtree.model_usage import recording
+from memtree.planning import AggregationJob
+from memtree.retry import ModelResponseError
+from memtree.stats import Counters
+from memtree.text import unstorable
+
+T = TypeVar("T")
+
+EMBED_CHUNK = 256
+"""Texts per embedding call when many arrive together."""
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """Request: run these jobs concurrently; answer with a text or an exception each."""
+
+    jobs: list[AggregationJob]
+
+
+@dataclass(frozen=True)
+class Embed:
+    """Request: embed these texts in one call; answer with a matrix or the exception.
+    ``query`` asks for the embedder's query embedding of a single text."""
+
+    texts: list[str]
+    query: bool = False
+
+
+Request = Aggregate | Embed
+Steps = Generator[Request, Any, T]
+
+
+def embed_steps(
+    texts: list[str], check: Callable[[Any, int], Matrix], dimension: int | None, *, query: bool = False
+) -> Steps[Matrix]:
+    """Embed texts in chunks, checking every vector with ``check(vectors, count)``
+    (no text: an empty matrix of the memory's ``dimension``)."""
+    parts: list[Matrix] = []
+    for start in range(0, len(texts), EMBED_CHUNK):
+        chunk = texts[start : start + EMBED_CHUNK]
+        answer = yield Embed(chunk, query)
+        if isinstance(answer, BaseException):
+            raise answer
+        parts.append(check(answer, len(chunk)))
+    return np.concatenate(parts) if parts else np.zeros((0, dimension or 1), np.float32)
+
+
+def aggregations(jobs: list[AggregationJob], aggregator: Aggregator) -> Steps[list[str | BaseException]]:
+    """Run jobs concurrently; each answer is a non-empty summary or the error."""
+    outcomes = yield Aggregate(jobs)
+    return [_checked_summary(outcome, aggregator) for outcome in outcomes]
+
+
+def _checked_summary(outcome: object, aggregator: Aggregator) -> str | BaseException:
+    if isinstance(outcome, BaseException):
+        return outcome
+    if not isinstance(outcome, str):
+        return TypeError(
+            f"{type(aggregator).__name__}.aggregate returned {type(outcome).__name__}, not the summary text (str)"
+        )
+    problem = unstorable(outcome)
+    if problem:  # every store must refuse it alike, or an export could not be imported back
+        return ModelResponseError(f"the aggregator's summary {problem}, which cannot be stored")
+    return outcome.strip() or ModelResponseError("the aggregator returned an empty summary")
+
+
+class ModelCalls:
+    """A memory's embedder and summary writer, driven for its write procedures."""
+
+    def __init__(self, embedder: Embedder, aggregator: Aggregator, counters: Counters, max_concurrency: int) -> None:
+        self.embedder = embedder
+        self.aggregator = aggregator
+        self.counters = counters
+        self.max_concurrency = max_concurrency
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+        self.in_worker_thread: Callable[[], bool] = lambda: False
+        """Whether the calling thread is the background worker, whose model calls run
+        in daemon threads (which never hold up interpreter exit)."""
+
+    def close(self) -> None:
+        """Stop the worker threads (started again if a call comes later)."""
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+    def drive(self, steps: Steps[T]) -> T:
+        """Run a procedure, answering its requests with threads."""
+        answer: Any = None
+        try:
+            while True:
+                request = steps.send(answer)
+                answer = self._answer_sync(request)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+    async def adrive(self, steps: Steps[T]) -> T:
+        """Run a procedure, answering its requests on the event loop.
+
+        Reads and the final commit are short blocking store calls made from the
+        loop's thread; model calls are awaited.
+        """
+        answer: Any = None
+        try:
+            while True:
+                request = steps.send(answer)
+                answer = await self._answer_async(request)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+    def _answer_sync(self, request: Request) -> Any:
+        if isinstance(request, Embed):
+            self._count_embedding(request.texts)
+            try:
+                with recording(self.counters):
+                    if request.query:
+                        return _query_row(self.embedder.embed_query(request.texts[0]))
+                    return self.embedder.embed(request.texts)
+            except Exception as error:  # noqa: BLE001 - handed back to the procedure
+                return error
+        self._count_aggregations(request.jobs)
+        if len(request.jobs) == 1 and not self.aggregator.calls_model:
+            return [self._aggregate_one(request.jobs[0])]  # CPU-bound: no thread hop
+        if self.in_worker_thread():
+            return map_in_daemon_threads(self._aggregate_one, request.jobs, self.max_concurrency)
+        return list(self._thread_pool().map(self._aggregate_one, request.jobs))
+
+    async def _answer_async(self, request: Request) -> Any:
+        if isinstance(request, Embed):
+            self._count_embedding(request.texts)
+            try:
+                with recording(self.counters):
+                    if request.query:
+                        return _query_row(await self.embedder.aembed_query(request.texts[0]))
+                    return await self.embedder.aembed(request.texts)
+            except Exception as error:  # noqa: BLE001
+                return error
+        self._count_aggregations(request.jobs)
+        limit = asyncio.Semaphore(self.max_concurrency)
+
+        async def one(job: AggregationJob) -> str | BaseException:
+            async with limit:
+                try:
+                    with recording(self.counters):
+                        return await self.aggregator.aaggregate(
+                            job.summary, job.new_texts, job.count, centroid=job.centroid
+                        )
+                except Exception as error:  # noqa: BLE001
+                    return error
+
+        return list(await asyncio.gather(*(one(job) for job in request.jobs)))
+
+    def _aggregate_one(self, job: AggregationJob) -> str | BaseException:
+        try:
+            with recording(self.counters):  # this runs in a worker thread: open the scope here
+                return self.aggregator.aggregate(job.summary, job.new_texts, job.count, centroid=job.centroid)
+        except Exception as error:  # noqa: BLE001 - the procedure marks the node stale
+            return error
+
+    def _thread_pool(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    max_workers=self.max_concurrency, thread_name_prefix="memtree-aggregate"
+                )
+            return self._pool
+
+    def _count_embedding(self, texts: list[str]) -> None:
+        self.counters.add("embedding_calls")
+        self.counters.add("embedded_texts", len(texts))
+
+    def _count_aggregations(self, jobs: list[AggregationJob]) -> None:
+        self.counters.add("aggregation_calls", len(jobs))
+        if self.aggregator.calls_model:
+            self.counters.add("llm_calls", len(jobs))
+
+
+def _query_row(vector: Any) -> Any:
+    """A query embedding as a one-row matrix; anything else is left for the vector
+    check to reject with a clear message."""
+    try:
+        array = np.asarray(vector)
+    except Exception:  # noqa: BLE001 - reported by check_embeddings
+        return vector
+    return array[None, :] if array.ndim == 1 else array

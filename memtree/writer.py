@@ -1,0 +1,454 @@
+"""``Writer``: where a text enters a memory once and leaves committed.
+
+Every write (add, flush, delete, repair, import) runs the same pipeline: check the
+input, embed it, plan the change and make its model calls outside the store's
+writer lock (:mod:`memtree.procedures`), then take the lock, catch up with other
+writers and commit if nothing the plan read has changed (:mod:`memtree.optimistic`);
+else plan again. After ``OPTIMISTIC_ATTEMPTS`` conflicts the write is planned under
+the lock, which then waits for its model calls. The committed change is shown to
+this process's replica exactly as another writer's would be.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+from memtree.background import BackgroundSummaries, KeptConflicting
+from memtree.config import AGGREGATION_MODES, MemTreeConfig
+from memtree.deferral import PendingSummaries
+from memtree.embed import Matrix
+from memtree.inputs import Item, TimeLike, make_item
+from memtree.model_calls import ModelCalls, Steps
+from memtree.node import LeafVersion, Node, Vector
+from memtree.optimistic import OPTIMISTIC_ATTEMPTS, PreparedWrite, still_valid
+from memtree.procedures import Procedures
+from memtree.replica import Replica
+from memtree.state import TreeState
+from memtree.stats import TreeStats, tree_stats
+from memtree.store.base import NamespaceInfo, NamespaceKey, Store, WriteTransaction
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+M = TypeVar("M")
+
+ItemLists = tuple[
+    Sequence[str],
+    Sequence[Mapping[str, Any] | None] | None,
+    Sequence[TimeLike | None] | None,
+    Sequence[str | None] | None,
+]
+"""``add_many``'s texts, metadata, timestamps and source ids, not yet checked."""
+
+
+class Writer:
+    """The write side of one memory: entry points, the deferred-aggregation blocks
+    and the optimistic commit loop."""
+
+    def __init__(self, replica: Replica, calls: ModelCalls, config: MemTreeConfig) -> None:
+        self.replica = replica
+        self.calls = calls
+        self.config = config
+        self.pending = PendingSummaries()
+        self.procedures = Procedures(replica, calls, config, self.pending)
+        self._deferring = 0
+        self._deferring_lock = threading.Lock()
+        self.background = BackgroundSummaries(
+            self._background_flush,
+            lambda: len(self.pending),
+            queue_size=config.background_queue_size,
+            name=f"memtree-background-{'/'.join(replica.namespace) or 'root'}",
+        )
+        calls.in_worker_thread = self.background.is_worker_thread
+
+    # -- entry points ----------------------------------------------------------------
+
+    def add(self, item: Item, aggregation: str | None) -> str:
+        mode = self.aggregation_mode(aggregation)
+        existing = self.stored_duplicate(item)
+        if existing is not None:
+            return existing
+        vectors = self.calls.drive(self.procedures.embed([item.text]))
+        leaf_id = self.write(lambda: self.procedures.insert(item, vectors[0], defer=mode != "eager"))
+        self._after_insert(mode)
+        return leaf_id
+
+    async def aadd(self, item: Item, aggregation: str | None) -> str:
+        mode = self.aggregation_mode(aggregation)
+        existing = self.stored_duplicate(item)
+        if existing is not None:
+            return existing
+        vectors = await self.calls.adrive(self.procedures.embed([item.text]))
+        leaf_id = await self.awrite(lambda: self.procedures.insert(item, vectors[0], defer=mode != "eager"))
+        self._after_insert(mode)
+        return leaf_id
+
+    def add_many(self, given: ItemLists, aggregation: str | None, block: DeferredAggregation[Any]) -> list[str]:
+        mode = self.aggregation_mode(aggregation)
+        items = make_items(*given)
+        stored = self._stored_mask(items)
+        vectors = _fill_in(stored, self.calls.drive(self.procedures.embed(_unstored_texts(items, stored))))
+        if aggregation is None or mode != "deferred" or self.is_deferring():
+            ids = self._insert_all(items, vectors, defer=mode != "eager")
+            self._after_insert(mode)
+            return ids
+        with block:
+            return self._insert_all(items, vectors, defer=True)
+
+    async def aadd_many(self, given: ItemLists, aggregation: str | None, block: DeferredAggregation[Any]) -> list[str]:
+        mode = self.aggregation_mode(aggregation)
+        items = make_items(*given)
+        stored = self._stored_mask(items)
+        vectors = _fill_in(stored, await self.calls.adrive(self.procedures.embed(_unstored_texts(items, stored))))
+        if aggregation is None or mode != "deferred" or self.is_deferring():
+            ids = await self._ainsert_all(items, vectors, defer=mode != "eager")
+            self._after_insert(mode)
+            return ids
+        async with block:
+            return await self._ainsert_all(items, vectors, defer=True)
+
+    def stored_duplicate(self, item: Item, *, refresh: bool = True) -> str | None:
+        """The id of a leaf already holding exactly ``item`` (text, metadata, source
+        id), if duplicates are not kept (checked before embedding, so a repeated text
+        costs no model call)."""
+        if not self.config.deduplicate:
+            return None
+        if refresh:
+            self.replica.maybe_refresh()
+        return self.replica.state.duplicate_of(item.text, item.metadata, item.source_id)
+
+    def _stored_mask(self, items: list[Item]) -> list[bool]:
+        """Which items are already stored (and need no embedding)."""
+        self.replica.maybe_refresh()
+        return [self.stored_duplicate(item, refresh=False) is not None for item in items]
+
+    def _insert_all(self, items: list[Item], vectors: list[Vector | None], *, defer: bool) -> list[str]:
+        ids = []
+        for item, vector in zip(items, vectors, strict=True):
+            existing = self.stored_duplicate(item, refresh=False) if vector is None else None
+            if existing is not None:
+                ids.append(existing)
+                continue
+            if vector is None:  # the stored copy was deleted meanwhile
+                vector = self.calls.drive(self.procedures.embed([item.text]))[0]
+            ids.append(self.write(functools.partial(self.procedures.insert, item, vector, defer=defer)))
+        return ids
+
+    async def _ainsert_all(self, items: list[Item], vectors: list[Vector | None], *, defer: bool) -> list[str]:
+        ids = []
+        for item, vector in zip(items, vectors, strict=True):
+            existing = self.stored_duplicate(item, refresh=False) if vector is None else None
+            if existing is not None:
+                ids.append(existing)
+                continue
+            if vector is None:  # the stored copy was deleted meanwhile
+                vector = (await self.calls.adrive(self.procedures.embed([item.text])))[0]
+            ids.append(await self.awrite(functools.partial(self.procedures.insert, item, vector, defer=defer)))
+        return ids
+
+    def flush(self) -> int:
+        if not len(self.pending):
+            return 0
+        return self.write(self.procedures.flush)
+
+    async def aflush(self) -> int:
+        if not len(self.pending):
+            return 0
+        return await self.awrite(self.procedures.flush)
+
+    def delete(self, node_ids: Iterable[str]) -> int:
+        ids = check_leaf_ids(node_ids)
+        if ids:
+            self.write(lambda: self.procedures.delete(ids))
+        return len(ids)
+
+    async def adelete(self, node_ids: Iterable[str]) -> int:
+        ids = check_leaf_ids(node_ids)
+        if ids:
+            await self.awrite(lambda: self.procedures.delete(ids))
+        return len(ids)
+
+    def restore(self, nodes: list[Node], info: NamespaceInfo, versions: Sequence[LeafVersion] = ()) -> None:
+        """Write a whole checked tree (and its leaves' history) into this (empty)
+        namespace in one transaction."""
+        self.write(lambda: self.procedures.restore(nodes, info, versions))
+
+    def reinsert_leaf(self, leaf: Node) -> None:
+        """Route a stored leaf in again with its own id, times and embedding."""
+        item = Item(leaf.text, dict(leaf.metadata), leaf.timestamp, leaf.source_id)
+        assert leaf.embedding is not None
+        embedding = leaf.embedding
+        self.write(lambda: self.procedures.insert(item, embedding, restore=leaf))
+
+    def embed_query(self, query: str) -> Vector:
+        return self.calls.drive(self.procedures.embed([query], query=True))[0]
+
+    async def aembed_query(self, query: str) -> Vector:
+        return (await self.calls.adrive(self.procedures.embed([query], query=True)))[0]
+
+    def stats(self, state: TreeState) -> TreeStats:
+        """The memory's size, shape and cost counters, with the θ0 in force and the
+        summaries waiting for a flush (``state`` read under the replica's lock)."""
+        return tree_stats(state, self.calls.counters.snapshot(), self.procedures.theta0(), pending=len(self.pending))
+
+    def stop(self) -> None:
+        """Stop the background worker and write the summaries still pending; one that
+        cannot be written stays stale for ``repair()`` (closing goes on)."""
+        self.background.stop()
+        try:
+            self.flush()  # writes that arrived while the worker stopped
+        except Exception:  # closing must go on; the summaries stay stale
+            logger.exception("flushing pending summaries on close failed; they stay stale: call repair() later")
+
+    # -- deferred aggregation --------------------------------------------------------
+
+    def is_deferring(self) -> bool:
+        with self._deferring_lock:
+            return self._deferring > 0
+
+    def enter_deferred(self) -> None:
+        with self._deferring_lock:
+            self._deferring += 1
+
+    def leave_deferred(self) -> bool:
+        """Close one block; whether it was the outermost."""
+        with self._deferring_lock:
+            self._deferring -= 1
+            return self._deferring == 0
+
+    def aggregation_mode(self, aggregation: str | None) -> str:
+        if aggregation is None:
+            return "deferred" if self.is_deferring() else self.config.aggregation
+        if aggregation not in AGGREGATION_MODES:
+            raise ValueError(f"aggregation must be one of: {', '.join(AGGREGATION_MODES)}; got {aggregation!r}")
+        if aggregation == "background" and self.is_deferring():
+            return "deferred"  # the block's end writes them; a worker would race it
+        return aggregation
+
+    def _background_flush(self, last: bool) -> int:
+        """The worker's flush: optimistic only (see :class:`~memtree.background.KeptConflicting`)
+        except for the ``last`` one."""
+        if not len(self.pending):
+            return 0
+        return self.write(self.procedures.flush, plan_under_lock=last)
+
+    def _after_insert(self, mode: str) -> None:
+        """Hand a committed background insert's summaries to the worker."""
+        if mode == "background":
+            self.background.notify()
+
+    # -- the optimistic commit loop ----------------------------------------------------
+
+    def write(self, procedure: Callable[[], Steps[PreparedWrite[T]]], *, plan_under_lock: bool = True) -> T:
+        """Plan a write and make its model calls outside the store's writer lock, then
+        commit it under the lock if nothing it depends on changed meanwhile (else plan
+        again; see :mod:`memtree.optimistic`). After ``OPTIMISTIC_ATTEMPTS`` conflicts
+        the write is planned under the lock, which then waits for its model calls
+        (``plan_under_lock=False`` raises :class:`KeptConflicting` instead)."""
+        store, namespace = self.replica.store, self.replica.namespace
+        for _ in range(OPTIMISTIC_ATTEMPTS):
+            self.replica.maybe_refresh()
+            prepared = self.calls.drive(procedure())
+            if prepared.empty:
+                return prepared.result
+            with store.write(namespace) as transaction:
+                if self._commit_prepared(transaction, prepared):
+                    return prepared.result
+            self.calls.counters.add("write_conflicts")
+        if not plan_under_lock:
+            raise KeptConflicting(f"{OPTIMISTIC_ATTEMPTS} plans in a row conflicted with other writes")
+        with store.write(namespace) as transaction:
+            self.replica.catch_up(transaction.read_changes)
+            prepared = self.calls.drive(procedure())
+            if not prepared.empty and not self._commit_prepared(transaction, prepared):
+                raise RuntimeError("the tree changed while this memory held the store's writer lock")
+            return prepared.result
+
+    async def awrite(self, procedure: Callable[[], Steps[PreparedWrite[T]]]) -> T:
+        """Async :meth:`write`. Waiting for the store's writer lock happens in a
+        dedicated thread, so other coroutines (and the default executor's threads,
+        which model calls use) keep running."""
+        store, namespace = self.replica.store, self.replica.namespace
+        for _ in range(OPTIMISTIC_ATTEMPTS):
+            await asyncio.to_thread(self.replica.maybe_refresh)
+            prepared = await self.calls.adrive(procedure())
+            if prepared.empty:
+                return prepared.result
+            transaction = await _begin_in_thread(store, namespace)
+            try:
+                if self._commit_prepared(transaction, prepared):
+                    return prepared.result
+            finally:
+                transaction.rollback()  # a no-op once committed
+            self.calls.counters.add("write_conflicts")
+        transaction = await _begin_in_thread(store, namespace)
+        try:
+            self.replica.catch_up(transaction.read_changes)
+            prepared = await self.calls.adrive(procedure())
+            if not prepared.empty and not self._commit_prepared(transaction, prepared):
+                raise RuntimeError("the tree changed while this memory held the store's writer lock")
+            return prepared.result
+        finally:
+            transaction.rollback()
+
+    def _commit_prepared(self, transaction: WriteTransaction, prepared: PreparedWrite[Any]) -> bool:
+        """Catch up under the lock and commit ``prepared`` if it still holds; ``False``
+        (and the plan abandoned) if another write changed what it depends on."""
+        replica = self.replica
+        try:
+            replica.catch_up(transaction.read_changes)
+            if prepared.recheck is not None:
+                answer = prepared.recheck()
+                if answer is not None:
+                    prepared.result = answer
+                    prepared.abandon()
+                    return True
+            if not still_valid(replica.state, prepared) and not (prepared.rebase is not None and prepared.rebase()):
+                prepared.abandon()
+                return False
+            info = prepared.info(replica.state.info) if prepared.info is not None else None
+            replica.commit(transaction, prepared.upserts, prepared.deletions, info, prepared.versions)
+        except BaseException:
+            prepared.abandon()
+            raise
+        if prepared.committed is not None:
+            prepared.committed()
+        return True
+
+
+_LOCK_WAITERS = ThreadPoolExecutor(max_workers=32, thread_name_prefix="memtree-lock-wait")
+"""Threads that wait for stores' writer locks on behalf of coroutines. Not the event
+loop's default executor: writers queued there could take every thread that the
+lock's holder needs for its own model calls (``asyncio.to_thread``), and wait forever."""
+
+
+async def _begin_in_thread(store: Store, namespace: NamespaceKey) -> WriteTransaction:
+    """``store.begin`` in a lock-waiting thread. If the waiting coroutine is cancelled,
+    the transaction the thread opens anyway is rolled back, so its lock is never left
+    held (a held SQLite or PostgreSQL write lock would block every other writer)."""
+    guard = threading.Lock()
+    outcome: dict[str, Any] = {"abandoned": False, "transaction": None}
+
+    def begin() -> WriteTransaction:
+        transaction = store.begin(namespace)
+        with guard:
+            if outcome["abandoned"]:
+                transaction.rollback()
+            else:
+                outcome["transaction"] = transaction
+        return transaction
+
+    try:
+        return await asyncio.get_running_loop().run_in_executor(_LOCK_WAITERS, begin)
+    except asyncio.CancelledError:
+        with guard:
+            outcome["abandoned"] = True
+            opened = outcome["transaction"]
+        if opened is not None:
+            opened.rollback()
+        raise
+
+
+class DeferredAggregation(Generic[M]):
+    """The block returned by :meth:`MemTree.deferred`: a sync and async context manager.
+
+    Entering returns the memory. Leaving the outermost block flushes, also when the
+    block raised an ``Exception`` (the leaves are stored, so their summaries should
+    catch up; a flush error is then logged, not raised over the original one). On
+    ``KeyboardInterrupt`` or cancellation nothing is flushed: call ``flush()``.
+    """
+
+    def __init__(self, writer: Writer, memory: M) -> None:
+        self.writer = writer
+        self.memory = memory
+
+    def __enter__(self) -> M:
+        self.writer.enter_deferred()
+        return self.memory
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        if self.writer.leave_deferred() and _should_flush(exc_type):
+            if exc_type is None:
+                self.writer.flush()
+                return
+            try:
+                self.writer.flush()
+            except Exception:  # the block's own error is the one to raise
+                logger.exception("flushing deferred summaries after an error failed; they stay stale")
+
+    async def __aenter__(self) -> M:
+        return self.__enter__()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        if self.writer.leave_deferred() and _should_flush(exc_type):
+            if exc_type is None:
+                await self.writer.aflush()
+                return
+            try:
+                await self.writer.aflush()
+            except Exception:  # the block's own error is the one to raise
+                logger.exception("flushing deferred summaries after an error failed; they stay stale")
+
+
+def _should_flush(exc_type: type[BaseException] | None) -> bool:
+    return exc_type is None or issubclass(exc_type, Exception)
+
+
+def check_leaf_ids(node_ids: Iterable[str]) -> list[str]:
+    """The ids to delete, once each; a single id passed as the list is refused."""
+    if isinstance(node_ids, str):
+        raise TypeError("node_ids must be a list of ids (for one id use delete)")
+    ids = list(dict.fromkeys(node_ids))
+    for node_id in ids:
+        check_leaf_id(node_id)
+    return ids
+
+
+def check_leaf_id(node_id: object) -> None:
+    if not isinstance(node_id, str):
+        raise TypeError(f"node id must be a str, got {type(node_id).__name__}")
+
+
+def make_items(
+    texts: Sequence[str],
+    metadata: Sequence[Mapping[str, Any] | None] | None,
+    timestamps: Sequence[TimeLike | None] | None,
+    source_ids: Sequence[str | None] | None,
+) -> list[Item]:
+    """Every item of an ``add_many`` checked before anything is stored."""
+    if isinstance(texts, str) or not isinstance(texts, Sequence):
+        raise TypeError("texts must be a list of str (for one text use add)")
+    count = len(texts)
+    for name, values in (("metadata", metadata), ("timestamps", timestamps), ("source_ids", source_ids)):
+        if values is not None and len(values) != count:
+            raise ValueError(f"{name} has {len(values)} entries for {count} texts")
+    return [
+        make_item(
+            text,
+            metadata[i] if metadata is not None else None,
+            timestamps[i] if timestamps is not None else None,
+            source_ids[i] if source_ids is not None else None,
+        )
+        for i, text in enumerate(texts)
+    ]
+
+
+def _unstored_texts(items: list[Item], stored: list[bool]) -> list[str]:
+    return [item.text for item, known in zip(items, stored, strict=True) if not known]
+
+
+def _fill_in(stored: list[bool], vectors: Matrix) -> list[Vector | None]:
+    """Each item's vector in order, ``None`` for the stored duplicates not embedded."""
+    rows = iter(vectors)
+    return [None if known else next(rows) for known in stored]
