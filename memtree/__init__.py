@@ -58,6 +58,7 @@ Foundations
 from memtree.aggregate import (
     AGGREGATE_PROMPT,
     AGGREGATE_PROMPT_VERSION,
+    SMALL_MODEL_PROMPT,
     Aggregator,
     ExtractiveAggregator,
     LLMAggregator,
@@ -76,6 +77,7 @@ from memtree.version import __version__
 __all__ = [
     "AGGREGATE_PROMPT",
     "AGGREGATE_PROMPT_VERSION",
+    "SMALL_MODEL_PROMPT",
     "ROOT_ID",
     "Aggregator",
     "CallableChatModel",

@@ -211,6 +211,32 @@ Placeholders: ``{summary}``, ``{count}``, ``{new_texts}`` (a bulleted list) and
 ``{guidance}`` (how abstract to be, from the number of entries covered).
 """
 
+SMALL_MODEL_PROMPT = """You maintain a memory of a chat. Merge the current summary and the new notes into one \
+short summary in plain third-person prose.
+
+Example notes:
+- 3 March, 2024 Ana: I finally adopted a puppy named Biscuit!
+- 3 March, 2024 Tom: Congrats! I start my nursing course in April.
+Example summary: On 3 March 2024 Ana adopted a puppy named Biscuit, and Tom said he starts a nursing course in April.
+
+Current summary ({count} earlier notes):
+{summary}
+
+New notes:
+{new_texts}
+
+Rules: do not copy the notes or write chat lines; keep every name, number and date of the new notes; \
+{guidance} At most 60 words. Reply with the summary only."""
+"""The prompt a guarded (small, local) model gets unless another is given.
+
+Small models treat :data:`AGGREGATE_PROMPT`'s inputs as text to continue: measured
+on ten LoCoMo aggregations with Qwen2.5-Coder-1.5B-Instruct (Q4_K_M), 8 of 10 replies
+pasted the chat lines back and failed the echo guard, 2 passed. This prompt asks for
+third-person prose and shows one example (whose names the echo guard also catches
+if a model copies them): 8 of 10 passed on the same requests
+(benchmarks/results/local_model_summaries.md).
+"""
+
 _NO_SUMMARY = "(none yet: summarize the new entries on their own)"
 
 
@@ -230,8 +256,9 @@ class LLMAggregator(Aggregator):
     ``llm`` is a memtree :class:`~memtree.llm.ChatModel` or anything
     ``MemTree(llm=...)`` accepts (a LangChain or LlamaIndex model, a callable
     ``prompt -> text``, sync or async); it is wrapped once, so retries, timeouts and
-    token usage work the same for every kind. ``prompt`` may replace
-    :data:`AGGREGATE_PROMPT`; it must use the same placeholders.
+    token usage work the same for every kind. ``prompt`` may replace the default,
+    :data:`AGGREGATE_PROMPT` (or :data:`SMALL_MODEL_PROMPT` for a guarded model);
+    it must use the same placeholders.
 
     ``guarded`` checks every reply with :func:`~memtree.summary_guard.check_summary`
     (empty, truncated, an echo of the prompt, a dropped name or number, not shorter
@@ -258,12 +285,16 @@ class LLMAggregator(Aggregator):
         self,
         llm: Any,
         *,
-        prompt: str = AGGREGATE_PROMPT,
+        prompt: str | None = None,
         guarded: bool | None = None,
         strict: bool = False,
         fallback: Aggregator | None = None,
         max_words: int | None = 200,
     ) -> None:
+        self.model: ChatModel = resolve_chat_model(llm)
+        self.guarded = self.model.guard_summaries if guarded is None else guarded
+        if prompt is None:
+            prompt = SMALL_MODEL_PROMPT if self.guarded else AGGREGATE_PROMPT
         try:
             prompt.format(summary="", count=0, new_texts="", guidance="")
         except (KeyError, IndexError) as error:
@@ -273,9 +304,7 @@ class LLMAggregator(Aggregator):
             ) from None
         if max_words is not None and max_words < 1:
             raise ValueError(f"max_words must be a positive number of words or None, got {max_words}")
-        self.model: ChatModel = resolve_chat_model(llm)
         self.prompt = prompt
-        self.guarded = self.model.guard_summaries if guarded is None else guarded
         self.strict = strict
         self.fallback: Aggregator = fallback if fallback is not None else ExtractiveAggregator()
         self.max_words = max_words

@@ -61,7 +61,8 @@ _FUNCTION_WORDS = """
     see she should since so some soon still such sure than thank thanks that that's the their theirs them then
     there there's these they they're this those though through to today together tomorrow too until up us
     very was we we're well were what what's when where which while who whoa why will with without wow yeah
-    yes yesterday yet you you're your yours hey hi hello haha lol omg congrats congratulations awesome cool
+    yes yesterday yet you you're you'd you'll you've your yours we'd we'll we've they'd they'll
+    they've he's she's he'd she'd he'll she'll it'll that'll there'll who's hey hi hello haha lol omg congrats congratulations awesome cool
     definitely absolutely totally right exactly true sounds love glad sorry dear anything something everything
     nothing anyone someone everyone nobody guess btw take keep make check go look wait
 """
@@ -121,15 +122,15 @@ def key_facts(text: str) -> set[str]:
     return facts
 
 
-def _stated(text: str) -> set[str]:
+def stated_words(text: str) -> set[str]:
     """Every word (folded, possessive dropped) and number ``text`` states."""
     words = {_possessive(word.lower()) for word in _WORD.findall(text)}
     return words | {_number(digits) for digits in _DIGITS.findall(text)}
 
 
-def _content_words(text: str) -> set[str]:
+def content_words(text: str) -> set[str]:
     """Words of four letters or more other than function words: what a text is about."""
-    return {word for word in _stated(text) if len(word) >= 4 and word not in _NOT_NAMES and not word.isdigit()}
+    return {word for word in stated_words(text) if len(word) >= 4 and word not in _NOT_NAMES and not word.isdigit()}
 
 
 def _possessive(word: str) -> str:
@@ -186,12 +187,12 @@ def check_summary(
         return GuardVerdict("echo", "the reply repeats the prompt's instructions")
     if len(triples) >= _MIN_COPIED_TRIPLES and len(triples & _triples(_words(prompt))) >= 0.9 * len(triples):
         return GuardVerdict("echo", "the reply is pieces of the prompt pasted together")
-    stated = _stated(reply)
+    stated = stated_words(reply)
     missing = sorted(set().union(*(key_facts(text) for text in new_texts)) - stated)
     if missing:
         shown = ", ".join(repr(fact) for fact in missing[:5]) + (" …" if len(missing) > 5 else "")
         return GuardVerdict("facts", f"drops {shown} of the new texts")
-    novel = _content_words(" ".join(new_texts)) - _content_words(summary)
+    novel = content_words(" ".join(new_texts)) - content_words(summary)
     if novel and not novel & stated:
         return GuardVerdict("facts", "keeps none of the words the new texts add to the summary")
     inputs = count_words(summary) + sum(count_words(text) for text in new_texts)

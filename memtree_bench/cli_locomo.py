@@ -47,8 +47,18 @@ def locomo(
     questions: Annotated[
         int | None, typer.Option("--questions", help="At most this many questions per conversation (smoke runs).")
     ] = None,
+    sessions: Annotated[
+        int | None,
+        typer.Option(
+            "--sessions", help="Only each conversation's first N sessions, and the questions answered in them."
+        ),
+    ] = None,
     variants: Annotated[bool, typer.Option("--variants", help="Also run the tuning variants of the defaults.")] = False,
     raptor: Annotated[bool, typer.Option("--raptor/--no-raptor", help="Include the RAPTOR-style row.")] = True,
+    paper: Annotated[
+        bool,
+        typer.Option("--paper/--no-paper", help="Include the paper's configuration (its own tree; about 10 calls/insert)."),
+    ] = True,
     qa: Annotated[
         bool, typer.Option("--qa/--no-qa", help="LLM reader + judge accuracy when a model is configured.")
     ] = True,
@@ -61,7 +71,7 @@ def locomo(
     require_bench_extra()
     from dataclasses import replace
 
-    from memtree_bench.locomo import load_locomo, select_conversations
+    from memtree_bench.locomo import first_sessions, load_locomo, select_conversations
     from memtree_bench.locomo_bench import LocomoSettings, run_locomo_bench
     from memtree_bench.locomo_report import write_locomo_report
     from memtree_bench.report import machine_info, machine_lines
@@ -79,11 +89,16 @@ def locomo(
         llm=chosen_llm,
         variants=variants,
         raptor=raptor,
+        paper=paper,
         qa_budget=qa_budget,
     )
     if questions is not None and questions <= 0:
         raise CliError(f"--questions must be a positive number, got {questions}")
     chosen = select_conversations(load_locomo(data), conversations)
+    if sessions is not None:
+        if sessions <= 0:
+            raise CliError(f"--sessions must be a positive number, got {sessions}")
+        chosen = [first_sessions(c, sessions) for c in chosen]
     if questions is not None:
         chosen = [replace(c, questions=c.questions[:questions]) for c in chosen]
     chosen_embedder = parse_embedder(embedder)

@@ -61,6 +61,18 @@ class MethodResult:
     def shape(self, key: str) -> float:
         return statistics.fmean(cost.shape[key] for cost in self.costs) if self.costs else float("nan")
 
+    def quality(self) -> dict[str, float]:
+        """The mean of each summary-quality number over the conversations (empty for
+        methods without summaries)."""
+        measured = [cost.quality for cost in self.costs if cost.quality]
+        if not measured:
+            return {}
+        return {key: statistics.fmean(q[key] for q in measured) for key in measured[0]}
+
+    def insert_mean(self) -> float:
+        seconds = [s for cost in self.costs for s in cost.insert_seconds]
+        return statistics.fmean(seconds) if seconds else float("nan")
+
     def insert_latency(self, quantile: float) -> float:
         return _quantile([s for cost in self.costs for s in cost.insert_seconds], quantile)
 

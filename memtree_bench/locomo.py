@@ -98,6 +98,19 @@ def select_conversations(conversations: list[Conversation], spec: str) -> list[C
     return [conversations[index] for index in dict.fromkeys(chosen)]
 
 
+def first_sessions(conversation: Conversation, sessions: int) -> Conversation:
+    """The conversation cut after its first ``sessions`` sessions, keeping only the
+    questions whose evidence lies wholly in them: a slice small enough for a local
+    model to summarize, scored on questions it can answer."""
+    if sessions < 1:
+        raise ValueError(f"sessions must be a positive number of sessions, got {sessions}")
+    kept = sorted({turn.session for turn in conversation.turns})[:sessions]
+    turns = tuple(turn for turn in conversation.turns if turn.session in kept)
+    by_id = {turn.dia_id: turn for turn in turns}
+    questions = tuple(q for q in conversation.questions if all(e in by_id for e in q.evidence))
+    return Conversation(conversation.sample_id, turns, questions, conversation.dropped_questions, by_id)
+
+
 def _conversation(item: dict[str, object], categories: set[int]) -> Conversation:
     body = item["conversation"]
     assert isinstance(body, dict)

@@ -53,6 +53,7 @@ class LocomoSettings:
     llm: str | None = None
     variants: bool = False
     raptor: bool = True
+    paper: bool = True
     qa_budget: int = 500
     extra_rows: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -151,8 +152,9 @@ def method_factories(settings: LocomoSettings, embedder: Embedder) -> list[Calla
         memtree_row("memtree", {}),
         memtree_row("memtree, leaves only", {"retrieve": {"leaves_only": True}}),
         memtree_row("memtree traversal", {"mode": "traversal"}),
-        memtree_row("memtree paper", {"config": PAPER_TREE}),
     ]
+    if settings.paper:
+        rows.append(memtree_row("memtree paper", {"config": PAPER_TREE}))
     if settings.raptor:
         rows.append(lambda: RaptorMethod(embedder, aggregators))
     chosen = {**(VARIANT_ROWS if settings.variants else {}), **settings.extra_rows}

@@ -66,6 +66,7 @@ def cost_table(rows: dict[str, Any]) -> list[str]:
             _fmt(row["aggregation_calls_per_insert"], 2),
             _fmt(row["insert_ms"]["p50"], 1),
             _fmt(row["insert_ms"]["p95"], 1),
+            _fmt(row["insert_ms"].get("mean", float("nan")), 1),
             _fmt(row["query_ms"]["p50"], 1),
             _fmt(row["query_ms"]["p95"], 1),
         ]
@@ -81,6 +82,7 @@ def cost_table(rows: dict[str, Any]) -> list[str]:
         "aggregation calls / insert",
         "insert p50 ms",
         "insert p95 ms",
+        "insert mean ms",
         "query p50 ms",
         "query p95 ms",
     ]
@@ -138,9 +140,42 @@ def locomo_markdown(payload: dict[str, Any], *, title: str = "LoCoMo retrieval b
     lines += answer_table(rows, budgets, None)
     lines += ["## Tree shape, cost and latency (means over conversations; latencies over all inserts / queries)", ""]
     lines += cost_table(rows)
+    lines += quality_table(rows)
     if payload.get("qa"):
         lines += qa_markdown(payload["qa"])
     return "\n".join(lines)
+
+
+def quality_table(rows: dict[str, Any]) -> list[str]:
+    """Summary quality of the rows that build a tree with summaries (:mod:`memtree_bench.summary_quality`)."""
+    table = [
+        [
+            name,
+            _fmt(q["summaries"], 0),
+            _fmt(q["abstraction"], 3),
+            _fmt(q["novel_word_share"], 3),
+            _fmt(q["invention"], 3),
+            _fmt(q["invented_facts"], 2),
+            _fmt(q["summaries_checked"], 0),
+            _fmt(q["summary_fallbacks"], 0),
+        ]
+        for name, row in rows.items()
+        if (q := row.get("summary_quality")) and q.get("summaries")
+    ]
+    if not table:
+        return []
+    header = [
+        "method",
+        "summaries",
+        "abstraction (share using words no leaf uses)",
+        "new words per summary (share)",
+        "invention (share stating a name or number no leaf has)",
+        "invented facts / summary",
+        "model summaries checked",
+        "fell back (failed a guard)",
+    ]
+    lines = ["## Summary quality (no judge model: memtree_bench/summary_quality.py)", ""]
+    return lines + _table(header, table)
 
 
 def qa_markdown(qa: dict[str, Any]) -> list[str]:
@@ -221,7 +256,12 @@ def results_json(results: Sequence[MethodResult], budgets: Sequence[int]) -> dic
             "shape": {key: r.shape(key) for key in ("nodes", "max_depth", "mean_depth", "branching")},
             "embedding_calls_per_insert": r.per_insert("embedding_calls"),
             "aggregation_calls_per_insert": r.per_insert("aggregation_calls"),
-            "insert_ms": {"p50": r.insert_latency(0.5) * 1000, "p95": r.insert_latency(0.95) * 1000},
+            "insert_ms": {
+                "p50": r.insert_latency(0.5) * 1000,
+                "p95": r.insert_latency(0.95) * 1000,
+                "mean": r.insert_mean() * 1000,
+            },
+            "summary_quality": r.quality(),
             "query_ms": {"p50": r.query_latency(0.5) * 1000, "p95": r.query_latency(0.95) * 1000},
             "questions": len(r.scores),
         }

@@ -22,6 +22,7 @@ from memtree.embed import Embedder, Matrix
 from memtree.retrieval import DeliveredSentences
 from memtree.text import count_words
 from memtree_bench.locomo import Turn
+from memtree_bench.summary_quality import summary_quality
 
 _WORD = re.compile(r"\w+")
 
@@ -57,6 +58,9 @@ class IngestCost:
     embedding_calls: int = 0
     aggregation_calls: int = 0
     shape: dict[str, float] = field(default_factory=dict)
+    quality: dict[str, float] = field(default_factory=dict)
+    """What a tree's summaries are like (:func:`~memtree_bench.summary_quality.summary_quality`),
+    and how many model summaries the guards checked and replaced; empty without summaries."""
 
 
 class Method(ABC):
@@ -188,6 +192,11 @@ class TreeBuilder:
             "max_depth": stats.max_depth,
             "mean_depth": stats.mean_leaf_depth,
             "branching": stats.branching,
+        }
+        self.cost.quality = {
+            **summary_quality(self.memory),
+            "summaries_checked": float(stats.extra.get("summaries_checked", 0)),
+            "summary_fallbacks": float(stats.extra.get("summary_fallbacks", 0)),
         }
         self._turns = turns
         return self.memory, self.cost
