@@ -77,8 +77,8 @@ from memtree.version import __version__
 __all__ = [
     "AGGREGATE_PROMPT",
     "AGGREGATE_PROMPT_VERSION",
-    "SMALL_MODEL_PROMPT",
     "ROOT_ID",
+    "SMALL_MODEL_PROMPT",
     "Aggregator",
     "CallableChatModel",
     "ChatModel",

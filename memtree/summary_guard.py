@@ -62,7 +62,8 @@ _FUNCTION_WORDS = """
     there there's these they they're this those though through to today together tomorrow too until up us
     very was we we're well were what what's when where which while who whoa why will with without wow yeah
     yes yesterday yet you you're you'd you'll you've your yours we'd we'll we've they'd they'll
-    they've he's she's he'd she'd he'll she'll it'll that'll there'll who's hey hi hello haha lol omg congrats congratulations awesome cool
+    they've he's she's he'd she'd he'll she'll it'll that'll there'll who's
+    hey hi hello haha lol omg congrats congratulations awesome cool
     definitely absolutely totally right exactly true sounds love glad sorry dear anything something everything
     nothing anyone someone everyone nobody guess btw take keep make check go look wait
 """

@@ -57,7 +57,7 @@ def locomo(
     raptor: Annotated[bool, typer.Option("--raptor/--no-raptor", help="Include the RAPTOR-style row.")] = True,
     paper: Annotated[
         bool,
-        typer.Option("--paper/--no-paper", help="Include the paper's configuration (its own tree; about 10 calls/insert)."),
+        typer.Option("--paper/--no-paper", help="Include the paper's configuration (its own tree, ~10 calls/insert)."),
     ] = True,
     qa: Annotated[
         bool, typer.Option("--qa/--no-qa", help="LLM reader + judge accuracy when a model is configured.")

@@ -12,7 +12,7 @@ import pytest
 
 from memtree.config import MemTreeConfig
 from memtree.text import fold, split_sentences
-from memtree_bench.locomo import Turn, load_locomo, select_conversations
+from memtree_bench.locomo import Turn, first_sessions, load_locomo, select_conversations
 from memtree_bench.locomo_report import render_markdown_file
 from memtree_bench.metrics import answer_recall, context_at_budget, contexts_at_budgets, evidence_recall
 from tests.cli_runner import memtree, ok, refused
@@ -95,6 +95,65 @@ def test_conversation_selection(small_locomo: Path) -> None:
         select_conversations(conversations, "x")
 
 
+def test_a_slice_keeps_the_first_sessions_and_the_questions_answered_in_them(small_locomo: Path) -> None:
+    (conversation,) = load_locomo(small_locomo)
+    first = first_sessions(conversation, 1)
+    assert [t.dia_id for t in first.turns] == ["D1:1", "D1:2", "D1:3"]
+    # "What did Miso do?" also needs D2:2, so only the cat's name is asked of session 1.
+    assert [q.question for q in first.questions] == ["What is the name of Ana's cat?"]
+    assert set(first.turn_by_id) == {"D1:1", "D1:2", "D1:3"}
+    assert first_sessions(conversation, 5) == conversation
+    with pytest.raises(ValueError, match="sessions must be a positive number of sessions, got 0"):
+        first_sessions(conversation, 0)
+
+
+def test_bench_locomo_slice_without_the_paper_row(small_locomo: Path, tmp_path: Path) -> None:
+    ok(
+        memtree(
+            "bench", "locomo", "--data", small_locomo, "--embedder", "hashing", "--budgets", "1000",
+            "--sessions", "1", "--no-paper", "--no-raptor", "--no-qa", "--out", tmp_path, "--name", "s1",
+            embedder=None,
+        )
+    )  # fmt: skip
+    report = json.loads((tmp_path / "s1.json").read_text())["results"]
+    assert list(report) == ["flat dense", "BM25", "flat hybrid", "memtree", "memtree, leaves only", "memtree traversal"]
+    assert report["memtree"]["questions"] == 1 and report["flat hybrid"]["shape"]["nodes"] == 3
+    refused(
+        memtree("bench", "locomo", "--data", small_locomo, "--sessions", "0", embedder=None),
+        "--sessions must be a positive number, got 0",
+    )
+
+
+def test_summary_quality_counts_new_words_and_invented_facts() -> None:
+    from memtree import HashingEmbedder, LLMAggregator, MemTree, MemTreeConfig
+    from memtree_bench.summary_quality import summary_quality
+
+    def build(reply: str) -> MemTree:
+        memory = MemTree(
+            embedder=HashingEmbedder(64),
+            aggregator=LLMAggregator(lambda prompt: reply),
+            config=MemTreeConfig(theta0=-1.0),
+        )
+        memory.add("8 May, 2023 Ana: I adopted a grey cat named Miso.")
+        memory.add("8 May, 2023 Ben: I started training for the Berlin marathon.")
+        return memory
+
+    faithful = summary_quality(build("On 8 May 2023 Ana adopted Miso, a grey cat; Ben started marathon training."))
+    assert faithful == {
+        "summaries": 1.0,
+        "abstraction": 0.0,
+        "novel_word_share": 0.0,
+        "invention": 0.0,
+        "invented_facts": 0.0,
+    }
+    rewritten = summary_quality(build("Ana welcomed a kitten while Ben prepared for a race in Berlin."))
+    assert rewritten["abstraction"] == 1.0 and rewritten["invention"] == 0.0
+    assert rewritten["novel_word_share"] == pytest.approx(4 / 5)  # welcomed, kitten, prepared, race; not berlin
+    invented = summary_quality(build("In 2021 Ana and Zoe adopted Miso."))
+    assert invented["invention"] == 1.0 and invented["invented_facts"] == 2.0  # 2021 and Zoe
+    assert summary_quality(MemTree(embedder=HashingEmbedder(64)))["summaries"] == 0.0
+
+
 def test_bench_locomo_writes_the_report_and_loses_no_turn(small_locomo: Path, tmp_path: Path) -> None:
     out = tmp_path / "results"
     done = ok(
@@ -147,6 +206,9 @@ def test_bench_locomo_writes_the_report_and_loses_no_turn(small_locomo: Path, tm
     assert "| memtree paper |" in markdown and "## Evidence recall, multi-hop (category 1)" in markdown
     assert "## Answer recall (gold answer string in the context), single-hop (category 4)" in markdown
     assert "## memtree's defaults against flat hybrid" in markdown
+    quality = report["memtree"]["summary_quality"]  # extractive summaries copy every word: nothing new, nothing made up
+    assert quality["summaries"] >= 1 and quality["abstraction"] == 0.0 and quality["invention"] == 0.0
+    assert "## Summary quality" in markdown and "| memtree paper |" in markdown.split("## Summary quality")[1]
     assert "| command |" in markdown and (out / "tiny.png").read_bytes().startswith(b"\x89PNG")
     # The Markdown is rendered from the JSON alone: what one says, the other says.
     assert render_markdown_file(payload, "tiny") == markdown

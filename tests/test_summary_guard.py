@@ -10,7 +10,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from memtree import ROOT_ID, ExtractiveAggregator, HashingEmbedder, LLMAggregator, MemTree, MemTreeConfig
+from memtree import (
+    AGGREGATE_PROMPT,
+    ROOT_ID,
+    SMALL_MODEL_PROMPT,
+    ExtractiveAggregator,
+    HashingEmbedder,
+    LLMAggregator,
+    MemTree,
+    MemTreeConfig,
+)
 from memtree.llm import CallableChatModel, ChatModel, Completion
 from memtree.models.openai import _completion
 from memtree.retry import RetryPolicy
@@ -52,6 +61,13 @@ def test_key_facts_are_names_and_numbers_not_sentence_initial_function_words() -
         "melanie",
         "caroline",
     }  # the time of day is not a fact a summary must keep; the date is
+    # Contractions inside a sentence are not names (a chat turn's first word follows its label).
+    assert key_facts("8 May, 2023 Melanie: You'd be great. So we'll see, they've said.") == {
+        "8",
+        "may",
+        "2023",
+        "melanie",
+    }
 
 
 def test_a_faithful_shorter_summary_passes_every_guard() -> None:
@@ -126,6 +142,24 @@ def test_guards_default_to_the_models_wish() -> None:
     assert LLMAggregator(LocalLikeModel(lambda prompt: "x")).guarded is True
     assert LLMAggregator(lambda prompt: "x", guarded=True).guarded is True
     assert LLMAggregator(LocalLikeModel(lambda prompt: "x"), guarded=False).guarded is False
+
+
+def test_a_guarded_small_model_gets_the_one_shot_prompt_unless_given_one() -> None:
+    assert LLMAggregator(lambda prompt: "x").prompt == AGGREGATE_PROMPT
+    assert LLMAggregator(LocalLikeModel(lambda prompt: "x")).prompt == SMALL_MODEL_PROMPT
+    assert LLMAggregator(lambda prompt: "x", guarded=True).prompt == SMALL_MODEL_PROMPT
+    custom = "Merge {summary} ({count}) with {new_texts}. {guidance}"
+    assert LLMAggregator(LocalLikeModel(lambda prompt: "x"), prompt=custom).prompt == custom
+    sent = LLMAggregator(LocalLikeModel(lambda prompt: "x")).build_prompt(OLD, [NEW], 1)
+    assert "plain third-person prose" in sent and "- " + NEW in sent and OLD in sent
+
+
+def test_the_one_shot_examples_names_count_as_an_echo_when_copied() -> None:
+    """A small model that copies the prompt's example instead of summarizing is caught."""
+    aggregator = LLMAggregator(LocalLikeModel(lambda prompt: "x"))
+    copied = "On 3 March 2024 Ana adopted a puppy named Biscuit, and Tom said he starts a nursing course in April."
+    found = aggregator.verdict(Completion(copied), OLD, [NEW], 1)
+    assert found is not None and found.guard == "echo"
 
 
 def two_leaf_memory(aggregator: LLMAggregator) -> MemTree:
