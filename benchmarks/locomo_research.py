@@ -750,24 +750,45 @@ def speaker_boost(delta: float, base: str = "collapsed", gamma: float = SUMMARY_
     return run
 
 
-def rocchio(alpha: float, top: int, feedback: str = "summaries", gamma: float = SUMMARY_WEIGHT) -> Variant:
+def rocchio(
+    alpha: float,
+    top: int,
+    feedback: str = "summaries",
+    gamma: float = SUMMARY_WEIGHT,
+    speaker: float = 0.0,
+    deliver: str = "all",
+) -> Variant:
     """Pseudo-relevance feedback with the tree's summaries: the question's vector plus
     ``alpha`` times the mean vector of the ``top`` best-ranked summaries (``feedback=
-    "leaves"``: of the best leaves, the control without the tree), re-normalized; the
+    "leaves"``: of the best leaves, the control without the tree; ``"clusters"``: of
+    every leaf under each best leaf's parent), re-normalized; the
     dense part of the default ranking uses it (BM25 is unchanged). A summary stands for
     a cluster of related turns, so it may carry the vocabulary of the evidence the
-    question does not name."""
+    question does not name. ``speaker``: the named speaker's turns gain this much in
+    both rounds (:func:`speaker_boost`). ``deliver="leaves"``: summaries are never
+    ranked nor delivered (the same ranking without the tree)."""
 
     def run(scene: Scene, query: Query) -> list[str]:
-        first = query.hybrid(scene, everything(scene), WEIGHT)
+        boost = np.zeros(len(scene.ids))
+        if speaker:
+            speakers = speakers_of(scene)
+            words = set(lexical_tokens(query.text))
+            named = {name for name in set(speakers) if name and fold(name) in words}
+            if len(named) == 1:
+                boost = speaker * (speakers == next(iter(named)))
+        first = query.hybrid(scene, everything(scene), WEIGHT) + boost
         pool = ~scene.is_leaf if feedback == "summaries" else scene.is_leaf
         best = order(scene, first, pool)[:top]
+        if feedback == "clusters":  # the leaves under each best leaf's parent (its cluster)
+            best = sorted(
+                {int(u) for i in best for u in (scene.leaves[scene.parent[i]] if scene.parent[i] >= 0 else [i])}
+            )
         vector = query.vector + alpha * scene.embeddings[best].mean(axis=0) if best else query.vector
         vector = vector / (np.linalg.norm(vector) or 1.0)
         dense = scene.embeddings @ vector
         lexical = normalized(query.lexical, everything(scene))
-        scores = (dense + WEIGHT * lexical) / (1.0 + WEIGHT) * summary_factor(scene, gamma)
-        return pack_order(scene, order(scene, scores, everything(scene)))
+        scores = (dense + WEIGHT * lexical) / (1.0 + WEIGHT) * summary_factor(scene, gamma) + boost
+        return pack_order(scene, order(scene, scores, everything(scene) if deliver == "all" else scene.is_leaf))
 
     return run
 
@@ -830,6 +851,10 @@ def variant_table(embedder: DiskCachedEmbedder) -> dict[str, dict[str, Variant]]
             "depth-1 subtree MMR 0.02": subtree_diversity(1, penalty=0.02),
             "depth-1 subtree MMR 0.05": subtree_diversity(1, penalty=0.05),
             "depth-2 subtree MMR 0.02": subtree_diversity(2, penalty=0.02),
+            "depth-1 subtree cap 1": subtree_diversity(1, cap=1),
+            "depth-2 subtree cap 1": subtree_diversity(2, cap=1),
+            "depth-3 subtree cap 1": subtree_diversity(3, cap=1),
+            "depth-3 subtree cap 2": subtree_diversity(3, cap=2),
         },
         "focused": {
             "summary hit -> best sentences of its leaves": focused(embedder, "sentence"),
@@ -891,11 +916,45 @@ def variant_table(embedder: DiskCachedEmbedder) -> dict[str, dict[str, Variant]]
             for fb in ("summaries", "leaves")
             for top in (1, 3)
             for alpha in (0.2, 0.5)
+        }
+        | {
+            f"Rocchio from the top {top} leaves, alpha {alpha}, named speaker + {delta}": rocchio(
+                alpha, top, "leaves", speaker=delta
+            )
+            for top in (1, 3)
+            for alpha in (0.5, 1.0)
+            for delta in (0.05, 0.1)
+        }
+        | {
+            f"Rocchio from the clusters of the top {top} leaves, alpha {alpha}{extra}": rocchio(
+                alpha, top, "clusters", speaker=delta
+            )
+            for top in (1, 3)
+            for alpha in (0.5, 1.0)
+            for delta, extra in ((0.0, ""), (0.1, ", named speaker + 0.1"))
+        }
+        | {
+            "leaves only: Rocchio from the top 1 leaves, alpha 0.5, named speaker + 0.1": rocchio(
+                0.5, 1, "leaves", speaker=0.1, deliver="leaves"
+            ),
+            "leaves only: Rocchio from the top 3 leaves, alpha 0.5, named speaker + 0.1": rocchio(
+                0.5, 3, "leaves", speaker=0.1, deliver="leaves"
+            ),
         },
         "subtree relevance": {
             f"+ {beta} x mean of the top {top} leaves under the parent": subtree_relevance(beta, top)
             for top in (1, 3)
             for beta in (0.1, 0.2, 0.3)
+        },
+        "held out": {  # chosen on conversations 0-4, scored once on 5-9 (issue 15 item 3)
+            "ancestors max x 0.2": ancestors(0.2),
+            "Rocchio from the top 1 leaves, alpha 0.5, named speaker + 0.1": rocchio(0.5, 1, "leaves", speaker=0.1),
+            "Rocchio from the clusters of the top 1 leaves, alpha 0.5, named speaker + 0.1": rocchio(
+                0.5, 1, "clusters", speaker=0.1
+            ),
+            "leaves only: Rocchio from the top 1 leaves, alpha 0.5, named speaker + 0.1": rocchio(
+                0.5, 1, "leaves", speaker=0.1, deliver="leaves"
+            ),
         },
         "siblings": {
             "leaf hit + siblings >= 0.9 x its score": siblings(0.9),
