@@ -672,6 +672,151 @@ def pointer(gamma: float = SUMMARY_WEIGHT, per_hit: int | None = None, first: in
     return run
 
 
+def ancestor_paths(scene: Scene) -> list[np.ndarray]:
+    """Each node's ancestors (its parent first, the root's children last; empty under the root)."""
+    paths = scene.extra.get("ancestor_paths")
+    if paths is None:
+        paths = []
+        for i in range(len(scene.ids)):
+            path = []
+            node = int(scene.parent[i])
+            while node >= 0:
+                path.append(node)
+                node = int(scene.parent[node])
+            paths.append(np.array(path, dtype=np.int64))
+        scene.extra["ancestor_paths"] = paths
+    return paths
+
+
+def ancestors(
+    beta: float, over: str = "max", gamma: float = SUMMARY_WEIGHT, deliver: str = "all", weight: float = WEIGHT
+) -> Variant:
+    """A node ranks by its own hybrid score plus ``beta`` times its ancestors'
+    (``over``: ``max`` over the path, ``parent`` only, or ``mean`` over the path),
+    divided by ``1 + beta``; a node under the root counts its own score in their place
+    (no boost, no penalty). Summaries are then multiplied by ``gamma`` and delivered
+    (``deliver="all"``) or never delivered (``"leaves"``). The idea: a leaf in a subtree
+    that matches the question as a whole (related turns) is promoted."""
+
+    def run(scene: Scene, query: Query) -> list[str]:
+        own = query.hybrid(scene, everything(scene), weight)
+        above = own.copy()
+        for i, path in enumerate(ancestor_paths(scene)):
+            if len(path) == 0:
+                continue
+            if over == "parent":
+                above[i] = own[path[0]]
+            elif over == "mean":
+                above[i] = float(own[path].mean())
+            else:
+                above[i] = float(own[path].max())
+        scores = (own + beta * above) / (1.0 + beta) * summary_factor(scene, gamma)
+        return pack_order(scene, order(scene, scores, everything(scene) if deliver == "all" else scene.is_leaf))
+
+    return run
+
+
+def speakers_of(scene: Scene) -> np.ndarray:
+    """Each leaf's speaker (the benchmark's ``"<date> <speaker>: <text>"``), "" for summaries."""
+    found = scene.extra.get("speakers")
+    if found is None:
+        by_position = {i: turn.speaker for i, turn in enumerate(scene.conversation.turns)}
+        found = np.array([by_position.get(int(p), "") for p in scene.turn_position], dtype=object)
+        scene.extra["speakers"] = found
+    return found
+
+
+def speaker_boost(delta: float, base: str = "collapsed", gamma: float = SUMMARY_WEIGHT) -> Variant:
+    """Diagnostic (not a tree idea): when the question names exactly one of the
+    conversation's speakers, that speaker's own turns gain ``delta``. Multi-hop
+    questions ask about one person (``What activities does Melanie partake in?``) and
+    flat hybrid ranks the other speaker's replies that name them (``Wow, Mel!``) high.
+    ``base``: ``collapsed`` (the engine default ranking) or ``flat`` (flat hybrid)."""
+
+    def run(scene: Scene, query: Query) -> list[str]:
+        speakers = speakers_of(scene)
+        if base == "flat":
+            mask = scene.is_leaf
+            scores = query.hybrid(scene, mask, WEIGHT, query.lexical_turns)
+        else:
+            mask = everything(scene)
+            scores = query.hybrid(scene, mask, WEIGHT) * summary_factor(scene, gamma)
+        words = set(lexical_tokens(query.text))
+        named = {name for name in set(speakers) if name and fold(name) in words}
+        if len(named) == 1:
+            scores = scores + delta * (speakers == next(iter(named)))
+        return pack_order(scene, order(scene, scores, mask))
+
+    return run
+
+
+def rocchio(
+    alpha: float,
+    top: int,
+    feedback: str = "summaries",
+    gamma: float = SUMMARY_WEIGHT,
+    speaker: float = 0.0,
+    deliver: str = "all",
+) -> Variant:
+    """Pseudo-relevance feedback with the tree's summaries: the question's vector plus
+    ``alpha`` times the mean vector of the ``top`` best-ranked summaries (``feedback=
+    "leaves"``: of the best leaves, the control without the tree; ``"clusters"``: of
+    every leaf under each best leaf's parent), re-normalized; the
+    dense part of the default ranking uses it (BM25 is unchanged). A summary stands for
+    a cluster of related turns, so it may carry the vocabulary of the evidence the
+    question does not name. ``speaker``: the named speaker's turns gain this much in
+    both rounds (:func:`speaker_boost`). ``deliver="leaves"``: summaries are never
+    ranked nor delivered (the same ranking without the tree)."""
+
+    def run(scene: Scene, query: Query) -> list[str]:
+        boost = np.zeros(len(scene.ids))
+        if speaker:
+            speakers = speakers_of(scene)
+            words = set(lexical_tokens(query.text))
+            named = {name for name in set(speakers) if name and fold(name) in words}
+            if len(named) == 1:
+                boost = speaker * (speakers == next(iter(named)))
+        first = query.hybrid(scene, everything(scene), WEIGHT) + boost
+        pool = ~scene.is_leaf if feedback == "summaries" else scene.is_leaf
+        best = order(scene, first, pool)[:top]
+        if feedback == "clusters":  # the leaves under each best leaf's parent (its cluster)
+            best = sorted(
+                {int(u) for i in best for u in (scene.leaves[scene.parent[i]] if scene.parent[i] >= 0 else [i])}
+            )
+        vector = query.vector + alpha * scene.embeddings[best].mean(axis=0) if best else query.vector
+        vector = vector / (np.linalg.norm(vector) or 1.0)
+        dense = scene.embeddings @ vector
+        lexical = normalized(query.lexical, everything(scene))
+        scores = (dense + WEIGHT * lexical) / (1.0 + WEIGHT) * summary_factor(scene, gamma) + boost
+        return pack_order(scene, order(scene, scores, everything(scene) if deliver == "all" else scene.is_leaf))
+
+    return run
+
+
+def subtree_relevance(beta: float, top: int = 3, gamma: float = SUMMARY_WEIGHT) -> Variant:
+    """A node ranks by its own hybrid score plus ``beta`` times the mean of the ``top``
+    best leaf scores under its parent (how much of its cluster matches the question,
+    measured on the turns rather than the summary's text), divided by ``1 + beta``; a
+    node under the root counts its own score there."""
+
+    def run(scene: Scene, query: Query) -> list[str]:
+        own = query.hybrid(scene, everything(scene), WEIGHT)
+        above = own.copy()
+        cluster: dict[int, float] = {}
+        for i in range(len(scene.ids)):
+            p = int(scene.parent[i])
+            if p < 0:
+                continue
+            if p not in cluster:
+                values = np.sort(own[scene.leaves[p]])[::-1][:top]
+                cluster[p] = float(values.mean()) if len(values) else 0.0
+            above[i] = cluster[p]
+        scores = (own + beta * above) / (1.0 + beta) * summary_factor(scene, gamma)
+        return pack_order(scene, order(scene, scores, everything(scene)))
+
+    return run
+
+
 # -- the variants on record -------------------------------------------------------------------
 
 
@@ -706,6 +851,10 @@ def variant_table(embedder: DiskCachedEmbedder) -> dict[str, dict[str, Variant]]
             "depth-1 subtree MMR 0.02": subtree_diversity(1, penalty=0.02),
             "depth-1 subtree MMR 0.05": subtree_diversity(1, penalty=0.05),
             "depth-2 subtree MMR 0.02": subtree_diversity(2, penalty=0.02),
+            "depth-1 subtree cap 1": subtree_diversity(1, cap=1),
+            "depth-2 subtree cap 1": subtree_diversity(2, cap=1),
+            "depth-3 subtree cap 1": subtree_diversity(3, cap=1),
+            "depth-3 subtree cap 2": subtree_diversity(3, cap=2),
         },
         "focused": {
             "summary hit -> best sentences of its leaves": focused(embedder, "sentence"),
@@ -746,6 +895,66 @@ def variant_table(embedder: DiskCachedEmbedder) -> dict[str, dict[str, Variant]]
             "pointer x 0.85, 2 leaves, after 3": pointer(0.85, 2, first=3),
             "pointer x 0.85, words, after 3": pointer(0.85, first=3),
             "pointer x 1.1, 2 leaves": pointer(1.1, 2),
+        },
+        "ancestors": {
+            f"ancestors {over} x {beta}{', leaves only' if deliver == 'leaves' else ''}": ancestors(
+                beta, over, deliver=deliver
+            )
+            for over in ("max", "parent", "mean")
+            for beta in (0.1, 0.2, 0.3, 0.5)
+            for deliver in ("all", "leaves")
+        },
+        "speaker": {
+            f"{'flat hybrid' if base == 'flat' else 'defaults'} + {delta} for the named speaker's turns": speaker_boost(
+                delta, base
+            )
+            for base in ("collapsed", "flat")
+            for delta in (0.02, 0.05, 0.1, 0.2)
+        },
+        "feedback": {
+            f"Rocchio from the top {top} {fb}, alpha {alpha}": rocchio(alpha, top, fb)
+            for fb in ("summaries", "leaves")
+            for top in (1, 3)
+            for alpha in (0.2, 0.5)
+        }
+        | {
+            f"Rocchio from the top {top} leaves, alpha {alpha}, named speaker + {delta}": rocchio(
+                alpha, top, "leaves", speaker=delta
+            )
+            for top in (1, 3)
+            for alpha in (0.5, 1.0)
+            for delta in (0.05, 0.1)
+        }
+        | {
+            f"Rocchio from the clusters of the top {top} leaves, alpha {alpha}{extra}": rocchio(
+                alpha, top, "clusters", speaker=delta
+            )
+            for top in (1, 3)
+            for alpha in (0.5, 1.0)
+            for delta, extra in ((0.0, ""), (0.1, ", named speaker + 0.1"))
+        }
+        | {
+            "leaves only: Rocchio from the top 1 leaves, alpha 0.5, named speaker + 0.1": rocchio(
+                0.5, 1, "leaves", speaker=0.1, deliver="leaves"
+            ),
+            "leaves only: Rocchio from the top 3 leaves, alpha 0.5, named speaker + 0.1": rocchio(
+                0.5, 3, "leaves", speaker=0.1, deliver="leaves"
+            ),
+        },
+        "subtree relevance": {
+            f"+ {beta} x mean of the top {top} leaves under the parent": subtree_relevance(beta, top)
+            for top in (1, 3)
+            for beta in (0.1, 0.2, 0.3)
+        },
+        "held out": {  # chosen on conversations 0-4, scored once on 5-9 (issue 15 item 3)
+            "ancestors max x 0.2": ancestors(0.2),
+            "Rocchio from the top 1 leaves, alpha 0.5, named speaker + 0.1": rocchio(0.5, 1, "leaves", speaker=0.1),
+            "Rocchio from the clusters of the top 1 leaves, alpha 0.5, named speaker + 0.1": rocchio(
+                0.5, 1, "clusters", speaker=0.1
+            ),
+            "leaves only: Rocchio from the top 1 leaves, alpha 0.5, named speaker + 0.1": rocchio(
+                0.5, 1, "leaves", speaker=0.1, deliver="leaves"
+            ),
         },
         "siblings": {
             "leaf hit + siblings >= 0.9 x its score": siblings(0.9),
