@@ -25,7 +25,7 @@ import numpy as np
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-REPOSITORY = Path(__file__).resolve().parents[2]
+REPOSITORY = Path(__file__).resolve().parents[1]
 
 
 def machine_info(command: Sequence[str] | None = None, *, extra_versions: Iterable[str] = ()) -> dict[str, str]:

@@ -46,3 +46,16 @@ def test_a_missing_bench_dependency_is_named_with_the_extra(monkeypatch: pytest.
     )
     monkeypatch.setattr(deps, "BENCH_MODULES", ("tqdm",))
     deps.require_bench_extra()  # present: nothing raised
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="needs git and a checkout")
+def test_reports_record_the_checkouts_commit() -> None:
+    """Every committed result names the commit that produced it; the harness looks for
+    the repository beside memtree_bench/, where a checkout keeps it."""
+    from memtree_bench.report import machine_info
+
+    head = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    recorded = machine_info(["test"])["memtree commit"]
+    assert recorded.removesuffix("-dirty") == head
