@@ -19,12 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from memtree import LLMAggregator, MemTree
+from memtree import AGGREGATE_PROMPT, SMALL_MODEL_PROMPT, LLMAggregator, MemTree
 from memtree.aggregate import Aggregator, ExtractiveAggregator
 from memtree.embed import LocalEmbedder
 from memtree.llm import Completion
@@ -76,6 +77,9 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=40, help="Turns ingested to record aggregation requests.")
     parser.add_argument("--calls", type=int, default=10, help="Requests sent to each model.")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--prompts", default="small", help="Comma separated: small (SMALL_MODEL_PROMPT), default (AGGREGATE_PROMPT)."
+    )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/local_model_summaries.md"))
     parser.add_argument("--replies", type=Path, default=None, help="Also write every request and reply here (JSON).")
     args = parser.parse_args()
@@ -84,52 +88,29 @@ def main() -> None:
     jobs = spread(record_jobs(args.data, args.conversation, args.turns), args.calls)
     rows: list[str] = []
     samples: dict[str, list[dict[str, object]]] = {}
+    prompts = [name.strip() for name in args.prompts.split(",") if name.strip()]
+    unknown = set(prompts) - set(PROMPTS)
+    if unknown or not prompts:
+        parser.error(f"--prompts takes {', '.join(PROMPTS)}; got {args.prompts!r}")
     for spec in args.model:
-        label, _, path = spec.partition("=")
+        model_label, _, path = spec.partition("=")
         model = LlamaCppChatModel(path, n_threads=args.threads)
-        aggregator = LLMAggregator(model)
-        verdicts: Counter[str] = Counter()
-        seconds: list[float] = []
-        samples[label] = []
-        for summary, new_texts, count in jobs:
-            started = time.perf_counter()
-            try:
-                completion = model.complete(aggregator.build_prompt(summary, new_texts, count))
-            except Exception as error:  # noqa: BLE001 - an empty reply or a timeout is a result here
-                completion, failure = Completion(""), repr(error)
-            else:
-                failure = ""
-            seconds.append(time.perf_counter() - started)
-            verdict = aggregator.verdict(completion, summary, new_texts, count)
-            verdicts[verdict.guard if verdict else "passed"] += 1
-            samples[label].append(
-                {
-                    "summary": summary,
-                    "new_texts": list(new_texts),
-                    "count": count,
-                    "reply": completion.text,
-                    "verdict": verdict.reason if verdict else "passed",
-                    "error": failure,
-                    "seconds": round(seconds[-1], 2),
-                    "completion_tokens": completion.completion_tokens,
-                }
-            )
-        ordered = sorted(seconds)
-        failed = ", ".join(f"{guard} {n}" for guard, n in verdicts.most_common() if guard != "passed") or "none"
-        rows.append(
-            f"| {label} | {len(jobs)} | {verdicts['passed']} | {failed} | "
-            f"{sum(seconds) / len(seconds):.1f} | {ordered[len(ordered) // 2]:.1f} | {ordered[-1]:.1f} |"
-        )
-        print(rows[-1], flush=True)
+        for prompt in prompts:
+            label = f"{model_label} | {prompt}"
+            rows.append(run_model(model, LLMAggregator(model, prompt=PROMPTS[prompt]), jobs, label, samples))
+            print(rows[-1], flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     header = (
+        f"Command: `python {' '.join(sys.argv)}`\n\n"
         f"Requests: {len(jobs)} aggregations recorded from an extractive tree over the first {args.turns} turns of "
         f"LoCoMo conversation {args.conversation}, sent to each model through `LLMAggregator` "
         f"({args.threads} thread{'s' if args.threads != 1 else ''}, temperature 0, max_tokens "
-        f"{LlamaCppChatModel.__init__.__kwdefaults__['max_tokens']}) on {os.cpu_count()} CPU cores, "
-        f"load average {load_before:.1f} at the start and {os.getloadavg()[0]:.1f} at the end.\n\n"
-        "| model | calls | passed the guards | failed (guard: calls) | s/call mean | median | max |\n"
-        "|---|---:|---:|---|---:|---:|---:|\n"
+        f"{(LlamaCppChatModel.__init__.__kwdefaults__ or {}).get('max_tokens')}) on {os.cpu_count()} CPU cores, "
+        f"load average {load_before:.1f} at the start and {os.getloadavg()[0]:.1f} at the end. "
+        "Prompts: `small` is `SMALL_MODEL_PROMPT` (what a guarded model gets by default), "
+        "`default` is `AGGREGATE_PROMPT` (hosted models).\n\n"
+        "| model | prompt | calls | passed the guards | failed (guard: calls) | s/call mean | median | max |\n"
+        "|---|---|---:|---:|---|---:|---:|---:|\n"
     )
     args.out.write_text(
         "# Local-model summaries: guard pass rates and speed\n\n" + header + "\n".join(rows) + "\n", encoding="utf-8"
@@ -138,6 +119,51 @@ def main() -> None:
     if args.replies is not None:
         args.replies.write_text(json.dumps(samples, indent=1, ensure_ascii=False), encoding="utf-8")
         print(f"wrote {args.replies}")
+
+
+PROMPTS = {"small": SMALL_MODEL_PROMPT, "default": AGGREGATE_PROMPT}
+
+
+def run_model(
+    model: LlamaCppChatModel,
+    aggregator: LLMAggregator,
+    jobs: list[tuple[str, tuple[str, ...], int]],
+    label: str,
+    samples: dict[str, list[dict[str, object]]],
+) -> str:
+    """Send every job to the model; the table row, and each reply into ``samples``."""
+    verdicts: Counter[str] = Counter()
+    seconds: list[float] = []
+    samples[label] = []
+    for summary, new_texts, count in jobs:
+        started = time.perf_counter()
+        try:
+            completion = model.complete(aggregator.build_prompt(summary, new_texts, count))
+        except Exception as error:  # noqa: BLE001 - an empty reply or a timeout is a result here
+            completion, failure = Completion(""), repr(error)
+        else:
+            failure = ""
+        seconds.append(time.perf_counter() - started)
+        verdict = aggregator.verdict(completion, summary, new_texts, count)
+        verdicts[verdict.guard if verdict else "passed"] += 1
+        samples[label].append(
+            {
+                "summary": summary,
+                "new_texts": list(new_texts),
+                "count": count,
+                "reply": completion.text,
+                "verdict": verdict.reason if verdict else "passed",
+                "error": failure,
+                "seconds": round(seconds[-1], 2),
+                "completion_tokens": completion.completion_tokens,
+            }
+        )
+    ordered = sorted(seconds)
+    failed = ", ".join(f"{guard} {n}" for guard, n in verdicts.most_common() if guard != "passed") or "none"
+    return (
+        f"| {label} | {len(jobs)} | {verdicts['passed']} | {failed} | "
+        f"{sum(seconds) / len(seconds):.1f} | {ordered[len(ordered) // 2]:.1f} | {ordered[-1]:.1f} |"
+    )
 
 
 if __name__ == "__main__":

@@ -119,3 +119,30 @@ def test_agent_latency_benchmark_compares_the_modes_and_writes_its_report(tmp_pa
         assert runs[mode]["summaries_never_written"] == 0
     assert runs["eager"]["summary_lag_max"] == 0
     assert (tmp_path / "agent_latency.png").stat().st_size > 10_000
+
+
+def test_locomo_llm_report_puts_the_three_trees_side_by_side(tmp_path: Path) -> None:
+    """The model-written slice's report (benchmarks/locomo_llm_report.py) from three
+    `memtree bench locomo` runs; here one tiny extractive run stands in for all three."""
+    from tests.test_bench_locomo import QA, SESSIONS
+
+    data = tmp_path / "locomo_small.json"
+    conversation = {"speaker_a": "Ana", "speaker_b": "Ben", **SESSIONS}
+    data.write_text(json.dumps([{"sample_id": "tiny-1", "conversation": conversation, "qa": QA}]), encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    bench = [sys.executable, "-m", "memtree", "bench", "locomo", f"--data={data}", "--embedder=hashing"]
+    bench += ["--no-paper", "--no-raptor", "--no-qa", f"--out={tmp_path}", "--name=extractive"]
+    subprocess.run(bench, check=True, cwd=ROOT, env=env, capture_output=True, timeout=600)
+    for stem in ("llm_eager", "llm_deferred"):
+        (tmp_path / f"{stem}.json").write_text((tmp_path / "extractive.json").read_text(encoding="utf-8"))
+    script = [sys.executable, str(ROOT / "benchmarks" / "locomo_llm_report.py"), f"--runs={tmp_path}"]
+    script += ["--model-note=a test model", "--note=A note.", f"--out={tmp_path / 'out'}"]
+    subprocess.run(script, check=True, cwd=ROOT, env=env, capture_output=True, timeout=600)
+    markdown = (tmp_path / "out" / "locomo_llm.md").read_text(encoding="utf-8")
+    assert "Model: a test model." in markdown and "A note." in markdown
+    # The same tree three times: no gain over flat hybrid on four tiny questions, said as a miss.
+    assert "- model-written, eager: answer recall +0.0 points against flat hybrid at 500 words (misses" in markdown
+    for row in ("memtree, model-written, deferred", "flat hybrid (no tree)", "extractive (offline default)"):
+        assert f"| {row} |" in markdown
+    combined = json.loads((tmp_path / "out" / "locomo_llm.json").read_text(encoding="utf-8"))
+    assert list(combined) == ["llm_eager", "llm_deferred", "extractive"]
