@@ -163,6 +163,16 @@ def goal_lines(runs: dict[str, dict[str, Any]]) -> list[str]:
     return [*lines, ""]
 
 
+def data_line(data: dict[str, Any]) -> str:
+    """The slice in words, from a run's ``data`` entry."""
+    names = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop"}
+    counts = ", ".join(f"{names.get(c, c)} {n}" for c, n in sorted(data["questions_by_category"].items()))
+    return (
+        f"{', '.join(data['conversations'])}: {data['turns']} turns, {data['questions']} questions ({counts}); "
+        "answer recall counts the multi-hop and single-hop ones."
+    )
+
+
 def render(runs: dict[str, dict[str, Any]], model_note: str, notes: list[str]) -> str:
     first = runs["llm_eager"]
     data = first["data"]
@@ -171,19 +181,13 @@ def render(runs: dict[str, dict[str, Any]], model_note: str, notes: list[str]) -
         "",
         f"Model: {model_note}.",
         "",
-        "Each run's environment (the first line is the command):",
-        "",
-    ]
-    for stem, label in RUNS.items():
-        environment = runs[stem]["environment"]
-        lines += [f"**{label}**", "", *environment, ""]
-    lines += [
-        f"Data: {json.dumps(data) if not isinstance(data, str) else data}",
+        f"Data: {data_line(data)}",
         "",
         "Rows: flat dense, BM25 and flat hybrid (memtree's hybrid ranking over the turns alone) are",
-        "measured in every run; the table shows them from the extractive run (the three runs agree",
+        "measured in every run; the tables show them from the extractive run (the three runs agree",
         "on them). `memtree, …` is memtree's defaults (collapsed, hybrid) over that run's tree;",
-        "`leaves only` is the same ranking with the summaries left out.",
+        "`leaves only` is the same ranking with the summaries left out. Each run's machine, software",
+        "and command are at the end.",
         "",
         "## Does the model-written tree beat flat hybrid?",
         "",
@@ -201,6 +205,9 @@ def render(runs: dict[str, dict[str, Any]], model_note: str, notes: list[str]) -
         lines += recall_lines(rows_of(runs), "recall", category)
     lines += ["## Tree shape and cost of writing it", "", *cost_lines(runs)]
     lines += ["## Summary quality (no judge model: memtree_bench/summary_quality.py)", "", *quality_lines(runs)]
+    lines += ["## The runs", ""]
+    for stem, label in RUNS.items():
+        lines += [f"**{label}**", "", *runs[stem]["environment"], ""]
     return "\n".join(lines)
 
 
