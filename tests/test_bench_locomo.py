@@ -281,28 +281,21 @@ def test_bench_locomo_bad_input(small_locomo: Path, tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not LOCOMO.exists(), reason=f"LoCoMo data not at {LOCOMO} (evaluation data, not bundled)")
 def test_bench_locomo_on_a_slice_of_the_real_data(tmp_path: Path) -> None:
+    """The harness on real LoCoMo data, cut to the first sessions of conversation 0 (the
+    tiny conversation above covers the paper's and RAPTOR's rows)."""
     ok(
         memtree(
-            "bench",
-            "locomo",
-            "--data",
-            LOCOMO,
-            "--conversations",
-            "0",
-            "--questions",
-            "6",
-            "--embedder",
-            "hashing",
-            "--no-qa",
-            "--out",
-            tmp_path,
-            "--name",
-            "slice",
+            "bench", "locomo", "--data", LOCOMO, "--conversations", "0", "--sessions", "3", "--questions", "6",
+            "--embedder", "hashing", "--no-qa", "--no-paper", "--no-raptor", "--out", tmp_path, "--name", "slice",
             embedder=None,
         )
-    )
-    report = json.loads((tmp_path / "slice.json").read_text())["results"]
-    assert report["memtree"]["questions"] == 6 and report["memtree"]["shape"]["nodes"] > 419
+    )  # fmt: skip
+    payload = json.loads((tmp_path / "slice.json").read_text())
+    report = payload["results"]
+    turns = payload["data"]["turns"]
+    assert turns == len(first_sessions(load_locomo(LOCOMO)[0], 3).turns) and 40 < turns < 419
+    assert report["memtree"]["questions"] == 6 and report["memtree"]["shape"]["nodes"] > turns
+    assert report["flat hybrid"]["shape"]["nodes"] == turns
 
 
 def scripted_reply(prompt: str) -> str:
