@@ -261,8 +261,8 @@ class LLMAggregator(Aggregator):
     it must use the same placeholders.
 
     ``guarded`` checks every reply with :func:`~memtree.summary_guard.check_summary`
-    (empty, truncated, an echo of the prompt, a dropped name or number, not shorter
-    than its inputs). ``None``, the default, follows the model's
+    (empty, truncated, an echo of the prompt, a dropped name or number, a name or
+    number no input has, not shorter than its inputs). ``None``, the default, follows the model's
     :attr:`~memtree.llm.ChatModel.guard_summaries`: on for the local llama.cpp model,
     off for hosted ones, whose summaries at higher levels are asked to favour themes
     over details. A rejected reply is replaced by ``fallback``'s summary (the offline

@@ -20,13 +20,19 @@ The guards, in the order they are tried (the first that fails names the verdict)
   inside a sentence (``Maya``, ``Google``, ``February``) and digits (``22``,
   ``2024``; not times of day); or the reply keeps none of the words the new texts
   add to the current summary (an earlier summary copied, the new memory lost);
+* ``invented``: the reply states a name or number (found as ``facts`` finds them)
+  that none of its inputs has: a person from the prompt's example, a guessed
+  count, a date made up. A summary is read in place of its leaves, so a fact it
+  adds is a false memory;
 * ``shorter``: the reply has at least as many words as its inputs together (the
   current summary and the new texts): it summarizes nothing.
 
 They are heuristics with known misses: a date rewritten (``2024-02-22`` as
-``22 February``) fails ``facts``; a name that only ever opens a sentence is not
-required; a made-up fact passes. They keep out the replies
-that are surely wrong, not every weak one.
+``22 February``) fails ``facts``, a number spelled out in the inputs and written in
+digits (``twelve`` as ``12``) fails ``invented``; a name that only ever opens a
+sentence is neither required nor checked; an event put on another date of the
+inputs, or a made-up fact without a new name or number, passes. They keep out the
+replies that are surely wrong, not every weak one.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from dataclasses import dataclass
 from memtree.retry import ModelResponseError
 from memtree.text import count_words, split_sentences
 
-GUARDS = ("empty", "truncated", "echo", "facts", "shorter")
+GUARDS = ("empty", "truncated", "echo", "facts", "invented", "shorter")
 """The guards' names, as counted in ``stats().extra`` (``summary_guard_<name>``)."""
 
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
@@ -196,6 +202,10 @@ def check_summary(
     novel = content_words(" ".join(new_texts)) - content_words(summary)
     if novel and not novel & stated:
         return GuardVerdict("facts", "keeps none of the words the new texts add to the summary")
+    invented = sorted(key_facts(reply) - stated_words("\n".join([summary, *new_texts])))
+    if invented:
+        shown = ", ".join(repr(fact) for fact in invented[:5]) + (" …" if len(invented) > 5 else "")
+        return GuardVerdict("invented", f"states {shown}, which none of its inputs has")
     inputs = count_words(summary) + sum(count_words(text) for text in new_texts)
     if count_words(reply) >= inputs:
         return GuardVerdict("shorter", f"the reply has {count_words(reply)} words, its inputs {inputs}")

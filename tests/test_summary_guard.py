@@ -89,6 +89,9 @@ def test_a_faithful_shorter_summary_passes_every_guard() -> None:
         (NEW + " Maya: I started a pottery class at the community center.", {}, "echo"),  # inputs pasted together
         ("Maya got a design job and does pottery.", {}, "facts"),  # no date, no Google
         (OLD + " " + NEW + " She is happy about it.", {}, "shorter"),
+        # A person from the prompt's example, a year no input states: false memories.
+        ("Maya took up pottery with Ana and on 22 February 2024 got a design job at Google.", {}, "invented"),
+        ("Maya took up pottery in 2019 and on 22 February 2024 got a design job at Google.", {}, "invented"),
     ],
 )
 def test_each_guard_rejects_its_kind_of_bad_reply(reply: str, options: dict[str, object], guard: str) -> None:
