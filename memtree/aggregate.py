@@ -229,11 +229,12 @@ Rules: do not copy the notes or write chat lines; keep every name, number and da
 {guidance} At most 60 words. Reply with the summary only."""
 """The prompt a guarded (small, local) model gets unless another is given.
 
-Small models treat :data:`AGGREGATE_PROMPT`'s inputs as text to continue: measured
-on ten LoCoMo aggregations with Qwen2.5-Coder-1.5B-Instruct (Q4_K_M), 8 of 10 replies
-pasted the chat lines back and failed the echo guard, 2 passed. This prompt asks for
-third-person prose and shows one example (whose names the echo guard also catches
-if a model copies them): 8 of 10 passed on the same requests
+Small models treat :data:`AGGREGATE_PROMPT`'s inputs as text to continue: on ten
+LoCoMo aggregations, Qwen2.5-Coder-1.5B-Instruct (Q4_K_M) pasted the chat lines back
+in 8 replies (the echo guard caught them) and passed the guards in 2. This prompt
+asks for third-person prose and shows one example; 9 of 10 replies passed on the
+same requests. A model that copies the example is caught too: whole, it is an echo;
+its names in a real summary ("Ana adopted a puppy") fail the ``invented`` guard
 (benchmarks/results/local_model_summaries.md).
 """
 
