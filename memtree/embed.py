@@ -65,6 +65,14 @@ class Embedder(ABC):
         """A short description stored with a namespace to catch model mix-ups."""
         return type(self).__name__
 
+    def preload(self, *, background: bool = False) -> threading.Thread | None:
+        """Load what the model needs before its first call (nothing by default).
+
+        A local model overrides it, so an application can pay its load at start-up:
+        with ``background=True`` on a thread (returned), which the first call waits
+        for only if it is still running."""
+        return None
+
 
 def check_embeddings(vectors: Any, count: int, dimension: int | None, source: str, *, verb: str = "returned") -> Matrix:
     """Validate an embedder's output and return it as unit-length float32 rows.
@@ -212,8 +220,8 @@ class LocalEmbedder(Embedder):
         """Load the model now, so the first :meth:`embed` does not wait for it.
 
         With ``background=True`` it loads on a daemon thread (returned) and the first
-        :meth:`embed` waits only for what is left of the load; an error is raised
-        there, not lost."""
+        :meth:`embed` waits only for what is left of the load (the same lock); an
+        error is raised there, not lost."""
         if not background:
             self._load()
             return None
