@@ -22,7 +22,6 @@ model of another size fails on its first call with both numbers in the message.
 from __future__ import annotations
 
 import threading
-
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any

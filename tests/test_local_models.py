@@ -105,7 +105,12 @@ def test_numpy_vectors_match_sentence_transformers_and_a_failed_load_falls_back_
 
 @needs_bundled
 def test_local_names_of_the_bundled_model_load_it_with_no_network(no_network: None) -> None:
-    names = ["local", "local:all-MiniLM-L6-v2", "local:sentence-transformers/all-MiniLM-L6-v2", "local:ALL-MINILM-L6-V2"]
+    names = [
+        "local",
+        "local:all-MiniLM-L6-v2",
+        "local:sentence-transformers/all-MiniLM-L6-v2",
+        "local:ALL-MINILM-L6-V2",
+    ]
     embedders = [resolve_embedder(name) for name in names]
     assert {embedder.name for embedder in embedders} == {"LocalEmbedder(sentence-transformers/all-MiniLM-L6-v2)"}
     for name in names[1:]:
