@@ -300,11 +300,11 @@ def one_blas_thread() -> Iterator[None]:
             try:
                 from threadpoolctl import ThreadpoolController
 
-                _controller = ThreadpoolController()
+                _controller = ThreadpoolController().select(user_api="blas")
             except Exception:  # noqa: BLE001 - an optimization only: run as configured
                 _controller = False
     if not _controller:
         yield
         return
-    with _controller.limit(limits=1, user_api="blas"):
+    with _controller.limit(limits=1):
         yield
