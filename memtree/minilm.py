@@ -288,13 +288,16 @@ def _gelu(x: Matrix) -> Matrix:
 
 _controller: Any = None
 _controller_lock = threading.Lock()
+_limited = 0  # calls inside one_blas_thread now (several threads may embed at once)
+_limiter: Any = None
 
 
 @contextlib.contextmanager
 def one_blas_thread() -> Iterator[None]:
     """Limit numpy's BLAS to one thread inside the block (process-wide, as BLAS
-    settings are), through threadpoolctl; without it, change nothing."""
-    global _controller
+    settings are), through threadpoolctl; without it, change nothing. Concurrent
+    blocks share one limit: the first sets it, the last restores the setting."""
+    global _controller, _limited, _limiter
     with _controller_lock:
         if _controller is None:
             try:
@@ -303,8 +306,16 @@ def one_blas_thread() -> Iterator[None]:
                 _controller = ThreadpoolController().select(user_api="blas")
             except Exception:  # noqa: BLE001 - an optimization only: run as configured
                 _controller = False
-    if not _controller:
+        if _controller:
+            if _limited == 0:
+                _limiter = _controller.limit(limits=1)
+            _limited += 1
+    try:
         yield
-        return
-    with _controller.limit(limits=1):
-        yield
+    finally:
+        with _controller_lock:
+            if _controller:
+                _limited -= 1
+                if _limited == 0:
+                    _limiter.restore_original_limits()
+                    _limiter = None

@@ -219,3 +219,20 @@ def test_bad_backends_are_refused() -> None:
         LocalEmbedder(backend="onnx")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="runs only the bundled all-MiniLM-L6-v2"):
         LocalEmbedder("BAAI/bge-small-en-v1.5", backend="numpy")
+
+
+def test_overlapping_single_thread_blocks_restore_the_blas_setting_once_all_end() -> None:
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    from memtree.minilm import one_blas_thread
+
+    blas = threadpoolctl.ThreadpoolController().select(user_api="blas")
+    if not blas.info():
+        pytest.skip("numpy's BLAS is not visible to threadpoolctl")
+    original = [info["num_threads"] for info in blas.info()]
+    first, second = one_blas_thread(), one_blas_thread()
+    first.__enter__()
+    second.__enter__()  # another thread embedding at the same time
+    first.__exit__(None, None, None)
+    assert all(info["num_threads"] == 1 for info in blas.info())  # the other call still runs single-threaded
+    second.__exit__(None, None, None)
+    assert [info["num_threads"] for info in blas.info()] == original
