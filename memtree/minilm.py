@@ -94,7 +94,18 @@ def check_supported(directory: str) -> tuple[BertShape, int]:
         if os.path.isfile(os.path.join(directory, "sentence_bert_config.json"))
         else {}
     )
-    kinds = [str(module.get("type", "")).rsplit(".", 1)[-1] for module in modules]
+    try:
+        kinds = [str(module.get("type", "")).rsplit(".", 1)[-1] for module in modules]
+        shape = BertShape(
+            layers=int(config["num_hidden_layers"]),
+            heads=int(config["num_attention_heads"]),
+            hidden=int(config["hidden_size"]),
+            layer_norm_eps=float(config["layer_norm_eps"]),
+            max_positions=int(config["max_position_embeddings"]),
+        )
+    except (AttributeError, KeyError, TypeError, ValueError) as error:
+        path = os.path.join(directory, "config.json")
+        raise ModelFileError(f"model file {path} (or modules.json) lacks {error}; {REINSTALL_HINT}") from None
     mean_only = pooling.get("pooling_mode_mean_tokens") and not any(
         pooling.get(key)
         for key in ("pooling_mode_cls_token", "pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens")
@@ -108,13 +119,6 @@ def check_supported(directory: str) -> tuple[BertShape, int]:
         or st_config.get("do_lower_case")
     ):
         raise UnsupportedModelError(f"{directory} is not a mean-pooled, normalized BERT model")
-    shape = BertShape(
-        layers=int(config["num_hidden_layers"]),
-        heads=int(config["num_attention_heads"]),
-        hidden=int(config["hidden_size"]),
-        layer_norm_eps=float(config["layer_norm_eps"]),
-        max_positions=int(config["max_position_embeddings"]),
-    )
     max_length = int(st_config.get("max_seq_length") or shape.max_positions)
     return shape, min(max_length, shape.max_positions)
 
@@ -124,7 +128,7 @@ class NumpyMiniLM:
 
     ``encode(texts)`` returns unit-length float32 rows, as
     ``SentenceTransformer.encode(texts, normalize_embeddings=True)`` would.
-    Loading reads ``tokenizer.json`` and memory-maps ``model.safetensors``;
+    Loading reads ``tokenizer.json`` and ``model.safetensors`` (about 90 MB);
     a missing or corrupt file raises :class:`ModelFileError` naming it.
 
     Example::

@@ -186,8 +186,16 @@ def broken_copy(tmp_path: Path, name: str, content: bytes | None) -> Path:
         ("tokenizer.json", b"{ not json"),
         ("tokenizer.json", None),
         ("config.json", b"{"),
+        ("config.json", b'{"model_type": "bert"}'),
     ],
-    ids=["corrupt-weights", "missing-weights", "corrupt-tokenizer", "missing-tokenizer", "corrupt-config"],
+    ids=[
+        "corrupt-weights",
+        "missing-weights",
+        "corrupt-tokenizer",
+        "missing-tokenizer",
+        "corrupt-config",
+        "config-lacks-keys",
+    ],
 )
 def test_a_broken_bundled_file_is_named_and_nothing_is_stored(
     name: str, content: bytes | None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
