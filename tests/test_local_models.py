@@ -244,3 +244,17 @@ def test_overlapping_single_thread_blocks_restore_the_blas_setting_once_all_end(
     assert all(info["num_threads"] == 1 for info in blas.info())  # the other call still runs single-threaded
     second.__exit__(None, None, None)
     assert [info["num_threads"] for info in blas.info()] == original
+
+
+def test_the_memtree_command_runs_blas_on_one_thread_unless_the_user_chose() -> None:
+    code = (
+        "import threadpoolctl\n"
+        "from memtree.minilm import blas_on_one_thread_for_this_process\n"
+        "limited = blas_on_one_thread_for_this_process()\n"
+        "counts = {i['num_threads'] for i in threadpoolctl.ThreadpoolController().select(user_api='blas').info()}\n"
+        "print(limited, sorted(counts))\n"
+    )
+    clean = {name: "" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    assert run_python(code, **clean) == "True [1]"
+    assert run_python(code, **{**clean, "OPENBLAS_NUM_THREADS": "2"}).startswith("False")
+    assert "blas_on_one_thread_for_this_process()" in (ROOT / "memtree" / "cli.py").read_text(encoding="utf-8")
