@@ -62,6 +62,7 @@ from langchain_memtree.middleware import MemTreeMemoryMiddleware
 from memtree import MemTree
 from memtree.config import Aggregation, RetrievalMode
 from memtree.store import Namespace, NamespaceKey, namespace_key
+from memtree.text import unstorable
 
 logger = logging.getLogger(__name__)
 
@@ -305,9 +306,6 @@ class MemTreeStore(BaseStore):
                 yield Call(memory, "delete_namespace")
 
     def _search_steps(self, op: SearchOp) -> Procedure[list[SearchItem]]:
-        check_filter(op.filter)
-        if op.limit < 0 or op.offset < 0:
-            raise ValueError(f"limit and offset must be >= 0, got limit={op.limit}, offset={op.offset}")
         wanted = op.offset + op.limit
         if wanted == 0:
             return []
@@ -466,19 +464,54 @@ def _texts(value: Mapping[str, Any], paths: list[Path]) -> list[tuple[str, str]]
 
 
 def _checked_ops(ops: Iterable[Op]) -> list[Op]:
+    """Every operation of a batch checked before any runs, so a bad one applies
+    nothing (LangGraph's own stores also check every op before writing any)."""
     checked = list(ops)
     for op in checked:
         if not isinstance(op, (GetOp, SearchOp, ListNamespacesOp, PutOp)):
             raise TypeError(f"unknown store operation {type(op).__name__}")
+        if isinstance(op, ListNamespacesOp):
+            _check_listing(op)
+            continue
+        namespace = op.namespace_prefix if isinstance(op, SearchOp) else op.namespace
+        if not isinstance(namespace, tuple):
+            raise InvalidNamespaceError(
+                f"a namespace is a tuple of labels, got the {type(namespace).__name__} {namespace!r}; "
+                f"write ({namespace!r},) for a namespace of one label"
+            )
         validate_op_namespace(op)
+        for label in namespace:
+            _check_text(label, "namespace label", InvalidNamespaceError)
+        if isinstance(op, SearchOp):
+            check_filter(op.filter)
+            if op.limit < 0 or op.offset < 0:
+                raise ValueError(f"limit and offset must be >= 0, got limit={op.limit}, offset={op.offset}")
+            continue
+        if not isinstance(op.key, str):
+            raise TypeError(f"item keys must be str, got {type(op.key).__name__}")
+        _check_text(op.key, "item key", ValueError)
         if isinstance(op, PutOp):
             if op.namespace and op.namespace[0] == "langgraph":
                 raise InvalidNamespaceError(f'Root label for namespace cannot be "langgraph". Got: {op.namespace}')
             if op.ttl is not None:
                 raise NotImplementedError("MemTreeStore does not expire items; put them with ttl=None")
-            if not isinstance(op.key, str):
-                raise TypeError(f"item keys must be str, got {type(op.key).__name__}")
+            if op.value is not None:
+                _checked_value(op.value)
     return checked
+
+
+def _check_listing(op: ListNamespacesOp) -> None:
+    for name in ("limit", "offset", "max_depth"):
+        number = getattr(op, name)
+        if number is not None and (not isinstance(number, int) or number < 0):
+            raise ValueError(f"list_namespaces: {name} must be >= 0, got {number!r}")
+
+
+def _check_text(text: str, what: str, error: type[ValueError]) -> None:
+    """A namespace label or item key the durable stores can hold: no NUL, valid Unicode."""
+    problem = unstorable(text)
+    if problem:
+        raise error(f"{what} {text!r} {problem}; remove it (SQLite and PostgreSQL cannot store it)")
 
 
 def _checked_value(value: Any) -> dict[str, Any]:
@@ -486,25 +519,21 @@ def _checked_value(value: Any) -> dict[str, Any]:
         raise TypeError(f"item values must be dicts, got {type(value).__name__}")
     try:
         text = json.dumps(dict(value), ensure_ascii=False, allow_nan=False)
+    except RecursionError:
+        raise ValueError(
+            "item value is nested too deeply to store as JSON; flatten it (a few hundred levels at most)"
+        ) from None
     except (TypeError, ValueError) as error:
         raise TypeError(f"item values must be JSON-serializable: {error}") from None
-    if _has_nul(value):
-        raise ValueError("item value contains a NUL character (\\x00), which durable stores cannot hold; remove it")
+    problem = unstorable(value)
+    if problem:
+        raise ValueError(f"item value {problem}; fix the text before storing")
     try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise ValueError(f"item value is not valid Unicode ({error.reason}); fix the text before storing") from None
-    return json.loads(text)  # type: ignore[no-any-return]
-
-
-def _has_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, Mapping):
-        return any(_has_nul(key) or _has_nul(item) for key, item in value.items())
-    if isinstance(value, (list, tuple)):
-        return any(_has_nul(item) for item in value)
-    return False
+        return json.loads(text)  # type: ignore[no-any-return]
+    except RecursionError:  # json.dumps nests deeper than json.loads reads back
+        raise ValueError(
+            "item value is nested too deeply to store as JSON; flatten it (a few hundred levels at most)"
+        ) from None
 
 
 def _item(
