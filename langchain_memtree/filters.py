@@ -42,7 +42,7 @@ def check_filter(filter: Mapping[str, Any] | None) -> None:
 
 def _check_key(key: object) -> None:
     if not isinstance(key, str):
-        raise TypeError(f"filter keys must be str, got {key!r} ({type(key).__name__}); a key names a field of the value")
+        raise TypeError(f"filter keys must be str, got {key!r} ({type(key).__name__}); keys name fields of the value")
 
 
 def _check_operator(field: str, op: str, operand: Any) -> None:
