@@ -83,10 +83,18 @@ HOLDS_DATA = (
     "SELECT EXISTS (SELECT 1 FROM memtree_nodes WHERE ns = ? AND NOT deleted) "
     "OR EXISTS (SELECT 1 FROM memtree_records WHERE ns = ?)"
 )
-LIST_NAMESPACES = (
+_HOLDS_DATA_ROW = (
+    "(EXISTS (SELECT 1 FROM memtree_nodes d WHERE d.ns = n.id AND NOT d.deleted) "
+    "OR EXISTS (SELECT 1 FROM memtree_records r WHERE r.ns = n.id))"
+)
+LIST_NAMESPACES = "SELECT n.name FROM memtree_namespaces n WHERE " + _HOLDS_DATA_ROW
+# Names are JSON arrays, so the namespaces under ("a", "b") are '["a","b"]' and the
+# names that begin '["a","b",'. The name test runs first: only the namespaces it
+# keeps are checked for data. (substr, not LIKE: no wildcards to escape, and no
+# collation of PostgreSQL's that could order or fold the text.)
+LIST_NAMESPACES_UNDER = (
     "SELECT n.name FROM memtree_namespaces n "
-    "WHERE EXISTS (SELECT 1 FROM memtree_nodes d WHERE d.ns = n.id AND NOT d.deleted) "
-    "OR EXISTS (SELECT 1 FROM memtree_records r WHERE r.ns = n.id)"
+    "WHERE (n.name = ? OR substr(n.name, 1, ?) = ?) AND " + _HOLDS_DATA_ROW
 )
 DELETE_NODES = "DELETE FROM memtree_nodes WHERE ns = ?"
 DELETE_ALL_RECORDS = "DELETE FROM memtree_records WHERE ns = ?"
@@ -269,7 +277,13 @@ class SQLBackend(Store):
     def list_namespaces(self, prefix: NamespaceKey = ()) -> list[NamespaceKey]:
         self._check_usable()
         with self._read_session() as connection:
-            names = [row[0] for row in connection.execute(LIST_NAMESPACES).fetchall()]
+            if prefix:
+                whole = encode_namespace(prefix)
+                under = whole[:-1] + ","  # '["a","b"]' -> '["a","b",'
+                query = connection.execute(self.sql(LIST_NAMESPACES_UNDER), (whole, len(under), under))
+            else:
+                query = connection.execute(LIST_NAMESPACES)
+            names = [row[0] for row in query.fetchall()]
         keys = (decode_namespace(name) for name in names)
         return sorted(key for key in keys if key[: len(prefix)] == prefix)
 
