@@ -51,7 +51,9 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
         (("nothing",), []),
     ],
 )
-def test_prefixes_match_whole_labels_only(backend: Store, prefix: tuple[str, ...], expected: list[tuple[str, ...]]) -> None:
+def test_prefixes_match_whole_labels_only(
+    backend: Store, prefix: tuple[str, ...], expected: list[tuple[str, ...]]
+) -> None:
     assert backend.list_namespaces(prefix) == expected
 
 
