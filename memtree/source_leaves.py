@@ -1,0 +1,222 @@
+"""``MemTree.replace_source``: the leaves of one source replaced as a whole, in one transaction.
+
+An adapter often keeps a record (a LangGraph item, a document) whose texts are
+leaves of the tree under the record's key as ``source_id``. Writing the record and
+then changing the leaves one by one leaves them apart if the process dies in
+between: the record says one thing, the tree another, and nothing notices.
+``replace_source`` instead plans every change of the source's leaves (deletes,
+corrections in place, inserts) under the store's writer lock, each on the tree the
+previous one left, and commits them with the caller's records in ONE transaction
+(:meth:`~memtree.writer.Writer.write_together`).
+
+With them it commits the source's *manifest*: a record of kind :data:`SOURCES`
+listing the texts (and metadata, and event time) the source's leaves must hold.
+:func:`source_problems` compares manifests with the tree (``check_integrity``,
+``memtree check``) and :func:`reconcile` makes the leaves match them again
+(``repair``), should they ever differ (leaves changed by hand with ``delete``).
+
+Which leaf a text goes to: a leaf holding the same text and metadata is kept as
+it is; a leaf with the same metadata but another text is corrected in place
+(``MemTree.update``: same id, the earlier text kept in its history); leaves left
+over are deleted; texts left over are inserted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from memtree.inputs import Item, TimeLike, make_item, to_timestamp
+from memtree.node import JSONDict, Node, Vector
+from memtree.state import TreeState
+from memtree.store.base import RecordChanges
+from memtree.update import _Change as Change
+from memtree.update import update_steps
+from memtree.writer import Staging, Writer
+
+SOURCES = "memtree_sources"
+"""Record kind of the manifests (key: the source id)."""
+
+
+def replace_source(
+    writer: Writer,
+    source_id: str,
+    texts: Sequence[str],
+    *,
+    metadata: Sequence[Mapping[str, Any] | None] | None,
+    timestamp: TimeLike | None,
+    records: RecordChanges | None,
+    aggregation: str | None,
+) -> list[str]:
+    """``MemTree.replace_source`` (see there)."""
+    items = _items(source_id, texts, metadata, timestamp)
+    if records is not None and not isinstance(records, Mapping):
+        raise TypeError(f"records must be a dict of kind -> key -> dict (or None), got {type(records).__name__}")
+    if records and SOURCES in records:
+        raise ValueError(f"record kind {SOURCES!r} is memtree's own (the sources' manifests); use another kind")
+    mode = writer.aggregation_mode(aggregation)
+    changes: dict[str, Mapping[str, JSONDict | None]] = dict(records or {})
+    changes[SOURCES] = {source_id: manifest(items, to_timestamp(timestamp))}
+    vectors = _embedded_outside_the_lock(writer, source_id, items)
+    ids = writer.write_together(lambda staging: _replace(writer, staging, source_id, items, vectors, mode), changes)
+    if mode == "background":
+        writer.background.notify()
+    return ids
+
+
+def _items(
+    source_id: str,
+    texts: Sequence[str],
+    metadata: Sequence[Mapping[str, Any] | None] | None,
+    timestamp: TimeLike | None,
+) -> list[Item]:
+    if not isinstance(source_id, str) or not source_id:
+        raise TypeError(f"source_id must be a non-empty str, got {source_id!r}")
+    if isinstance(texts, str) or not isinstance(texts, Sequence):
+        raise TypeError("texts must be a list of str (for one text, pass [text])")
+    if metadata is not None and len(metadata) != len(texts):
+        raise ValueError(f"metadata has {len(metadata)} entries for {len(texts)} texts")
+    return [
+        make_item(text, metadata[i] if metadata is not None else None, timestamp, source_id)
+        for i, text in enumerate(texts)
+    ]
+
+
+def manifest(items: Sequence[Item], timestamp: float | None) -> JSONDict | None:
+    """The manifest of a source holding ``items`` (``None``: no leaves, no manifest)."""
+    if not items:
+        return None
+    return {"leaves": [{"text": item.text, "metadata": item.metadata} for item in items], "timestamp": timestamp}
+
+
+def _embedded_outside_the_lock(writer: Writer, source_id: str, items: list[Item]) -> dict[str, Vector]:
+    """Vectors of the texts the source's leaves do not hold yet (as this process sees
+    the tree now), computed before the writer lock is taken."""
+    replica = writer.replica
+    replica.maybe_refresh()
+    with replica.lock.read():
+        held = {replica.state.nodes[leaf_id].text for leaf_id in replica.state.leaves_by_source.get(source_id, [])}
+    fresh = list(dict.fromkeys(item.text for item in items if item.text not in held))
+    if not fresh:
+        return {}
+    return dict(zip(fresh, writer.calls.drive(writer.procedures.embed(fresh)), strict=True))
+
+
+def _replace(
+    writer: Writer, staging: Staging, source_id: str, items: list[Item], vectors: dict[str, Vector], mode: str
+) -> list[str]:
+    """Under the lock, caught up: stage the deletes, corrections and inserts."""
+    replica = writer.replica
+    with replica.lock.read():
+        leaves = [replica.state.nodes[leaf_id] for leaf_id in replica.state.leaves_by_source.get(source_id, [])]
+        unused = [(leaf.id, leaf.text, dict(leaf.metadata)) for leaf in leaves]
+    chosen: dict[int, str] = {}
+    for i, item in enumerate(items):  # kept as they are
+        match = next((entry for entry in unused if entry[1] == item.text and entry[2] == item.metadata), None)
+        if match is not None:
+            chosen[i] = match[0]
+            unused.remove(match)
+    corrections: dict[int, str] = {}
+    for i, item in enumerate(items):  # same place (metadata), new text: corrected in place
+        if i in chosen:
+            continue
+        match = next((entry for entry in unused if entry[2] == item.metadata), None)
+        if match is not None:
+            corrections[i] = match[0]
+            unused.remove(match)
+    defer = mode != "eager"
+
+    def vector(item: Item) -> Vector:
+        found = vectors.get(item.text)
+        if found is None:  # another writer changed the source meanwhile: embed it now
+            found = vectors[item.text] = writer.calls.drive(writer.procedures.embed([item.text]))[0]
+        return found
+
+    if unused:
+        staging.run(writer.procedures.delete([entry[0] for entry in unused]))
+    for i, leaf_id in corrections.items():
+        item = items[i]
+        change = Change(leaf_id, item.text, item.metadata, item.timestamp)
+        chosen[i] = staging.run(update_steps(writer, change, vector(item), defer=defer))
+    for i, item in enumerate(items):
+        if i not in chosen:
+            chosen[i] = staging.run(writer.procedures.insert(item, vector(item), defer=defer))
+    return [chosen[i] for i in range(len(items))]
+
+
+# -- manifests: the check and the repair ------------------------------------------------
+
+
+def manifest_items(source_id: str, value: JSONDict) -> list[Item]:
+    """The items a stored manifest lists (``ValueError`` for one that is not a manifest)."""
+    leaves = value.get("leaves")
+    if not isinstance(leaves, list):
+        raise ValueError(f"manifest of source {source_id!r} has no list of leaves")
+    timestamp = value.get("timestamp")
+    return [make_item(entry["text"], entry.get("metadata"), timestamp, source_id) for entry in leaves]
+
+
+def source_problems(state: TreeState, manifests: Mapping[str, JSONDict]) -> list[str]:
+    """Every source whose leaves differ from its manifest, described."""
+    problems: list[str] = []
+    for source_id, value in manifests.items():
+        try:
+            wanted = _contents(manifest_items(source_id, value))
+        except (ValueError, TypeError, KeyError) as error:
+            problems.append(f"source {source_id!r}: unreadable manifest ({error})")
+            continue
+        held = _contents(_leaf_items(state, source_id))
+        if wanted != held:
+            missing = len([text for text in wanted if text not in held])
+            extra = len([text for text in held if text not in wanted])
+            problems.append(
+                f"source {source_id!r}: its record lists {len(wanted)} leaves, the tree holds {len(held)} "
+                f"({missing} missing, {extra} not listed); repair() rewrites them from the record"
+            )
+    # Leaves of a source without a manifest may be anyone's (messages, documents): not checked.
+    return problems
+
+
+def diverged(state: TreeState, manifests: Mapping[str, JSONDict]) -> list[str]:
+    """Ids of the sources whose leaves differ from their (readable) manifests."""
+    out = []
+    for source_id, value in manifests.items():
+        try:
+            wanted = _contents(manifest_items(source_id, value))
+        except (ValueError, TypeError, KeyError):
+            continue
+        if wanted != _contents(_leaf_items(state, source_id)):
+            out.append(source_id)
+    return out
+
+
+def reconcile(writer: Writer, read_manifests: Callable[[], Mapping[str, JSONDict]]) -> int:
+    """Make every diverged source's leaves match its manifest; return how many were."""
+    manifests = read_manifests()
+    replica = writer.replica
+    replica.maybe_refresh()
+    with replica.lock.read():
+        sources = diverged(replica.state, manifests)
+    for source_id in sources:
+        items = manifest_items(source_id, manifests[source_id])
+        replace_source(
+            writer,
+            source_id,
+            [item.text for item in items],
+            metadata=[item.metadata for item in items],
+            timestamp=manifests[source_id].get("timestamp"),
+            records=None,
+            aggregation=None,
+        )
+    return len(sources)
+
+
+def _leaf_items(state: TreeState, source_id: str) -> list[Item]:
+    nodes: list[Node] = [state.nodes[leaf_id] for leaf_id in state.leaves_by_source.get(source_id, [])]
+    return [Item(node.text, dict(node.metadata), node.timestamp, source_id) for node in nodes]
+
+
+def _contents(items: Sequence[Item]) -> list[tuple[str, str]]:
+    """Texts with their metadata, as a sorted list (a multiset) to compare."""
+    return sorted((item.text, json.dumps(item.metadata, sort_keys=True)) for item in items)
