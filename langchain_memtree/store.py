@@ -20,8 +20,11 @@ than as leaves without embeddings: a node without a vector would break the
 engine's rule that every node can be routed and ranked, and every reader of the
 tree would have to skip it.
 
-The records are the truth and the tree is the index: a put writes the record
-first, then adds or removes only the leaves whose text changed.
+The records are the truth and the tree is the index: a put or delete commits the
+record and every change of the item's leaves (only the leaves whose text changed)
+in one transaction (``MemTree.replace_source``), so a crash never leaves them
+apart. :meth:`MemTreeStore.repair` reconciles files written before that from the
+records.
 
 Operations in a batch run in order. Puts and deletes are serialized within a
 process; the store's own locks serialize writers to one tree across processes.
@@ -61,6 +64,7 @@ from langchain_memtree.index_config import Path, StoreIndex, read_index, tokeniz
 from langchain_memtree.middleware import MemTreeMemoryMiddleware
 from memtree import MemTree
 from memtree.config import Aggregation, RetrievalMode
+from memtree.source_leaves import SOURCES
 from memtree.store import Namespace, NamespaceKey, namespace_key
 from memtree.text import unstorable
 
@@ -235,6 +239,79 @@ class MemTreeStore(BaseStore):
             )
         return MemTreeMemoryMiddleware(memory=self._base, namespace=self._key(namespace_key(namespace)), **options)
 
+    def check(self) -> list[str]:
+        """Every problem of this store's trees, described (empty: sound); reads only.
+
+        Per namespace: the tree's invariants, items whose leaves differ from what
+        their put wrote (:meth:`MemTree.check_integrity`) and, in files written
+        before a put committed item and leaves together, items whose leaves differ
+        from their record and leaves of items that no longer exist.
+        """
+        problems: list[str] = []
+        for namespace, memory in self._namespaces():
+            label = "/".join(namespace[len(self.prefix) :])
+            found = memory.check_integrity() + [problem for problem, _ in self._unmanaged(namespace, memory)]
+            problems += [f"{label}: {problem}" for problem in found]
+        return problems
+
+    def repair(self) -> int:
+        """Bring every tree in step with the item records, the truth, and rewrite
+        stale summaries; return how many items and summaries were fixed.
+
+        An item whose leaves differ from its record (a file from before puts were
+        atomic, interrupted between the two) gets the leaves its record calls for;
+        leaves of a deleted item are removed. Example: ``store.repair()`` once after
+        upgrading, then ``store.check() == []``.
+        """
+        fixed = 0
+        for namespace, memory in self._namespaces():
+            for _, fix in self._unmanaged(namespace, memory):
+                if fix is not None:
+                    key, texts = fix
+                    memory.replace_source(
+                        key, [text for _, text in texts], metadata=[{"path": path} for path, _ in texts]
+                    )
+                    fixed += 1
+            fixed += memory.repair()
+        return fixed
+
+    def _namespaces(self) -> Iterator[tuple[NamespaceKey, MemTree]]:
+        for namespace in self._records.list_namespaces(self.prefix):
+            if len(namespace) > len(self.prefix):
+                yield namespace, self._memories.sibling(namespace)
+
+    def _unmanaged(
+        self, namespace: NamespaceKey, memory: MemTree
+    ) -> list[tuple[str, tuple[str, list[tuple[str, str]]] | None]]:
+        """Problems of the items no manifest covers (written before puts were atomic),
+        each with its fix: (key, the texts its leaves must hold), or ``None`` when
+        the record cannot tell (a put that named its own fields)."""
+        items = self._records.get_records(namespace, ITEMS)
+        managed = self._records.get_records(namespace, SOURCES)
+        held: dict[str, list[tuple[str, str]]] = {}
+        for leaf in memory.leaves():
+            if leaf.source_id is not None and isinstance(leaf.metadata.get("path"), str):
+                held.setdefault(leaf.source_id, []).append((leaf.metadata["path"], leaf.text))
+        out: list[tuple[str, tuple[str, list[tuple[str, str]]] | None]] = []
+        for key, record in items.items():
+            if key in managed:
+                continue  # check_integrity compares it with its manifest
+            count = int(record.get("vectors", 0))
+            wanted = _texts(record["value"], self._paths) if count and self.index is not None else []
+            leaves = sorted(held.get(key, []))
+            if sorted(wanted) == leaves:
+                continue
+            problem = f"item {key!r}: its record calls for {count} leaves, the tree holds {len(leaves)} that differ"
+            if len(wanted) != count:
+                out.append((problem + " (put with other fields: repair() cannot tell which; put it again)", None))
+            else:
+                out.append((problem + "; repair() rewrites them from the record", (key, wanted)))
+        for key in sorted(set(held) - set(items) - set(managed)):
+            out.append(
+                (f"{len(held[key])} leaves of item {key!r}, which no longer exists; repair() removes them", (key, []))
+            )
+        return out
+
     # -- the LangGraph interface --------------------------------------------------
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
@@ -289,16 +366,15 @@ class MemTreeStore(BaseStore):
             "updated_at": now.isoformat(),
             "vectors": len(texts),
         }
-        yield Call(self._records, "put_records", (key, ITEMS, {op.key: record}))
-        yield from _reindex_steps(memory, op.key, texts, now)
+        yield from _replace_steps(memory, op.key, texts, now, record)
 
     def _delete_steps(self, op: PutOp) -> Procedure[None]:
         key = self._key(op.namespace)
         memory = yield Call(self._memories, "sibling", (key,))
         old = yield Call(self._records, "get_records", (key, ITEMS, [op.key]))
-        if op.key in old:
-            yield Call(self._records, "put_records", (key, ITEMS, {op.key: None}))
-        yield from _reindex_steps(memory, op.key, [], None)
+        leaf_ids = yield Call(memory, "find", kwargs={"source_id": op.key})
+        if op.key in old or leaf_ids:
+            yield from _replace_steps(memory, op.key, [], None, None)
         leaves = yield Call(memory, "__len__")
         if leaves == 0:  # only then can the namespace be empty: check its items
             rest = yield Call(self._records, "get_records", (key, ITEMS))
@@ -410,46 +486,33 @@ class MemTreeStore(BaseStore):
         return (*self.prefix, *namespace)
 
 
-def _reindex_steps(memory: MemTree, key: str, texts: list[tuple[str, str]], moment: datetime | None) -> Procedure[None]:
-    """Make the item's leaves exactly ``texts``.
+def _replace_steps(
+    memory: MemTree,
+    key: str,
+    texts: list[tuple[str, str]],
+    moment: datetime | None,
+    record: dict[str, Any] | None,
+) -> Procedure[None]:
+    """Make the item's leaves exactly ``texts`` and its record ``record`` (``None``:
+    deleted) in one transaction (:meth:`MemTree.replace_source`), so a crash leaves
+    both as they were or both as put.
 
     A leaf whose text is unchanged stays as it is. A changed text at a path the
-    item already had corrects that path's leaf in place (``MemTree.update``: the
-    leaf keeps its id, is routed again if its meaning moved, and its earlier text
-    stays in ``history``), so ``put`` on an existing key is an update, not a
-    delete and a new memory. Leaves no text needs any more are removed; texts at
-    new paths are added.
+    item already had corrects that path's leaf in place (the leaf keeps its id, is
+    routed again if its meaning moved, and its earlier text stays in ``history``),
+    so ``put`` on an existing key is an update, not a delete and a new memory.
+    Leaves no text needs any more are removed; texts at new paths are added.
     """
-    leaf_ids = yield Call(memory, "find", kwargs={"source_id": key})
-    kept: set[tuple[str, str]] = set()
-    stale: dict[str, str] = {}  # leaf id -> its path, for leaves whose text is no longer wanted
-    for leaf_id in leaf_ids:
-        node = yield Call(memory, "get", (leaf_id,))
-        pair = (node.metadata.get("path"), node.text)
-        if pair in texts and pair not in kept:
-            kept.add(pair)
-        else:
-            stale[leaf_id] = pair[0]
-    missing = [pair for pair in dict.fromkeys(texts) if pair not in kept]
-    corrections: list[tuple[str, str, str]] = []  # (leaf id, path, new text)
-    for path, text in missing:
-        leaf_id = next((stale_id for stale_id, stale_path in stale.items() if stale_path == path), None)
-        if leaf_id is not None:
-            del stale[leaf_id]
-            corrections.append((leaf_id, path, text))
-    for leaf_id in stale:
-        with contextlib.suppress(KeyError):  # another writer removed it first
-            yield Call(memory, "delete", (leaf_id,))
-    corrected: set[tuple[str, str]] = set()
-    for leaf_id, path, text in corrections:
-        try:
-            yield Call(memory, "update", (leaf_id, text), {"metadata": {"path": path}, "timestamp": moment})
-        except KeyError:  # another writer removed it first: add the text as a new leaf below
-            continue
-        corrected.add((path, text))
-    for path, text in missing:
-        if (path, text) not in corrected:
-            yield Call(memory, "add", (text,), {"metadata": {"path": path}, "timestamp": moment, "source_id": key})
+    yield Call(
+        memory,
+        "replace_source",
+        (key, [text for _, text in texts]),
+        {
+            "metadata": [{"path": path} for path, _ in texts],
+            "timestamp": moment,
+            "records": {ITEMS: {key: record}},
+        },
+    )
 
 
 def _texts(value: Mapping[str, Any], paths: list[Path]) -> list[tuple[str, str]]:
