@@ -361,7 +361,8 @@ def test_a_new_file_is_a_wal_database_with_a_schema_version(tmp_path: Path) -> N
     with sqlite3.connect(path) as connection:
         assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert connection.execute("PRAGMA application_id").fetchone()[0] == sqlite.APPLICATION_ID
-        assert connection.execute("SELECT version FROM memtree_schema ORDER BY version").fetchall() == [(1,), (2,), (3,)]
+        versions = connection.execute("SELECT version FROM memtree_schema ORDER BY version").fetchall()
+        assert versions == [(1,), (2,), (3,)]
     connection.close()
 
 
