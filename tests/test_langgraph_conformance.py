@@ -240,6 +240,18 @@ def test_semantic_search_ranks_by_meaning_and_filters(kind: str, vectors: BaseSt
     assert vectors.get(("mem",), "plain") is not None  # index=False: stored, found by get
 
 
+def test_scores_are_on_the_scale_of_cosine(kind: str, vectors: BaseStore) -> None:
+    vectors.put(("mem",), "cat", {"text": "the cat sleeps on the sofa"})
+    vectors.put(("mem",), "car", {"text": "the car needs new tyres"})
+    [best] = vectors.search(("mem",), query="cat sofa", limit=1)
+    embed = WordEmbeddings()
+    query, found = embed.embed_query("cat sofa"), embed.embed_query(best.value["text"])
+    cosine = sum(a * b for a, b in zip(query, found, strict=True))
+    assert best.key == "cat" and best.score is not None and -1.0 <= best.score <= 1.0
+    # difference: "scores" (MemTreeStore mixes BM25 into the cosine)
+    assert (best.score == pytest.approx(cosine)) == (kind == "langgraph")
+
+
 def test_a_put_with_its_own_fields_indexes_those(vectors: BaseStore) -> None:
     vectors.put(("mem",), "a", {"text": "unrelated words", "title": "violin lessons"}, index=["title"])
     vectors.put(("mem",), "b", {"text": "violin lessons on monday"})
