@@ -389,7 +389,9 @@ class MemTree:
         return await updating.aupdate(self._writer, leaf_id, text, metadata=metadata, timestamp=timestamp)
 
     def history(self, leaf_id: str) -> list[LeafVersion]:
-        """The earlier versions of a leaf that :meth:`update` replaced, oldest first."""
+        """The earlier versions of a leaf that :meth:`update` replaced, oldest first
+        (``KeyError`` for an expired leaf, as for an unknown one)."""
+        self.get(leaf_id)
         return updating.history(self._writer, leaf_id)
 
     def repair(self) -> int:

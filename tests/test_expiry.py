@@ -80,6 +80,8 @@ def test_an_expired_leaf_is_returned_by_no_read(clock: Clock) -> None:
     assert short not in memory.leaf_ids_under("root")
     with pytest.raises(KeyError):
         memory.update(short, "a new text for a memory that is gone")
+    with pytest.raises(KeyError):
+        memory.history(short)
     assert memory.stats().awaiting_sweep == 1
 
 
