@@ -224,3 +224,21 @@ def test_an_expired_item_is_gone_for_a_store_in_another_process(
             "leaves": ["Maya works night shifts."],
         }
         assert store.get(("mem",), "dog") is None and store.sweep_ttl() == 1
+
+
+def test_the_async_twins_expire_and_refresh_alike(clock: Clock) -> None:
+    import asyncio
+
+    store = indexed(ttl={"default_ttl": 10})
+
+    async def scenario() -> list[Any]:
+        await store.aput(("n",), "k", {"text": "async note"})
+        clock.advance(8)
+        seen = await store.aget(("n",), "k")  # refreshed: 10 more minutes from now
+        clock.advance(8)
+        still = await store.asearch(("n",), query="async note")
+        clock.advance(11)
+        return [seen, still, await store.aget(("n",), "k"), await store.asweep_ttl()]
+
+    seen, still, gone, swept = asyncio.run(scenario())
+    assert seen is not None and [item.key for item in still] == ["k"] and gone is None and swept == 1
