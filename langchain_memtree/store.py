@@ -25,6 +25,10 @@ first, then adds or removes only the leaves whose text changed.
 
 Operations in a batch run in order. Puts and deletes are serialized within a
 process; the store's own locks serialize writers to one tree across processes.
+
+Items expire as in LangGraph's SQLite and PostgreSQL stores (``ttl=`` on ``put``,
+``TTLConfig``): the record holds the expiry and the item's leaves carry the same
+one, so an expired item is gone from every read at once (:mod:`langchain_memtree.ttl`).
 """
 
 from __future__ import annotations

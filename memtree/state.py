@@ -5,7 +5,8 @@ es, whether they come from this process's own commits or from other writers, so
 there is exactly one way the picture changes. Besides the nodes it keeps the lookups
 the engine needs per insert or query without scanning the tree: leaves by exact
 content (duplicate guard: text, metadata and source id), leaves by source id (adapters), leaves by metadata value
-(``where`` filters), a depth histogram (the tree's depth for the threshold) and,
+(``where`` filters), a depth histogram (the tree's depth for the threshold), the
+leaves that expire in order of expiry (what reads hide, what a sweep deletes) and,
 unless switched off, a BM25 index of every node's text for hybrid retrieval.
 :func:`paused_gc` keeps the garbage collector out of loading a whole tree.
 """
