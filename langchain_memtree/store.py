@@ -483,8 +483,13 @@ class MemTreeStore(BaseStore):
             if changed:
                 yield Call(self._records, "put_records", (ns, ITEMS, changed))
                 memory = yield Call(self._memories, "sibling", (ns,))
+                by_expiry: dict[float, list[str]] = {}  # one tree commit per expiry, not per item
                 for key, record in changed.items():
-                    yield from _expire_leaves_steps(memory, key, record["expires_at"])
+                    by_expiry.setdefault(record["expires_at"], []).extend(
+                        (yield Call(memory, "find", (), {"source_id": key}))
+                    )
+                for expires_at, leaf_ids in by_expiry.items():
+                    yield from _set_expiry_steps(memory, leaf_ids, expires_at)
             return {**live, **changed}
         finally:
             self._write_lock.release()
@@ -594,6 +599,19 @@ def _reindex_steps(
             options = {"metadata": {"path": path}, "timestamp": moment, "source_id": key, "expires_at": expires_at}
             yield Call(memory, "add", (text,), options)
     yield from _expire_leaves_steps(memory, key, expires_at)
+
+
+def _set_expiry_steps(memory: MemTree, leaf_ids: list[str], expires_at: float) -> Procedure[None]:
+    """Give these leaves ``expires_at``; a leaf another writer removed meanwhile is
+    left out (the others still get it)."""
+    for _ in range(2):
+        if not leaf_ids or expires_at <= time.time():
+            return
+        try:
+            yield Call(memory, "set_expiry", (leaf_ids,), {"expires_at": expires_at})
+            return
+        except KeyError:
+            leaf_ids = list((yield Call(memory, "get_many", (leaf_ids,))))
 
 
 def _expire_leaves_steps(memory: MemTree, key: str, expires_at: float | None) -> Procedure[None]:
