@@ -28,6 +28,7 @@ from memtree.planning import (
     path_jobs,
     rebuild_job,
 )
+from memtree.summary_guard import SummaryTooLongError, cap_summary
 from memtree.text import count_words
 
 logger = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ class SummaryWriter:
         """
         if not jobs:
             return []
-        outcomes = yield from aggregations(jobs, self.calls.aggregator)
+        outcomes = yield from self._aggregate(jobs)
         written: list[Node] = []
         for job, outcome in zip(jobs, outcomes, strict=True):
             node = nodes[job.node_id]
@@ -89,6 +90,28 @@ class SummaryWriter:
                 node.stale = False
                 written.append(node)
         return written
+
+    def _aggregate(self, jobs: list[AggregationJob]) -> Generator[Request, Any, list[str | BaseException]]:
+        """Run jobs concurrently; every summary is held to ``config.summary_max_chars``
+        (cut at a sentence end, or rejected), whichever aggregator wrote it."""
+        outcomes = yield from aggregations(jobs, self.calls.aggregator)
+        return [self._capped(outcome) for outcome in outcomes]
+
+    def _capped(self, outcome: str | BaseException) -> str | BaseException:
+        if isinstance(outcome, BaseException):
+            return outcome
+        limit = self.config.summary_max_chars
+        cut = cap_summary(outcome, limit)
+        if cut is None:
+            self.calls.counters.add("summaries_rejected")
+            return SummaryTooLongError(
+                f"the summary has {len(outcome)} characters, over summary_max_chars={limit}, and no sentence "
+                "end within the cap to cut it at"
+            )
+        if cut is not outcome:
+            self.calls.counters.add("summaries_cut")
+            logger.info("a summary of %d characters was cut to %d (summary_max_chars)", len(outcome), len(cut))
+        return cut
 
     def _note_failure(self, node: Node, error: BaseException) -> None:
         logger.warning("aggregation failed for node %s; marked stale: %r", node.id, error)
@@ -169,7 +192,7 @@ class SummaryWriter:
                 AggregationJob(node_id, summary, chunks[node_id][step], count, centroid_of(nodes[node_id]))
                 for node_id, (summary, count) in progress.items()
             ]
-            outcomes = yield from aggregations(jobs, self.calls.aggregator)
+            outcomes = yield from self._aggregate(jobs)
             step += 1
             for job, outcome in zip(jobs, outcomes, strict=True):
                 if isinstance(outcome, BaseException):

