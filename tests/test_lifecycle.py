@@ -69,3 +69,41 @@ def test_a_100_kb_reply_without_a_sentence_end_is_rejected_and_counted(store: St
 def test_a_cap_too_small_to_hold_a_sentence_is_refused() -> None:
     with pytest.raises(ValueError, match="summary_max_chars must be an integer >= 16"):
         MemTreeConfig(summary_max_chars=3)
+
+
+# -- row 5: the in-memory store's log is bounded; a reader left behind reloads in full ---------
+
+
+def test_the_in_memory_log_is_bounded_and_a_reader_behind_it_still_sees_every_deletion() -> None:
+    store = MemoryBackend(log_limit=8)
+    writer = MemTree(embedder=HashingEmbedder(64), store=store, config=MemTreeConfig(theta0=0.1))
+    reader = MemTree(embedder=HashingEmbedder(64), store=store, config=MemTreeConfig(theta0=0.1))
+    ids = writer.add_many([f"note {i} about the garden and the cello" for i in range(40)])
+    reader.refresh()
+    assert len(reader) == 40
+    for i in range(0, 40, 2):  # 20 deletes and 20 updates: far more commits than the log keeps
+        writer.delete(ids[i])
+        writer.update(ids[i + 1], f"corrected note {i} about sailing")
+    space = store._namespaces[writer.namespace]
+    assert len(space.log) <= 16 and space.log_floor > 0
+    reader.refresh()
+    assert {leaf.id for leaf in reader.leaves()} == {leaf.id for leaf in writer.leaves()} == set(ids[1::2])
+    assert sorted(leaf.text for leaf in reader.leaves()) == sorted(leaf.text for leaf in writer.leaves())
+    assert reader.check_integrity() == []
+    hit = reader.retrieve("corrected note 38 about sailing", k=1, leaves_only=True)[0]
+    assert hit.id == ids[39]
+
+
+def test_a_reader_within_the_log_catches_up_incrementally() -> None:
+    store = MemoryBackend(log_limit=8)
+    writer = MemTree(embedder=HashingEmbedder(64), store=store)
+    ids = writer.add_many([f"note {i}" for i in range(4)])
+    since = store.head(writer.namespace)[0]
+    writer.delete(ids[0])
+    batch = store.read_changes(writer.namespace, since)
+    assert not batch.complete and batch.deleted == [ids[0]]
+
+
+def test_a_bad_log_limit_is_refused() -> None:
+    with pytest.raises(ValueError, match="log_limit must be an integer >= 1"):
+        MemoryBackend(log_limit=0)

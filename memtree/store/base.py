@@ -133,8 +133,13 @@ class ChangeBatch:
     """Nodes written and ids deleted after some sequence number, up to ``seq``.
 
     ``generation`` identifies the namespace's current incarnation: if it differs
-    from the one a memory loaded, the namespace was deleted meanwhile and the memory
-    must start over from an empty tree.
+    from the one a memory loaded, the namespace was deleted (or compacted) meanwhile
+    and the memory must start over from an empty tree.
+
+    ``complete`` says ``nodes`` is the whole tree, not the changes after ``since``:
+    the store no longer holds what changed since then (a bounded log dropped it), so
+    the reader must start over from this batch, as after a new generation, rather
+    than apply it on top of what it had and keep nodes deleted meanwhile.
     """
 
     nodes: list[Node]
@@ -142,6 +147,7 @@ class ChangeBatch:
     seq: int
     generation: str
     info: NamespaceInfo
+    complete: bool = False
 
 
 @dataclass
