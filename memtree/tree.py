@@ -26,7 +26,7 @@ from memtree.replica import Replica
 from memtree.retrieval import answer, check_query
 from memtree.siblings import Siblings
 from memtree.stats import Counters, TreeStats
-from memtree.store.base import Namespace, NamespaceKey, Store, namespace_key
+from memtree.store.base import CompactionReport, Namespace, NamespaceKey, Store, namespace_key
 from memtree.store.location import as_store, open_store
 from memtree.text import require_text
 from memtree.viz.picture import Direction
@@ -349,6 +349,16 @@ class MemTree:
     async def arepair(self) -> int:
         """Async :meth:`repair`."""
         return await self._writer.awrite(self._writer.procedures.repair)
+
+    def compact(self) -> CompactionReport:
+        """Drop the store's dead rows (tombstones of deleted nodes, in every namespace
+        of the store) and give their space back (SQLite ``VACUUM``, PostgreSQL
+        ``VACUUM``), safely while other processes read and write: each of them
+        reloads a compacted namespace whole on its next read, so none misses a
+        deletion. Returns what was dropped and the size before and after."""
+        report = self.store.compact()
+        self.refresh(force=True)
+        return report
 
     def export_jsonl(self, target: str | os.PathLike[str] | TextIO) -> int:
         """Write this namespace as a JSONL backup (:mod:`memtree.backup`: readable,

@@ -107,3 +107,70 @@ def test_a_reader_within_the_log_catches_up_incrementally() -> None:
 def test_a_bad_log_limit_is_refused() -> None:
     with pytest.raises(ValueError, match="log_limit must be an integer >= 1"):
         MemoryBackend(log_limit=0)
+
+
+# -- row 6: compaction drops dead rows and shrinks the store, safely beside readers ------------
+
+
+def _second_handle(store: Store, tmp_path: Path, request: pytest.FixtureRequest) -> Store:
+    """Another connection to the same memory, as another process would have."""
+    if isinstance(store, MemoryBackend):
+        return store
+    if isinstance(store, SQLiteBackend):
+        return SQLiteBackend(store.path)
+    from memtree import PostgresBackend
+
+    return PostgresBackend(request.getfixturevalue("postgres_dsn"))
+
+
+def test_compact_drops_tombstones_and_a_reader_that_looked_before_misses_no_deletion(
+    store: Store, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    config = MemTreeConfig(theta0=0.1)
+    writer = MemTree(embedder=HashingEmbedder(64), store=store, config=config)
+    other = _second_handle(store, tmp_path, request)
+    reader = MemTree(embedder=HashingEmbedder(64), store=other, config=config)
+    ids = writer.add_many([f"note {i} about the garden, the cello and sailing plans" for i in range(30)])
+    reader.refresh()
+    assert len(reader) == 30
+    for i in range(10):
+        writer.delete(ids[i])
+        writer.update(ids[10 + i], f"corrected note {i} about bread")
+    report = writer.compact()
+    if isinstance(store, MemoryBackend):
+        assert report.rows_dropped == 0  # it keeps no tombstones
+    else:
+        assert report.rows_dropped > 10 and report.namespaces == 1
+        assert store.compact().rows_dropped == 0  # nothing left to drop
+    reader.refresh()  # it last looked before every delete, and their tombstones are gone
+    assert {leaf.id for leaf in reader.leaves()} == {leaf.id for leaf in writer.leaves()} == set(ids[10:])
+    assert sorted(leaf.text for leaf in reader.leaves()) == sorted(leaf.text for leaf in writer.leaves())
+    assert reader.check_integrity() == [] and writer.check_integrity() == []
+    writer.add("a note after compaction about kites")  # both keep working on the compacted store
+    reader.refresh()
+    assert len(reader) == len(writer) == 21
+    reader.close()
+    writer.close()
+    if other is not store:
+        other.close()
+
+
+def test_compact_shrinks_a_churned_sqlite_file_and_the_command_says_by_how_much(tmp_path: Path) -> None:
+    from cli_runner import as_json, memtree, ok
+
+    path = tmp_path / "memory.db"
+    memory = MemTree.open(path, embedder=HashingEmbedder(64), config=MemTreeConfig(theta0=0.1))
+    ids = memory.add_many([f"note {i} about the garden and the cello " + "words " * 60 for i in range(40)])
+    for round_ in range(3):
+        for i, leaf_id in enumerate(ids):
+            memory.update(leaf_id, f"round {round_} note {i} about sailing " + "other " * 60)
+    ids_gone = ids[:20]
+    memory.delete_many(ids_gone)
+    memory.close()
+    before = path.stat().st_size
+    report = as_json(ok(memtree("compact", "--json", db=path)))
+    assert report["rows_dropped"] >= 20 and report["namespaces"] == 1
+    assert report["bytes_after"] < report["bytes_before"] and path.stat().st_size < before
+    reopened = MemTree.open(path, embedder=HashingEmbedder(64))
+    assert len(reopened) == 20 and reopened.check_integrity() == []
+    reopened.close()

@@ -165,6 +165,18 @@ class NamespaceSnapshot:
     history: list[LeafVersion] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class CompactionReport:
+    """What :meth:`Store.compact` did: dead rows dropped (deleted nodes' tombstones),
+    in how many namespaces, and the store's size on disk before and after (bytes;
+    ``None`` where the store cannot tell, as in memory)."""
+
+    rows_dropped: int = 0
+    namespaces: int = 0
+    bytes_before: int | None = None
+    bytes_after: int | None = None
+
+
 class WriteTransaction(ABC):
     """An exclusive write to one namespace, open until committed or rolled back."""
 
@@ -255,6 +267,12 @@ class Store(ABC):
             if self.head(namespace) == (changes.seq, changes.generation):
                 break
         return NamespaceSnapshot(changes, records, history)
+
+    def compact(self) -> CompactionReport:
+        """Drop what the store keeps only for readers catching up (tombstones of
+        deleted nodes) and give the space back, safely while others read and write.
+        A store that keeps no such rows has nothing to do (this default)."""
+        return CompactionReport()
 
     def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release connections and files."""
