@@ -29,7 +29,6 @@ from memtree.store.base import (
     new_generation,
 )
 
-
 LOG_LIMIT = 1024
 """Commits a namespace's log keeps at least (at most twice that) for readers to catch up."""
 
