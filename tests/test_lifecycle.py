@@ -4,12 +4,16 @@ cap on every summary. Each test runs on every store it applies to."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from gated import GATE_LIMIT, SEP, GatedAggregator, gated_memory
 
 from memtree import HashingEmbedder, LLMAggregator, MemoryBackend, MemTree, MemTreeConfig, SQLiteBackend, Store
+from memtree.embed import Matrix
 from memtree.llm import CallableChatModel
 from memtree.retry import RetryPolicy
 
@@ -174,3 +178,90 @@ def test_compact_shrinks_a_churned_sqlite_file_and_the_command_says_by_how_much(
     reopened = MemTree.open(path, embedder=HashingEmbedder(64))
     assert len(reopened) == 20 and reopened.check_integrity() == []
     reopened.close()
+
+
+# -- row 2: close() is bounded, whatever the model or the embedder does ------------------------
+
+
+class HangingEmbedder(HashingEmbedder):
+    """Hashing embeddings, except that calls whose texts ``hang_on`` picks wait until
+    ``release`` is set (at most ``GATE_LIMIT`` seconds: a test bug must not hang the suite)."""
+
+    def __init__(self, hang_on: Callable[[Sequence[str]], bool], call_timeout: float | None) -> None:
+        super().__init__(64)
+        self.hang_on = hang_on
+        self.call_timeout = call_timeout  # type: ignore[misc]
+        self.release = threading.Event()
+        self.entered = threading.Event()
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        if self.hang_on(texts):
+            self.entered.set()
+            self.release.wait(GATE_LIMIT)
+        return super().embed(texts)
+
+
+def _wait_for_worker(memory: MemTree) -> None:
+    thread = memory._background._thread
+    if thread is not None:
+        thread.join(GATE_LIMIT)
+
+
+def test_close_with_a_hanging_model_returns_within_its_timeout_and_names_the_stale_summaries(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    aggregator = GatedAggregator()  # its gate stays closed: every model call hangs
+    memory = gated_memory(aggregator, store=store, aggregation="background")
+    memory.add_many(TEXTS[:3])
+    assert aggregator.entered.wait(GATE_LIMIT)  # the worker waits for the model
+    with caplog.at_level(logging.WARNING, logger="memtree.tree"):
+        memory.close(timeout=0.2)  # returns although the model never answers
+    warnings = [record.getMessage() for record in caplog.records if "close() left" in record.getMessage()]
+    assert len(warnings) == 1
+    reader = MemTree(embedder=HashingEmbedder(64), store=store)
+    stale = [node.id for node in reader.walk() if node.stale]
+    assert stale and all(node_id in warnings[0] for node_id in stale)
+    assert len(reader) == 3  # every leaf was committed before
+    aggregator.gate.set()
+    _wait_for_worker(memory)
+    reader.refresh()
+    reader.aggregator = GatedAggregator(open_gate=True)
+    reader.repair()
+    assert reader.stats().stale == 0
+    reader.close()
+
+
+def test_close_with_an_embedder_that_hangs_without_a_timeout_is_bounded_too(store: Store) -> None:
+    embedder = HangingEmbedder(lambda texts: any(SEP in text for text in texts), call_timeout=None)
+    memory = MemTree(
+        embedder=embedder,
+        aggregator=GatedAggregator(open_gate=True),
+        store=store,
+        config=MemTreeConfig(theta0=0.15, aggregation="background"),
+    )
+    memory.add_many(TEXTS[:3])
+    assert embedder.entered.wait(GATE_LIMIT)  # the worker embeds a summary: that call hangs
+    memory.close(timeout=0.2)
+    assert MemTree(embedder=HashingEmbedder(64), store=store).stats().stale > 0
+    embedder.release.set()
+    _wait_for_worker(memory)
+
+
+def test_an_embedding_call_that_overruns_its_timeout_fails_and_stores_nothing(store: Store) -> None:
+    embedder = HangingEmbedder(lambda texts: any("hang" in text for text in texts), call_timeout=0.05)
+    memory = MemTree(embedder=embedder, aggregator=GatedAggregator(open_gate=True), store=store)
+    memory.add("a first note about the garden")
+    with pytest.raises(TimeoutError, match="took longer than 0.05 s"):
+        memory.add("a note that makes the embedder hang")
+    with pytest.raises(TimeoutError, match="took longer than 0.05 s"):
+        memory.retrieve("hang on", k=1)
+    assert len(memory) == 1
+    embedder.release.set()
+    memory.close()
+
+
+def test_a_bad_close_timeout_is_refused() -> None:
+    memory = MemTree(embedder=HashingEmbedder(16))
+    with pytest.raises(ValueError, match="timeout must be >= 0 seconds or None"):
+        memory.close(timeout=-1)
+    memory.close()
