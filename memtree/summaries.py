@@ -222,6 +222,26 @@ class SummaryWriter:
             words += size
         return chunks
 
+    def defer_ancestors(self, plan: DeletePlan) -> None:
+        """A delete's ancestors marked stale for the background worker, without a model
+        call: each one's text becomes its children's texts (after the delete, deepest
+        first), held to ``summary_max_chars``, and its embedding its leaves'
+        centroid, so that nothing of the deleted leaf stays searchable while the
+        rewrite waits."""
+        rewritten: dict[str, Node] = {}
+        for depth in sorted({node.depth for node in plan.ancestors}, reverse=True):
+            level = {node.id: node for node in plan.ancestors if node.depth == depth}
+            for node in level.values():
+                kids = plan.child_nodes(node.id, rewritten)
+                node.timestamp = None
+                for kid in kids:
+                    node.timestamp = latest(node.timestamp, kid.timestamp)
+                node.text = placeholder_text([kid.text for kid in kids], self.config.summary_max_chars)
+                node.stale = True
+                node.embedding = None  # the old one was made from the deleted text too
+            self.centroid_embeddings(level.values())
+            rewritten.update(level)
+
     def rewrite_ancestors(self, plan: DeletePlan) -> Generator[Request, Any, None]:
         """Rewrite a delete's ancestors level by level, deepest first: each needs its
         children's new texts, and the summaries of one level run concurrently. Every
@@ -244,3 +264,15 @@ class SummaryWriter:
             for node_id in reads_stale:
                 level[node_id].stale = True
             rewritten.update(level)
+
+
+def placeholder_text(texts: list[str], limit: int) -> str:
+    """A stale summary's text until a model rewrites it: its children's texts, one
+    per line, cut at a sentence end (else a space, else anywhere) within ``limit``."""
+    joined = "\n".join(texts)
+    cut = cap_summary(joined, limit)
+    if cut is not None:
+        return cut
+    head = joined[:limit]
+    space = head.rfind(" ")
+    return head[:space] if space > 0 else head

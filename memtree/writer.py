@@ -167,14 +167,24 @@ class Writer:
     def delete(self, node_ids: Iterable[str]) -> int:
         ids = check_leaf_ids(node_ids)
         if ids:
-            self.write(lambda: self.procedures.delete(ids))
+            background = self.in_background()
+            self.write(lambda: self.procedures.delete(ids, defer=background))
+            self._after_insert("background" if background else "eager")
         return len(ids)
 
     async def adelete(self, node_ids: Iterable[str]) -> int:
         ids = check_leaf_ids(node_ids)
         if ids:
-            await self.awrite(lambda: self.procedures.delete(ids))
+            background = self.in_background()
+            await self.awrite(lambda: self.procedures.delete(ids, defer=background))
+            self._after_insert("background" if background else "eager")
         return len(ids)
+
+    def in_background(self) -> bool:
+        """Whether a delete or an update left to the configured mode hands its
+        summaries to the background worker (``aggregation="background"``, outside a
+        ``deferred()`` block), so that it never waits for a chat model."""
+        return self.aggregation_mode(None) == "background"
 
     def restore(self, nodes: list[Node], info: NamespaceInfo, versions: Sequence[LeafVersion] = ()) -> None:
         """Write a whole checked tree (and its leaves' history) into this (empty)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from gated import GATE_LIMIT, SEP, GatedAggregator, gated_memory
+from gated import GATE_LIMIT, SEP, GatedAggregator, gated_memory, summaries_cover_exactly_their_leaves
 
 from memtree import HashingEmbedder, LLMAggregator, MemoryBackend, MemTree, MemTreeConfig, SQLiteBackend, Store
 from memtree.embed import Matrix
@@ -264,4 +264,72 @@ def test_a_bad_close_timeout_is_refused() -> None:
     memory = MemTree(embedder=HashingEmbedder(16))
     with pytest.raises(ValueError, match="timeout must be >= 0 seconds or None"):
         memory.close(timeout=-1)
+    memory.close()
+
+
+# -- row 4: in background mode, update, delete and a put on an existing key never wait for a chat model
+
+
+class CallerWatchingAggregator(GatedAggregator):
+    """A gated aggregator that refuses at once (and remembers) a call made on the
+    test's own thread: in background mode only the worker may call the model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.caller_waited = False
+        self._test_thread = threading.current_thread()
+
+    def aggregate(self, summary: str, new_texts: Sequence[str], count: int, *, centroid: object = None) -> str:
+        if threading.current_thread() is self._test_thread:
+            self.caller_waited = True
+            raise ConnectionError("the caller itself called the model")
+        return super().aggregate(summary, new_texts, count, centroid=centroid)  # type: ignore[arg-type]
+
+
+def test_background_update_and_delete_return_while_the_model_hangs_and_the_worker_rewrites_after(
+    store: Store,
+) -> None:
+    aggregator = CallerWatchingAggregator()  # closed: the worker's model calls wait
+    memory = gated_memory(aggregator, store=store, aggregation="background")
+    ids = memory.add_many(TEXTS)
+    assert aggregator.entered.wait(GATE_LIMIT)  # the worker is inside a model call
+    memory.update(ids[1], "Alice sold her cello and bought a kayak.")
+    memory.delete(ids[2])
+    memory.delete_many([ids[3]])
+    assert aggregator.calls == 0 and not aggregator.caller_waited  # no write above called the model
+    assert memory.get(ids[1]).text == "Alice sold her cello and bought a kayak."
+    assert memory.retrieve("kayak", k=1, leaves_only=True)[0].id == ids[1]
+    assert len(memory) == 4
+    summaries = [node for node in memory.walk() if not node.is_leaf and not node.is_root]
+    assert summaries and any(node.stale for node in summaries)
+    forgotten = {TEXTS[2], TEXTS[3], TEXTS[1]}
+    assert not any(text in node.text for node in summaries for text in forgotten)  # nothing deleted shows
+    aggregator.gate.set()
+    assert memory.wait_for_summaries(timeout=GATE_LIMIT)
+    assert memory.stats().stale == 0 and memory.stats().pending == 0
+    assert summaries_cover_exactly_their_leaves(memory)
+    assert memory.check_integrity() == []
+    memory.close()
+
+
+def test_a_langgraph_put_on_an_existing_key_returns_while_the_model_hangs(store: Store) -> None:
+    pytest.importorskip("langgraph")
+    from langchain_memtree import MemTreeStore
+
+    aggregator = CallerWatchingAggregator()
+    memory = gated_memory(aggregator, store=store)
+    items = MemTreeStore(memory, index={"fields": ["text"]})  # background aggregation by default
+    for i, text in enumerate(TEXTS):
+        items.put(("notes",), f"k{i}", {"text": text})
+    items.put(("notes",), "k1", {"text": "Alice sold her cello and bought a kayak."})
+    items.delete(("notes",), "k2")
+    assert aggregator.calls == 0 and not aggregator.caller_waited
+    item = items.get(("notes",), "k1")
+    assert item is not None and item.value["text"] == "Alice sold her cello and bought a kayak."
+    assert items.search(("notes",), query="kayak", limit=1)[0].key == "k1"
+    aggregator.gate.set()
+    tree = items._memories.sibling(("store", "notes"))
+    assert tree.wait_for_summaries(timeout=GATE_LIMIT)
+    assert tree.stats().stale == 0
+    items.close()
     memory.close()
