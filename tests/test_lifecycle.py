@@ -251,9 +251,9 @@ def test_an_embedding_call_that_overruns_its_timeout_fails_and_stores_nothing(st
     embedder = HangingEmbedder(lambda texts: any("hang" in text for text in texts), call_timeout=0.05)
     memory = MemTree(embedder=embedder, aggregator=GatedAggregator(open_gate=True), store=store)
     memory.add("a first note about the garden")
-    with pytest.raises(TimeoutError, match="took longer than 0.05 s"):
+    with pytest.raises(TimeoutError, match=r"took longer than 0\.05 s"):
         memory.add("a note that makes the embedder hang")
-    with pytest.raises(TimeoutError, match="took longer than 0.05 s"):
+    with pytest.raises(TimeoutError, match=r"took longer than 0\.05 s"):
         memory.retrieve("hang on", k=1)
     assert len(memory) == 1
     embedder.release.set()
