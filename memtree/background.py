@@ -106,6 +106,8 @@ class BackgroundSummaries:
         """Flushes that raised (their summaries stayed stale and pending)."""
         self.conflicts = 0
         """Flushes planned again because inserts changed what they had planned."""
+        self.refused: str | None = None
+        """Why no thread could be started for the last flush, if none could (exit on 3.12)."""
         _LIVE.add(self)
 
     def is_worker_thread(self) -> bool:
@@ -138,7 +140,11 @@ class BackgroundSummaries:
                 # flush again, and that flush takes this insert's summaries too.
                 self.overflows += 1
                 return False
-            self._start_locked()
+            try:
+                self._start_locked()
+            except RuntimeError as error:  # at exit on Python 3.12: the exit flush or repair() writes them
+                self.refused = str(error)
+                return False
             return True
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -158,8 +164,9 @@ class BackgroundSummaries:
                 return None
             try:
                 self._start_locked()
-            except RuntimeError as error:  # Python >= 3.12 refuses new threads at exit
-                logger.warning("no thread for the last flush (%s); %d summaries stay stale", error, self._pending())
+            except RuntimeError as error:  # Python 3.12 refuses new threads at exit
+                self.refused = str(error)
+                logger.debug("no thread for the last flush of %s: %s", self._name, error)
                 return None
             with contextlib.suppress(queue.Full):  # a full queue: the worker will see _stopping
                 self._queue.put_nowait(_STOP)
@@ -299,13 +306,26 @@ def flush_all_at_exit(timeout: float | None = None) -> int:
         if thread is not None:
             thread.join(max(0.0, deadline - time.monotonic()))
     left = 0
+    where: list[str] = []
+    refused: set[str] = set()
     for worker, _ in threads:
         try:
-            left += worker._pending()
+            pending = worker._pending()
         except Exception:  # noqa: BLE001 - a memory half torn down at exit
             continue
+        if pending:
+            left += pending
+            where.append(f"{worker.name.removeprefix('memtree-background-')}: {pending}")
+            if worker.refused:
+                refused.add(worker.refused)
     if left:
-        logger.warning("exiting with %d summaries not yet written; they are stale: call repair() later", left)
+        why = f"Python refused a thread to write them ({'; '.join(sorted(refused))})" if refused else "time ran out"
+        logger.warning(
+            "exiting with %d summaries not yet written (%s; by namespace: %s); they are stale: call repair() later",
+            left,
+            why,
+            ", ".join(where),
+        )
     return left
 
 

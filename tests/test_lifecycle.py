@@ -5,6 +5,10 @@ cap on every summary. Each test runs on every store it applies to."""
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -333,3 +337,122 @@ def test_a_langgraph_put_on_an_existing_key_returns_while_the_model_hangs(store:
     assert tree.stats().stale == 0
     items.close()
     memory.close()
+
+
+# -- row 3: the exit flush on Python 3.11, 3.12 and 3.13 ----------------------------------------
+
+REFUSED = RuntimeError("can't create new thread at interpreter shutdown")
+"""What Python 3.12 raises for any new thread once interpreter exit has begun."""
+
+
+def _model_memory(store: Store, mode: str) -> MemTree:
+    """A memory whose summaries come from a chat model, so every model call goes
+    through the per-call timeout machinery (a helper thread each, normally)."""
+    model = CallableChatModel(lambda prompt: "Alice practises music.", retry=RetryPolicy(max_attempts=1, timeout=5))
+    config = MemTreeConfig(theta0=0.15, aggregation=mode)  # type: ignore[arg-type]
+    return MemTree(embedder=HashingEmbedder(64), aggregator=LLMAggregator(model), store=store, config=config)
+
+
+def _refuse_new_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    def start(self: threading.Thread) -> None:
+        raise REFUSED
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+
+
+def test_the_exit_flush_writes_through_a_live_worker_when_python_refuses_new_threads(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import memtree.background
+
+    memory = _model_memory(store, "background")
+    memory.add_many(TEXTS[:2])
+    assert memory.wait_for_summaries(timeout=GATE_LIMIT)  # the worker is alive, idle
+    for text in TEXTS[2:5]:  # pending in the ledger, the worker not told: exit will be
+        memory.add(text, aggregation="deferred")
+    assert memory.stats().pending > 0
+    _refuse_new_threads(monkeypatch)  # exit on 3.12 begins: no thread may start from here on
+    assert memtree.background.flush_all_at_exit(timeout=GATE_LIMIT) == 0
+    monkeypatch.undo()
+    assert memory.stats().stale == 0  # written by the worker, each model call made inline
+    memory.close()
+
+
+def test_pending_summaries_no_thread_can_write_at_exit_are_named_stale_in_one_warning(
+    store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import memtree.background
+
+    memory = _model_memory(store, "deferred")
+    memory.add_many(TEXTS[:4])  # deferred: no worker, the summaries wait in the ledger
+    pending = memory.stats().pending
+    assert pending > 0
+    _refuse_new_threads(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="memtree.background"):
+        left = memtree.background.flush_all_at_exit(timeout=1.0)
+    monkeypatch.undo()
+    assert left >= pending
+    warnings = [record.getMessage() for record in caplog.records]
+    assert len(warnings) == 1
+    assert "Python refused a thread to write them (can't create new thread at interpreter shutdown" in warnings[0]
+    assert "default: " in warnings[0] and "call repair() later" in warnings[0]
+    assert MemTree(embedder=HashingEmbedder(64), store=store).stats().stale > 0  # stale, never lost
+    memory.close()
+
+
+EXITING_WITH_A_MODEL = textwrap.dedent(
+    """
+    import atexit, sys, threading
+    from memtree import HashingEmbedder, LLMAggregator, MemTree, MemTreeConfig, RetryPolicy, SQLiteBackend
+    from memtree.llm import CallableChatModel
+
+    began = threading.Event()
+
+    def reply(prompt):  # answers only once exit has begun: the exit flush must do the writing
+        began.wait(20)
+        return "Alice practises music."
+
+    model = CallableChatModel(reply, retry=RetryPolicy(max_attempts=1, timeout=20, breaker_failures=0))
+    config = MemTreeConfig(theta0=0.15, aggregation=sys.argv[2])
+    memory = MemTree(
+        embedder=HashingEmbedder(64), aggregator=LLMAggregator(model), store=SQLiteBackend(sys.argv[1]), config=config
+    )
+    for i in range(12):
+        memory.add(f"garden note {i}: garden practice and cello plans {i % 3}")
+    atexit.register(began.set)  # runs before memtree's exit flush (last registered, first run)
+    """
+)
+
+
+def exit_interpreters() -> list[str]:
+    """This interpreter, and those named in ``MEMTREE_EXIT_PYTHONS`` (paths separated
+    by ``os.pathsep``; .ci/run names a Python 3.12 when it can make one offline)."""
+    named = [path for path in os.environ.get("MEMTREE_EXIT_PYTHONS", "").split(os.pathsep) if path]
+    return [sys.executable, *named]
+
+
+@pytest.mark.parametrize("python", exit_interpreters())
+@pytest.mark.parametrize("mode", ["background", "deferred"])
+def test_interpreter_exit_writes_summaries_through_a_chat_model_or_says_plainly_it_could_not(
+    tmp_path: Path, python: str, mode: str
+) -> None:
+    path = tmp_path / "memory.db"
+    script = tmp_path / "run.py"
+    script.write_text(EXITING_WITH_A_MODEL, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run(
+        [python, str(script), str(path), mode], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    store = SQLiteBackend(path)
+    try:
+        memory = MemTree(embedder=HashingEmbedder(64), store=store)
+        assert len(memory) == 12  # no leaf is ever lost
+        stale = memory.stats().stale
+        if mode == "background":  # the worker writes them, on every Python
+            assert stale == 0, done.stderr
+        else:  # Python 3.12 refuses the thread a deferred memory's last flush needs: said plainly
+            assert stale == 0 or "Python refused a thread to write them" in done.stderr, done.stderr
+        memory.close()
+    finally:
+        store.close()
