@@ -178,6 +178,8 @@ class LocalEmbedder(Embedder):
     loads on first use, so constructing a memory stays cheap.
     """
 
+    call_timeout = 600.0  # the first call imports torch and loads the model: slow on a busy machine
+
     def __init__(self, model: str | None = None, *, device: str = "cpu", batch_size: int = 64) -> None:
         self.model_name = model
         self.device = device

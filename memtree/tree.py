@@ -186,7 +186,7 @@ class MemTree:
         """Stop writing here and in the siblings, sharing one deadline; return the
         stale summaries left behind, as ``namespace:id``."""
         if self._closed:
-            self._calls.close(wait=True)
+            self._calls.close(wait=False)  # a call still hanging from the first close is not waited for
             return []
         self._closed = True
         left: list[str] = []
