@@ -170,6 +170,15 @@ def _changes(space: _Namespace, since: int) -> ChangeBatch:
     return ChangeBatch(nodes, deleted, space.seq, space.generation, copy.deepcopy(space.info), complete)
 
 
+def _trim_log(space: _Namespace, limit: int) -> None:
+    """Keep the last ``limit`` commits once the log holds twice that (dropping half
+    at once costs O(1) a commit, amortized); readers behind the floor reload whole."""
+    if len(space.log) > 2 * limit:
+        cut = len(space.log) - limit
+        space.log_floor = space.log[cut - 1][0]
+        del space.log[:cut]
+
+
 def _detached(node: Node) -> Node:
     out = node.copy()
     out.children = []
@@ -208,11 +217,7 @@ class _MemoryTransaction(WriteTransaction):
             for version in kept:
                 space.history.setdefault(version.leaf_id, []).append(version)
             space.log.append((seq, [node.id for node in staged], list(deletions)))
-            limit = self._store.log_limit
-            if len(space.log) > 2 * limit:  # drop the oldest half at once: amortized O(1) a commit
-                cut = len(space.log) - limit
-                space.log_floor = space.log[cut - 1][0]
-                del space.log[:cut]
+            _trim_log(space, self._store.log_limit)
             if info is not None:
                 space.info = copy.deepcopy(info)
             space.seq = seq
