@@ -169,7 +169,8 @@ class Writer:
         if ids:
             background = self.in_background()
             self.write(lambda: self.procedures.delete(ids, defer=background))
-            self._after_insert("background" if background else "eager")
+            if background:
+                self.background.notify()
         return len(ids)
 
     async def adelete(self, node_ids: Iterable[str]) -> int:
@@ -177,7 +178,8 @@ class Writer:
         if ids:
             background = self.in_background()
             await self.awrite(lambda: self.procedures.delete(ids, defer=background))
-            self._after_insert("background" if background else "eager")
+            if background:
+                self.background.notify()
         return len(ids)
 
     def in_background(self) -> bool:
