@@ -4,6 +4,7 @@ cap on every summary. Each test runs on every store it applies to."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sqlite3
@@ -464,3 +465,17 @@ def test_interpreter_exit_writes_summaries_through_a_chat_model_or_says_plainly_
         memory.close()
     finally:
         store.close()
+
+
+@pytest.mark.slow
+def test_the_churn_benchmark_reports_sizes_before_and_after_compaction(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[1]
+    command = [sys.executable, str(root / "benchmarks" / "churn.py"), "--ops=30", "--no-postgres"]
+    command += [f"--out={tmp_path / 'out'}", f"--work={tmp_path / 'work'}"]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    subprocess.run(command, check=True, cwd=root, env=env, capture_output=True, timeout=600)
+    results = {row["store"]: row for row in json.loads((tmp_path / "out" / "churn.json").read_text())["results"]}
+    sqlite_row = results["sqlite"]
+    assert sqlite_row["tombstones_after"] == 0 and sqlite_row["integrity_problems"] == 0
+    assert sqlite_row["bytes_after"] < sqlite_row["bytes_before"]
+    assert "| sqlite |" in (tmp_path / "out" / "churn.md").read_text()
