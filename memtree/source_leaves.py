@@ -23,7 +23,9 @@ over are deleted; texts left over are inserted.
 
 from __future__ import annotations
 
+import functools
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -48,18 +50,21 @@ def replace_source(
     timestamp: TimeLike | None,
     records: RecordChanges | None,
     aggregation: str | None,
+    expires_at: float | None = None,
 ) -> list[str]:
-    """``MemTree.replace_source`` (see there)."""
-    items = _items(source_id, texts, metadata, timestamp)
+    """``MemTree.replace_source`` (see there); ``expires_at``: when every leaf of the
+    source expires (POSIX seconds, checked; ``None``: never)."""
+    items = _items(source_id, texts, metadata, timestamp, expires_at)
     if records is not None and not isinstance(records, Mapping):
         raise TypeError(f"records must be a dict of kind -> key -> dict (or None), got {type(records).__name__}")
     if records and SOURCES in records:
         raise ValueError(f"record kind {SOURCES!r} is memtree's own (the sources' manifests); use another kind")
     mode = writer.aggregation_mode(aggregation)
     changes: dict[str, Mapping[str, JSONDict | None]] = dict(records or {})
-    changes[SOURCES] = {source_id: manifest(items, to_timestamp(timestamp))}
+    changes[SOURCES] = {source_id: manifest(items, to_timestamp(timestamp), expires_at)}
     vectors = _embedded_outside_the_lock(writer, source_id, items)
-    ids = writer.write_together(lambda staging: _replace(writer, staging, source_id, items, vectors, mode), changes)
+    plan = functools.partial(_replace, writer, source_id=source_id, items=items, vectors=vectors, mode=mode)
+    ids = writer.write_together(lambda staging: plan(staging, expires_at=expires_at), changes)
     if mode == "background":
         writer.background.notify()
     return ids
@@ -70,6 +75,7 @@ def _items(
     texts: Sequence[str],
     metadata: Sequence[Mapping[str, Any] | None] | None,
     timestamp: TimeLike | None,
+    expires_at: float | None,
 ) -> list[Item]:
     if not isinstance(source_id, str) or not source_id:
         raise TypeError(f"source_id must be a non-empty str, got {source_id!r}")
@@ -78,16 +84,17 @@ def _items(
     if metadata is not None and len(metadata) != len(texts):
         raise ValueError(f"metadata has {len(metadata)} entries for {len(texts)} texts")
     return [
-        make_item(text, metadata[i] if metadata is not None else None, timestamp, source_id)
+        make_item(text, metadata[i] if metadata is not None else None, timestamp, source_id, expires_at)
         for i, text in enumerate(texts)
     ]
 
 
-def manifest(items: Sequence[Item], timestamp: float | None) -> JSONDict | None:
+def manifest(items: Sequence[Item], timestamp: float | None, expires_at: float | None) -> JSONDict | None:
     """The manifest of a source holding ``items`` (``None``: no leaves, no manifest)."""
     if not items:
         return None
-    return {"leaves": [{"text": item.text, "metadata": item.metadata} for item in items], "timestamp": timestamp}
+    leaves = [{"text": item.text, "metadata": item.metadata} for item in items]
+    return {"leaves": leaves, "timestamp": timestamp, "expires_at": expires_at}
 
 
 def _embedded_outside_the_lock(writer: Writer, source_id: str, items: list[Item]) -> dict[str, Vector]:
@@ -104,16 +111,25 @@ def _embedded_outside_the_lock(writer: Writer, source_id: str, items: list[Item]
 
 
 def _replace(
-    writer: Writer, staging: Staging, source_id: str, items: list[Item], vectors: dict[str, Vector], mode: str
+    writer: Writer,
+    staging: Staging,
+    *,
+    source_id: str,
+    items: list[Item],
+    vectors: dict[str, Vector],
+    mode: str,
+    expires_at: float | None,
 ) -> list[str]:
-    """Under the lock, caught up: stage the deletes, corrections and inserts."""
+    """Under the lock, caught up: stage the deletes, corrections, inserts and expiries."""
     replica = writer.replica
+    now = time.time()
     with replica.lock.read():
         leaves = [replica.state.nodes[leaf_id] for leaf_id in replica.state.leaves_by_source.get(source_id, [])]
         unused = [(leaf.id, leaf.text, dict(leaf.metadata)) for leaf in leaves]
+        expired = {leaf.id for leaf in leaves if leaf.expires_at is not None and leaf.expires_at <= now}
     chosen: dict[int, str] = {}
-    for i, item in enumerate(items):  # kept as they are
-        match = next((entry for entry in unused if entry[1] == item.text and entry[2] == item.metadata), None)
+    for i, item in enumerate(items):  # kept as they are (an expired leaf is gone: never kept)
+        match = next((e for e in unused if e[1] == item.text and e[2] == item.metadata and e[0] not in expired), None)
         if match is not None:
             chosen[i] = match[0]
             unused.remove(match)
@@ -121,7 +137,7 @@ def _replace(
     for i, item in enumerate(items):  # same place (metadata), new text: corrected in place
         if i in chosen:
             continue
-        match = next((entry for entry in unused if entry[2] == item.metadata), None)
+        match = next((entry for entry in unused if entry[2] == item.metadata and entry[0] not in expired), None)
         if match is not None:
             corrections[i] = match[0]
             unused.remove(match)
@@ -134,14 +150,17 @@ def _replace(
         return found
 
     if unused:
-        staging.run(writer.procedures.delete([entry[0] for entry in unused]))
+        staging.run(writer.procedures.delete([entry[0] for entry in unused], defer=defer))
     for i, leaf_id in corrections.items():
         item = items[i]
         change = Change(leaf_id, item.text, item.metadata, item.timestamp)
         chosen[i] = staging.run(update_steps(writer, change, vector(item), defer=defer))
+    renewed = [chosen[i] for i in chosen]  # kept and corrected leaves take the source's expiry
     for i, item in enumerate(items):
         if i not in chosen:
             chosen[i] = staging.run(writer.procedures.insert(item, vector(item), defer=defer))
+    if renewed:
+        staging.run(writer.procedures.set_expiry(renewed, expires_at))
     return [chosen[i] for i in range(len(items))]
 
 
@@ -153,14 +172,24 @@ def manifest_items(source_id: str, value: JSONDict) -> list[Item]:
     leaves = value.get("leaves")
     if not isinstance(leaves, list):
         raise ValueError(f"manifest of source {source_id!r} has no list of leaves")
-    timestamp = value.get("timestamp")
-    return [make_item(entry["text"], entry.get("metadata"), timestamp, source_id) for entry in leaves]
+    timestamp, expires_at = value.get("timestamp"), value.get("expires_at")
+    return [make_item(entry["text"], entry.get("metadata"), timestamp, source_id, expires_at) for entry in leaves]
+
+
+def _live(manifests: Mapping[str, JSONDict], now: float) -> dict[str, JSONDict]:
+    """The manifests of sources that have not expired (an expired source's leaves go
+    with a sweep, on their own schedule: nothing to compare)."""
+    return {
+        source_id: value
+        for source_id, value in manifests.items()
+        if not isinstance(value.get("expires_at"), (int, float)) or value["expires_at"] > now
+    }
 
 
 def source_problems(state: TreeState, manifests: Mapping[str, JSONDict]) -> list[str]:
     """Every source whose leaves differ from its manifest, described."""
     problems: list[str] = []
-    for source_id, value in manifests.items():
+    for source_id, value in _live(manifests, time.time()).items():
         try:
             wanted = _contents(manifest_items(source_id, value))
         except (ValueError, TypeError, KeyError) as error:
@@ -181,7 +210,7 @@ def source_problems(state: TreeState, manifests: Mapping[str, JSONDict]) -> list
 def diverged(state: TreeState, manifests: Mapping[str, JSONDict]) -> list[str]:
     """Ids of the sources whose leaves differ from their (readable) manifests."""
     out = []
-    for source_id, value in manifests.items():
+    for source_id, value in _live(manifests, time.time()).items():
         try:
             wanted = _contents(manifest_items(source_id, value))
         except (ValueError, TypeError, KeyError):
@@ -208,12 +237,19 @@ def reconcile(writer: Writer, read_manifests: Callable[[], Mapping[str, JSONDict
             timestamp=manifests[source_id].get("timestamp"),
             records=None,
             aggregation=None,
+            expires_at=items[0].expires_at if items else None,
         )
     return len(sources)
 
 
 def _leaf_items(state: TreeState, source_id: str) -> list[Item]:
-    nodes: list[Node] = [state.nodes[leaf_id] for leaf_id in state.leaves_by_source.get(source_id, [])]
+    """The source's leaves that have not expired."""
+    now = time.time()
+    nodes: list[Node] = [
+        node
+        for node in (state.nodes[leaf_id] for leaf_id in state.leaves_by_source.get(source_id, []))
+        if node.expires_at is None or node.expires_at > now
+    ]
     return [Item(node.text, dict(node.metadata), node.timestamp, source_id) for node in nodes]
 
 
