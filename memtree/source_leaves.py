@@ -23,10 +23,12 @@ over are deleted; texts left over are inserted.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from memtree.inputs import Item, TimeLike, make_item, to_timestamp
@@ -39,6 +41,54 @@ from memtree.writer import Staging, Writer
 
 SOURCES = "memtree_sources"
 """Record kind of the manifests (key: the source id)."""
+
+
+@dataclass
+class _Replacement:
+    """A checked ``replace_source`` call, ready to embed and commit."""
+
+    source_id: str
+    items: list[Item]
+    changes: dict[str, Mapping[str, JSONDict | None]]
+    mode: str
+    expires_at: float | None
+
+
+def _prepare(
+    writer: Writer,
+    source_id: str,
+    texts: Sequence[str],
+    metadata: Sequence[Mapping[str, Any] | None] | None,
+    timestamp: TimeLike | None,
+    records: RecordChanges | None,
+    aggregation: str | None,
+    expires_at: float | None,
+) -> _Replacement:
+    items = _items(source_id, texts, metadata, timestamp, expires_at)
+    if records is not None and not isinstance(records, Mapping):
+        raise TypeError(f"records must be a dict of kind -> key -> dict (or None), got {type(records).__name__}")
+    if records and SOURCES in records:
+        raise ValueError(f"record kind {SOURCES!r} is memtree's own (the sources' manifests); use another kind")
+    mode = writer.aggregation_mode(aggregation)
+    changes: dict[str, Mapping[str, JSONDict | None]] = dict(records or {})
+    changes[SOURCES] = {source_id: manifest(items, to_timestamp(timestamp), expires_at)}
+    return _Replacement(source_id, items, changes, mode, expires_at)
+
+
+def _commit(writer: Writer, replacement: _Replacement, vectors: dict[str, Vector]) -> list[str]:
+    plan = functools.partial(
+        _replace,
+        writer,
+        source_id=replacement.source_id,
+        items=replacement.items,
+        vectors=vectors,
+        mode=replacement.mode,
+        expires_at=replacement.expires_at,
+    )
+    ids = writer.write_together(plan, replacement.changes)
+    if replacement.mode == "background":
+        writer.background.notify()
+    return ids
 
 
 def replace_source(
@@ -54,20 +104,31 @@ def replace_source(
 ) -> list[str]:
     """``MemTree.replace_source`` (see there); ``expires_at``: when every leaf of the
     source expires (POSIX seconds, checked; ``None``: never)."""
-    items = _items(source_id, texts, metadata, timestamp, expires_at)
-    if records is not None and not isinstance(records, Mapping):
-        raise TypeError(f"records must be a dict of kind -> key -> dict (or None), got {type(records).__name__}")
-    if records and SOURCES in records:
-        raise ValueError(f"record kind {SOURCES!r} is memtree's own (the sources' manifests); use another kind")
-    mode = writer.aggregation_mode(aggregation)
-    changes: dict[str, Mapping[str, JSONDict | None]] = dict(records or {})
-    changes[SOURCES] = {source_id: manifest(items, to_timestamp(timestamp), expires_at)}
-    vectors = _embedded_outside_the_lock(writer, source_id, items)
-    plan = functools.partial(_replace, writer, source_id=source_id, items=items, vectors=vectors, mode=mode)
-    ids = writer.write_together(lambda staging: plan(staging, expires_at=expires_at), changes)
-    if mode == "background":
-        writer.background.notify()
-    return ids
+    replacement = _prepare(writer, source_id, texts, metadata, timestamp, records, aggregation, expires_at)
+    fresh = _unheld_texts(writer, source_id, replacement.items)
+    vectors = dict(zip(fresh, writer.calls.drive(writer.procedures.embed(fresh)), strict=True)) if fresh else {}
+    return _commit(writer, replacement, vectors)
+
+
+async def areplace_source(
+    writer: Writer,
+    source_id: str,
+    texts: Sequence[str],
+    *,
+    metadata: Sequence[Mapping[str, Any] | None] | None,
+    timestamp: TimeLike | None,
+    records: RecordChanges | None,
+    aggregation: str | None,
+    expires_at: float | None = None,
+) -> list[str]:
+    """Async :func:`replace_source`: the new texts are embedded on the event loop (an
+    async-only embedder serves it); the transaction runs in a worker thread."""
+    replacement = _prepare(writer, source_id, texts, metadata, timestamp, records, aggregation, expires_at)
+    fresh = await asyncio.to_thread(_unheld_texts, writer, source_id, replacement.items)
+    vectors = {}
+    if fresh:
+        vectors = dict(zip(fresh, await writer.calls.adrive(writer.procedures.embed(fresh)), strict=True))
+    return await asyncio.to_thread(_commit, writer, replacement, vectors)
 
 
 def _items(
@@ -97,17 +158,14 @@ def manifest(items: Sequence[Item], timestamp: float | None, expires_at: float |
     return {"leaves": leaves, "timestamp": timestamp, "expires_at": expires_at}
 
 
-def _embedded_outside_the_lock(writer: Writer, source_id: str, items: list[Item]) -> dict[str, Vector]:
-    """Vectors of the texts the source's leaves do not hold yet (as this process sees
-    the tree now), computed before the writer lock is taken."""
+def _unheld_texts(writer: Writer, source_id: str, items: list[Item]) -> list[str]:
+    """The texts the source's leaves do not hold yet (as this process sees the tree
+    now): embedded before the writer lock is taken."""
     replica = writer.replica
     replica.maybe_refresh()
     with replica.lock.read():
         held = {replica.state.nodes[leaf_id].text for leaf_id in replica.state.leaves_by_source.get(source_id, [])}
-    fresh = list(dict.fromkeys(item.text for item in items if item.text not in held))
-    if not fresh:
-        return {}
-    return dict(zip(fresh, writer.calls.drive(writer.procedures.embed(fresh)), strict=True))
+    return list(dict.fromkeys(item.text for item in items if item.text not in held))
 
 
 def _replace(

@@ -469,6 +469,30 @@ class MemTree:
             expires_at=expiry_of(ttl, expires_at, self.config.default_ttl),
         )
 
+    async def areplace_source(
+        self,
+        source_id: str,
+        texts: Sequence[str],
+        *,
+        metadata: Sequence[Mapping[str, Any] | None] | None = None,
+        timestamp: TimeLike | None = None,
+        records: RecordChanges | None = None,
+        aggregation: Aggregation | None = None,
+        ttl: TTLLike | None = None,
+        expires_at: TimeLike | None = None,
+    ) -> list[str]:
+        """Async :meth:`replace_source` (new texts embedded on the event loop)."""
+        return await source_leaves.areplace_source(
+            self._writer,
+            source_id,
+            texts,
+            metadata=metadata,
+            timestamp=timestamp,
+            records=records,
+            aggregation=aggregation,
+            expires_at=expiry_of(ttl, expires_at, self.config.default_ttl),
+        )
+
     def repair(self) -> int:
         """Rewrite every stale summary (deepest first), and restore the leaves of any
         source whose leaves differ from what :meth:`replace_source` last wrote for it;
