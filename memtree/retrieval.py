@@ -265,16 +265,34 @@ def retrieve(
     lexical: LexicalQuery | None = None,
 ) -> list[RetrievedNode]:
     """Rank and pack until ``k`` results or the budget are reached, or every node
-    that passes the filters (and ``min_score``) was considered.
+    that passes the filters (and ``min_score``, ``min_similarity``) was considered;
+    then, with ``packing.same_subject``, put the newer of same-subject leaves first
+    (:func:`newer_first`).
 
     Collapsed ranking asks for :func:`first_limit` nodes, then four times as many
     while de-duplication leaves the results short. Traversal packs its own ranking
     first (:func:`rank_traversal`) and, if that runs out, goes on with the other
     nodes in collapsed order."""
+    results = _ranked_and_packed(index, state, query, mode, beam, packing, filters, lexical)
+    if packing.same_subject is not None:
+        newer_first(index, state, results, packing.same_subject)
+    return results
+
+
+def _ranked_and_packed(
+    index: VectorIndex,
+    state: TreeState,
+    query: Vector,
+    mode: str,
+    beam: int,
+    packing: Packing,
+    filters: Filters,
+    lexical: LexicalQuery | None,
+) -> list[RetrievedNode]:
     lead: Ranked = []
     if mode == "traversal":
         lead = rank_traversal(index, state, query, beam, filters, lexical)
-        results, exhausted = pack(state, lead, packing)
+        results, exhausted = pack(state, _gated(index, state, query, lead, packing), packing)
         if not exhausted:
             return results
     taken = {node_id for node_id, _ in lead}
@@ -282,26 +300,113 @@ def retrieve(
     while True:
         ranked = rank_collapsed(index, state, query, limit, filters, lexical)
         combined = [*lead, *(pair for pair in ranked if pair[0] not in taken)] if lead else ranked
-        results, exhausted = pack(state, combined, packing)
-        if not exhausted or len(ranked) < limit:
+        results, exhausted = pack(state, _gated(index, state, query, combined, packing), packing)
+        if not exhausted or len(ranked) < limit or _gate_closed(ranked, packing, lexical):
             return results
         limit *= 4
 
 
-def _allowed(state: TreeState, node_id: str, filters: Filters, selection: Selection | None) -> bool:
-    """Whether a node passes the filters; ``selection`` is what ``filters.where`` keeps."""
+def _gate_closed(ranked: Ranked, packing: Packing, lexical: LexicalQuery | None) -> bool:
+    """Whether no node ranked below ``ranked`` could pass ``min_score`` or
+    ``min_similarity``, so asking for more is pointless (a gate that lets nothing
+    through must not widen the search to the whole memory).
+
+    A hybrid score ``s`` bounds the cosine: ``cosine <= s * (1 + w)`` for a leaf, and
+    ``/ SUMMARY_WEIGHT`` more for a summary, since the BM25 part is never negative."""
+    if not ranked:
+        return True
+    last = ranked[-1][1]
+    if packing.min_score is not None and last < packing.min_score:
+        return True
+    if packing.min_similarity is None:
+        return False
+    if lexical is None or lexical.weight <= 0:
+        return last < packing.min_similarity
+    widest = last * (1.0 + lexical.weight)
+    return max(widest, widest / SUMMARY_WEIGHT) < packing.min_similarity
+
+
+def _gated(index: VectorIndex, state: TreeState, query: Vector, ranked: Ranked, packing: Packing) -> Ranked:
+    """``ranked`` without the nodes below ``min_score`` or ``min_similarity``."""
+    if packing.min_score is not None:
+        ranked = [pair for pair in ranked if pair[1] >= packing.min_score]
+    if packing.min_similarity is not None and ranked:
+        cosines = index.score(query, [node_id for node_id, _ in ranked]).tolist()
+        ranked = [pair for pair, cosine in zip(ranked, cosines, strict=True) if cosine >= packing.min_similarity]
+    return ranked
+
+
+def newer_first(index: VectorIndex, state: TreeState, results: list[RetrievedNode], same_subject: float) -> None:
+    """Order ``results`` (in place) so that of two memories about the same subject
+    the newer comes first.
+
+    Two leaves among the results are about the same subject when they are siblings
+    under one summary (routing put them together: each was the other's closest
+    match) or when their own cosine similarity reaches ``same_subject``. A summary
+    joins the group of a leaf below it when its ``context`` quotes other leaves of
+    its subtree: it then stands for the newest leaf it quotes (an LLM summary quotes
+    none and never moves). Each group keeps the places it holds among the results
+    and fills them newest first (event ``timestamp``, else when stored), so "I moved
+    to Porto" comes before the older "I live in Lisbon" however their words match
+    the query.
+
+    Only the order changes: the results are those packing chose, so nothing enters
+    or leaves (a newer fact outside the results is not pulled in), and a moved
+    result keeps its own ``score`` and ``context``.
+    """
+    leaves = [i for i, result in enumerate(results) if result.is_leaf]
+    if not leaves or len(results) < 2:
+        return
+    when: dict[int, float] = {i: _when(state, results[i].id) for i in leaves}
+    groups = list(range(len(results)))  # union-find over the results' places
+
+    def top(i: int) -> int:
+        while groups[i] != i:
+            groups[i] = groups[groups[i]]
+            i = groups[i]
+        return i
+
+    vectors = index.vectors([results[i].id for i in leaves])
+    linked = (vectors @ vectors.T) >= same_subject
+    parents = [state.nodes[results[i].id].parent for i in leaves]
+    for a in range(len(leaves)):
+        for b in range(a + 1, len(leaves)):
+            if linked[a, b] or (parents[a] == parents[b] and parents[a] != ROOT_ID):
+                groups[top(leaves[b])] = top(leaves[a])
+    for i, result in enumerate(results):
+        below = [j for j in leaves if not result.is_leaf and results[j].id in result.leaf_ids]
+        quoted = _quoted_time(state, result) if below else None
+        if quoted is not None:
+            when[i] = quoted
+            for j in below:
+                groups[top(j)] = top(i)
+    members: dict[int, list[int]] = {}
+    for i in when:
+        members.setdefault(top(i), []).append(i)
+    before = list(results)
+    for group in members.values():
+        if len(group) > 1:
+            places = sorted(group)
+            for place, i in zip(places, sorted(group, key=lambda i: (-when[i], i)), strict=True):
+                results[place] = before[i]
+
+
+def _when(state: TreeState, node_id: str) -> float:
+    """When a leaf's memory happened: its event time, else when it was stored."""
     node = state.nodes[node_id]
-    if filters.leaves_only and not node.is_leaf:
-        return False
-    if selection is not None and not (node.is_leaf and node_id in selection):
-        return False
-    if filters.time_range is not None:
-        start, end = filters.time_range
-        if node.timestamp is None:
-            return False
-        if (start is not None and node.timestamp < start) or (end is not None and node.timestamp > end):
-            return False
-    return True
+    return node.timestamp if node.timestamp is not None else node.created_at
+
+
+def _quoted_time(state: TreeState, result: RetrievedNode) -> float | None:
+    """The newest time among the leaves below a summary whose sentences its
+    ``context`` quotes, or ``None`` if it quotes none."""
+    quoted = {fold(sentence) for sentence in split_sentences(result.context)}
+    times = [
+        _when(state, leaf_id)
+        for leaf_id in result.leaf_ids
+        if any(fold(sentence) in quoted for sentence in split_sentences(state.nodes[leaf_id].text))
+    ]
+    return max(times) if times else None
 
 
 @dataclass(frozen=True)
@@ -314,6 +419,12 @@ class Packing:
     """The lowest score a result may have; ``None``: no cut."""
     drop_repeated_sentences: bool
     count_tokens: Callable[[str], int]
+    min_similarity: float | None = None
+    """The relevance gate: the lowest cosine similarity to the query a result may
+    have (whatever its hybrid score); ``None``: no gate."""
+    same_subject: float | None = None
+    """Leaves this similar to each other (or siblings) come newest first
+    (:func:`newer_first`); ``None``: ranking order kept."""
 
 
 class DeliveredSentences:
@@ -354,8 +465,6 @@ def pack(state: TreeState, ranked: Ranked, packing: Packing) -> tuple[list[Retri
     delivered = DeliveredSentences()
     used = 0
     for node_id, score in ranked:
-        if packing.min_score is not None and score < packing.min_score:
-            return results, False
         node = state.nodes[node_id]
         context = node.text
         if packing.drop_repeated_sentences:
@@ -432,6 +541,7 @@ def check_query(
     time_range: tuple[TimeLike | None, TimeLike | None] | None,
     min_score: float | None,
     lexical_weight: float | None,
+    min_similarity: float | None = None,
 ) -> Query:
     """``MemTree.retrieve``'s arguments with the config's defaults filled in; a bad
     value raises naming the argument and what it accepts."""
@@ -446,7 +556,16 @@ def check_query(
     if mode not in RETRIEVAL_MODES:
         raise ValueError(f"unknown mode {mode!r}; choose one of: {', '.join(RETRIEVAL_MODES)}")
     threshold = config.retrieve_threshold if min_score is None else to_min_score(min_score)  # None: no cut
-    packing = Packing(k, budget, threshold, config.drop_repeated_sentences, config.token_counter)
+    floor = config.min_similarity if min_similarity is None else to_min_score(min_similarity, "min_similarity")
+    packing = Packing(
+        k,
+        budget,
+        threshold,
+        config.drop_repeated_sentences,
+        config.token_counter,
+        min_similarity=floor,
+        same_subject=config.same_subject,
+    )
     filters = Filters(leaves_only, parse_where(where), to_time_range(time_range))
     weight = config.lexical_weight if lexical_weight is None else lexical_weight
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight <= 10:

@@ -255,6 +255,7 @@ class MemTree:
         min_score: float | None = None,
         query_embedding: Vector | Sequence[float] | None = None,
         lexical_weight: float | None = None,
+        min_similarity: float | None = None,
     ) -> list[RetrievedNode]:
         """The nodes most relevant to ``query``, best first. ``mode``: ``"collapsed"``
         (every node scored) or ``"traversal"`` (beam descent). ``token_budget`` caps
@@ -262,9 +263,14 @@ class MemTree:
         (``{"speaker": "Leo"}``, ``{"age": {"$gte": 30}}``, ``$and``/``$or``/``$not``:
         :mod:`memtree.where`); ``time_range=(start, end)`` by event time.
         ``query_embedding``: the query's vector from this embedder, if you have it.
-        ``lexical_weight`` overrides the config's BM25 share (``0``: cosine alone)."""
+        ``lexical_weight`` overrides the config's BM25 share (``0``: cosine alone).
+        ``min_similarity`` is the relevance gate: results whose cosine similarity to
+        the query is below it are left out, so an unrelated query gets nothing
+        (:data:`memtree.retrieval.RELEVANCE_FLOOR` is the calibrated value;
+        ``min_score`` instead cuts on the hybrid ``score``, which is relative to the
+        best word match and so no measure of relevance by itself)."""
         options = (k, token_budget, mode, leaves_only, where, time_range, min_score, lexical_weight)
-        checked = check_query(self.config, self._state, query, *options)
+        checked = check_query(self.config, self._state, query, *options, min_similarity=min_similarity)
         self._replica.maybe_refresh()
         vector = self._writer.embed_query(query) if query_embedding is None else self._given(query_embedding)
         return answer(self._replica, checked, vector, self.config.beam)
@@ -282,10 +288,11 @@ class MemTree:
         min_score: float | None = None,
         query_embedding: Vector | Sequence[float] | None = None,
         lexical_weight: float | None = None,
+        min_similarity: float | None = None,
     ) -> list[RetrievedNode]:
         """Async :meth:`retrieve`."""
         options = (k, token_budget, mode, leaves_only, where, time_range, min_score, lexical_weight)
-        checked = check_query(self.config, self._state, query, *options)
+        checked = check_query(self.config, self._state, query, *options, min_similarity=min_similarity)
         await asyncio.to_thread(self._replica.maybe_refresh)
         vector = await self._writer.aembed_query(query) if query_embedding is None else self._given(query_embedding)
         return answer(self._replica, checked, vector, self.config.beam)
