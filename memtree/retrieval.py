@@ -409,6 +409,22 @@ def _quoted_time(state: TreeState, result: RetrievedNode) -> float | None:
     return max(times) if times else None
 
 
+def _allowed(state: TreeState, node_id: str, filters: Filters, selection: Selection | None) -> bool:
+    """Whether a node passes the filters; ``selection`` is what ``filters.where`` keeps."""
+    node = state.nodes[node_id]
+    if filters.leaves_only and not node.is_leaf:
+        return False
+    if selection is not None and not (node.is_leaf and node_id in selection):
+        return False
+    if filters.time_range is not None:
+        start, end = filters.time_range
+        if node.timestamp is None:
+            return False
+        if (start is not None and node.timestamp < start) or (end is not None and node.timestamp > end):
+            return False
+    return True
+
+
 @dataclass(frozen=True)
 class Packing:
     """How a ranking becomes results."""
