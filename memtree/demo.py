@@ -67,7 +67,9 @@ def run_demo(memory: MemTree, out: TextIO, *, k: int = 4, token_budget: int = 16
     print(memory.format_tree(max_depth=max_depth, width=90), file=out)
     for question in questions:
         print(f"\nQ: {question}", file=out)
-        for hit in memory.retrieve(question, k=k, token_budget=token_budget):
+        # the relevance gate leaves out filler turns ("Did everything go smoothly?")
+        # that only rank because little else is left
+        for hit in memory.retrieve(question, k=k, token_budget=token_budget, min_similarity=memory.relevance_floor):
             kind = "leaf" if hit.is_leaf else f"summary of {len(hit.leaf_ids)}"
             body = " / ".join(line for line in hit.context.splitlines() if line.strip())
             print(f"  [{hit.score:.2f} · depth {hit.depth} · {kind}] {body}", file=out)

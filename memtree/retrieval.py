@@ -77,6 +77,32 @@ def first_limit(k: int) -> int:
     return k * 4 + 16
 
 
+RELEVANCE_FLOOR = 0.3
+"""The relevance gate's floor for all-MiniLM-L6-v2 (the offline default embedder):
+the cosine similarity to the query below which a result is not relevant
+(``retrieve(min_similarity=...)``; :func:`relevance_floor` hands it out).
+
+It is a cosine, not a hybrid score: the hybrid score's BM25 part is relative to the
+query's best word match, which gets the full share however unrelated the query.
+Calibrated by benchmarks/relevance_gate.py (benchmarks/results/relevance_gate.md):
+the highest floor that keeps the evidence of 95% of the LoCoMo questions (of
+conversations 0-4) that get some with the agent middleware's retrieval."""
+
+CALIBRATED_FLOORS: dict[str, float] = {"all-minilm-l6-v2": RELEVANCE_FLOOR}
+"""Relevance floors measured per embedding model (lower-case model name). Another
+model scores on another scale; add it here after running benchmarks/relevance_gate.py
+with it."""
+
+
+def relevance_floor(embedder_name: str) -> float | None:
+    """The calibrated relevance floor of the embedder called ``embedder_name`` (its
+    ``Embedder.name``, e.g. ``LocalEmbedder(sentence-transformers/all-MiniLM-L6-v2)``),
+    or ``None`` when none was measured for that model: no gate is better than a
+    floor on the wrong scale, which could drop every relevant memory."""
+    name = embedder_name.lower()
+    return next((floor for model, floor in CALIBRATED_FLOORS.items() if model in name), None)
+
+
 OVERLAP_MIN_NODES = 8192
 """From this many nodes up, hybrid ranking runs its BM25 search beside the vector
 scan by default; on smaller memories the scan is too short for the thread handoff
@@ -336,59 +362,71 @@ def _gated(index: VectorIndex, state: TreeState, query: Vector, ranked: Ranked, 
     return ranked
 
 
-def newer_first(index: VectorIndex, state: TreeState, results: list[RetrievedNode], same_subject: float) -> None:
-    """Order ``results`` (in place) so that of two memories about the same subject
-    the newer comes first.
+SIBLINGS = 1.0
+"""``same_subject`` that links only siblings (and identical texts): the tree's own
+grouping, which costs LoCoMo the least (benchmarks/results/knowledge_updates.md)."""
 
-    Two leaves among the results are about the same subject when they are siblings
-    under one summary (routing put them together: each was the other's closest
-    match) or when their own cosine similarity reaches ``same_subject``. A summary
-    joins the group of a leaf below it when its ``context`` quotes other leaves of
-    its subtree: it then stands for the newest leaf it quotes (an LLM summary quotes
-    none and never moves). Each group keeps the places it holds among the results
-    and fills them newest first (event ``timestamp``, else when stored), so "I moved
-    to Porto" comes before the older "I live in Lisbon" however their words match
-    the query.
+RECENCY_MARGIN = 0.3
+"""How far below an older memory's score a newer one about the same subject may
+score and still be put above it (:func:`newer_first`): a tie-break, not a re-sort."""
 
-    Only the order changes: the results are those packing chose, so nothing enters
-    or leaves (a newer fact outside the results is not pulled in), and a moved
-    result keeps its own ``score`` and ``context``.
+
+def newer_first(
+    index: VectorIndex,
+    state: TreeState,
+    results: list[RetrievedNode],
+    same_subject: float,
+    margin: float = RECENCY_MARGIN,
+) -> None:
+    """Put (in place) a newer memory about the same subject just above an older one.
+
+    For each leaf among the results, best first, the best-ranked result below it
+    that is newer, scores at most ``margin`` below it and is about the same subject
+    moves to just above it. About the same subject: a leaf that is its sibling under
+    one summary (routing put them together: each was the other's closest match) or
+    whose own cosine similarity with it reaches ``same_subject``; or a summary above
+    it whose ``context`` quotes a newer leaf of its subtree (an LLM summary quotes
+    none and never moves). So "I moved to Porto" comes before the older "I live in
+    Lisbon" when the question's words favour Lisbon.
+
+    Only the order changes: the results are those packing chose (a newer fact
+    outside them is not pulled in), each keeps its own ``score`` and ``context``,
+    and a result moves once at most.
     """
-    leaves = [i for i, result in enumerate(results) if result.is_leaf]
-    if not leaves or len(results) < 2:
+    if len(results) < 2:
         return
-    when: dict[int, float] = {i: _when(state, results[i].id) for i in leaves}
-    groups = list(range(len(results)))  # union-find over the results' places
-
-    def top(i: int) -> int:
-        while groups[i] != i:
-            groups[i] = groups[groups[i]]
-            i = groups[i]
-        return i
-
+    leaves = [i for i, result in enumerate(results) if result.is_leaf]
+    if not leaves:
+        return
     vectors = index.vectors([results[i].id for i in leaves])
-    linked = (vectors @ vectors.T) >= same_subject
-    parents = [state.nodes[results[i].id].parent for i in leaves]
-    for a in range(len(leaves)):
-        for b in range(a + 1, len(leaves)):
-            if linked[a, b] or (parents[a] == parents[b] and parents[a] != ROOT_ID):
-                groups[top(leaves[b])] = top(leaves[a])
-    for i, result in enumerate(results):
-        below = [j for j in leaves if not result.is_leaf and results[j].id in result.leaf_ids]
-        quoted = _quoted_time(state, result) if below else None
-        if quoted is not None:
-            when[i] = quoted
-            for j in below:
-                groups[top(j)] = top(i)
-    members: dict[int, list[int]] = {}
-    for i in when:
-        members.setdefault(top(i), []).append(i)
-    before = list(results)
-    for group in members.values():
-        if len(group) > 1:
-            places = sorted(group)
-            for place, i in zip(places, sorted(group, key=lambda i: (-when[i], i)), strict=True):
-                results[place] = before[i]
+    similar = dict(zip(leaves, (vectors @ vectors.T) >= same_subject, strict=True))
+    column = {i: n for n, i in enumerate(leaves)}
+    when = {i: _when(state, results[i].id) for i in leaves}
+    quoted: dict[int, float | None] = {}
+    order = list(range(len(results)))
+    moved: set[int] = set()
+    for older in leaves:
+        parent = state.nodes[results[older].id].parent
+        for newer in range(older + 1, len(results)):
+            if newer in moved or results[newer].score < results[older].score - margin:
+                continue
+            candidate = results[newer]
+            if candidate.is_leaf:
+                same = bool(similar[older][column[newer]]) or (
+                    parent != ROOT_ID and state.nodes[candidate.id].parent == parent
+                )
+                time = when[newer]
+            else:
+                same = results[older].id in candidate.leaf_ids
+                if same and newer not in quoted:
+                    quoted[newer] = _quoted_time(state, candidate)
+                time = quoted.get(newer)
+            if same and time is not None and time > when[older]:
+                order.remove(newer)
+                order.insert(order.index(older), newer)
+                moved.add(newer)
+                break
+    results[:] = [results[i] for i in order]
 
 
 def _when(state: TreeState, node_id: str) -> float:
@@ -558,6 +596,7 @@ def check_query(
     min_score: float | None,
     lexical_weight: float | None,
     min_similarity: float | None = None,
+    same_subject: float | None = None,
 ) -> Query:
     """``MemTree.retrieve``'s arguments with the config's defaults filled in; a bad
     value raises naming the argument and what it accepts."""
@@ -580,7 +619,7 @@ def check_query(
         config.drop_repeated_sentences,
         config.token_counter,
         min_similarity=floor,
-        same_subject=config.same_subject,
+        same_subject=config.same_subject if same_subject is None else _checked_same_subject(same_subject),
     )
     filters = Filters(leaves_only, parse_where(where), to_time_range(time_range))
     weight = config.lexical_weight if lexical_weight is None else lexical_weight
@@ -592,6 +631,13 @@ def check_query(
             "open it with MemTreeConfig(lexical_weight=...) > 0 to use hybrid retrieval"
         )
     return Query(query, mode, packing, filters, float(weight))
+
+
+def _checked_same_subject(value: object) -> float:
+    similarity = to_min_score(value, "same_subject")
+    if not -1.0 <= similarity <= 1.0:
+        raise ValueError(f"same_subject is a cosine similarity between -1 and 1, got {similarity}")
+    return similarity
 
 
 def answer(replica: Replica, query: Query, vector: Vector, beam: int) -> list[RetrievedNode]:
