@@ -366,6 +366,12 @@ SIBLINGS = 1.0
 """``same_subject`` that links only siblings (and identical texts): the tree's own
 grouping, which costs LoCoMo the least (benchmarks/results/knowledge_updates.md)."""
 
+SIBLING_SIMILARITY = 0.4
+"""The least cosine similarity a sibling (or a summary above a leaf) needs to count
+as about the leaf's subject: routing groups by a threshold learnt from the
+embedder, and a small or young tree can group loosely. 0.4 is below the similarity
+of 33 of the 34 pairs of benchmarks/data/knowledge_updates.json (all-MiniLM-L6-v2)."""
+
 RECENCY_MARGIN = 0.3
 """How far below an older memory's score a newer one about the same subject may
 score and still be put above it (:func:`newer_first`): a tie-break, not a re-sort."""
@@ -386,7 +392,8 @@ def newer_first(
     one summary (routing put them together: each was the other's closest match) or
     whose own cosine similarity with it reaches ``same_subject``; or a summary above
     it whose ``context`` quotes a newer leaf of its subtree (an LLM summary quotes
-    none and never moves). So "I moved to Porto" comes before the older "I live in
+    none and never moves); a sibling or summary must also have a cosine of at least
+    :data:`SIBLING_SIMILARITY` with the leaf. So "I moved to Porto" comes before the older "I live in
     Lisbon" when the question's words favour Lisbon.
 
     Only the order changes: the results are those packing chose (a newer fact
@@ -398,11 +405,10 @@ def newer_first(
     leaves = [i for i, result in enumerate(results) if result.is_leaf]
     if not leaves:
         return
-    vectors = index.vectors([results[i].id for i in leaves])
-    similar = dict(zip(leaves, (vectors @ vectors.T) >= same_subject, strict=True))
-    column = {i: n for n, i in enumerate(leaves)}
+    vectors = index.vectors([result.id for result in results])
+    cosines = vectors @ vectors.T
     when = {i: _when(state, results[i].id) for i in leaves}
-    quoted: dict[int, float | None] = {}
+    quoted: dict[int, list[str]] = {}
     order = list(range(len(results)))
     moved: set[int] = set()
     for older in leaves:
@@ -411,16 +417,20 @@ def newer_first(
             if newer in moved or results[newer].score < results[older].score - margin:
                 continue
             candidate = results[newer]
+            cosine = float(cosines[older, newer])
             if candidate.is_leaf:
-                same = bool(similar[older][column[newer]]) or (
-                    parent != ROOT_ID and state.nodes[candidate.id].parent == parent
-                )
+                sibling = parent != ROOT_ID and state.nodes[candidate.id].parent == parent
+                same = cosine >= same_subject or (sibling and cosine >= SIBLING_SIMILARITY)
                 time = when[newer]
-            else:
+            else:  # a summary stands for the newest leaf it quotes about this one's subject
                 same = results[older].id in candidate.leaf_ids
                 if same and newer not in quoted:
-                    quoted[newer] = _quoted_time(state, candidate)
-                time = quoted.get(newer)
+                    quoted[newer] = _quoted_leaves(state, candidate)
+                close = [leaf for leaf in quoted.get(newer, []) if leaf != results[older].id]
+                if close:
+                    near = (index.vectors(close) @ vectors[older]).tolist()
+                    close = [leaf for leaf, c in zip(close, near, strict=True) if c >= SIBLING_SIMILARITY]
+                time = max((_when(state, leaf) for leaf in close), default=None)
             if same and time is not None and time > when[older]:
                 order.remove(newer)
                 order.insert(order.index(older), newer)
@@ -435,16 +445,14 @@ def _when(state: TreeState, node_id: str) -> float:
     return node.timestamp if node.timestamp is not None else node.created_at
 
 
-def _quoted_time(state: TreeState, result: RetrievedNode) -> float | None:
-    """The newest time among the leaves below a summary whose sentences its
-    ``context`` quotes, or ``None`` if it quotes none."""
+def _quoted_leaves(state: TreeState, result: RetrievedNode) -> list[str]:
+    """The leaves below a summary whose sentences its ``context`` quotes."""
     quoted = {fold(sentence) for sentence in split_sentences(result.context)}
-    times = [
-        _when(state, leaf_id)
+    return [
+        leaf_id
         for leaf_id in result.leaf_ids
         if any(fold(sentence) in quoted for sentence in split_sentences(state.nodes[leaf_id].text))
     ]
-    return max(times) if times else None
 
 
 def _allowed(state: TreeState, node_id: str, filters: Filters, selection: Selection | None) -> bool:
