@@ -418,6 +418,7 @@ def newer_first(
                 continue
             candidate = results[newer]
             cosine = float(cosines[older, newer])
+            time: float | None
             if candidate.is_leaf:
                 sibling = parent != ROOT_ID and state.nodes[candidate.id].parent == parent
                 same = cosine >= same_subject or (sibling and cosine >= SIBLING_SIMILARITY)
