@@ -23,7 +23,7 @@ and the budget is charged on ``context``.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -276,7 +276,7 @@ def retrieve(
         lead = rank_traversal(index, state, query, beam, filters, lexical)
         results, exhausted = pack(state, lead, packing)
         if not exhausted:
-            return results
+            return with_similarities(index, query, results)
     taken = {node_id for node_id, _ in lead}
     limit = first_limit(packing.k)
     while True:
@@ -284,8 +284,16 @@ def retrieve(
         combined = [*lead, *(pair for pair in ranked if pair[0] not in taken)] if lead else ranked
         results, exhausted = pack(state, combined, packing)
         if not exhausted or len(ranked) < limit:
-            return results
+            return with_similarities(index, query, results)
         limit *= 4
+
+
+def with_similarities(index: VectorIndex, query: Vector, results: list[RetrievedNode]) -> list[RetrievedNode]:
+    """The results with their ``similarity``: each node's cosine with the query, in
+    one product over the ``k`` results (the ranking's ``score`` is hybrid, on
+    another scale; callers porting a cut-off tuned on a vector store need this)."""
+    cosines = index.score(query, [result.id for result in results]).tolist()
+    return [replace(result, similarity=cosine) for result, cosine in zip(results, cosines, strict=True)]
 
 
 def _allowed(state: TreeState, node_id: str, filters: Filters, selection: Selection | None) -> bool:

@@ -29,7 +29,8 @@ def test_results_follow_the_engine_ranking_with_tree_metadata(index: MemTreeInde
     results = index.as_retriever(similarity_top_k=6).retrieve(QUESTION)
     hits = index.memory.retrieve(QUESTION, k=6)
     assert [r.node.metadata["memtree_id"] for r in results] == [hit.id for hit in hits]
-    assert [r.score for r in results] == pytest.approx([hit.score for hit in hits])
+    assert [r.node.metadata["memtree_score"] for r in results] == pytest.approx([hit.score for hit in hits])
+    assert [r.score for r in results] == pytest.approx([hit.similarity for hit in hits])
     for result, hit in zip(results, hits, strict=True):
         metadata = result.node.metadata
         assert (metadata["depth"], metadata["is_leaf"], metadata["leaf_ids"]) == (
