@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> None:
         "command": "python benchmarks/llamaindex_defaults.py" + "".join(f" {a}" for a in (argv or sys.argv[1:])),
         "machine": f"{platform.platform()}, Python {platform.python_version()}, {os.cpu_count()} CPUs",
         "commit": git_commit(),
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "documents": len(documents),
         "engines": {},
     }

@@ -25,8 +25,8 @@ from llama_index.core.indices.base import BaseIndex
 from llama_index.core.indices.registry import INDEX_STRUCT_TYPE_TO_INDEX_CLASS
 from llama_index.core.ingestion import arun_transformations, run_transformations
 from llama_index.core.llms.utils import LLMType, resolve_llm
-from llama_index.core.settings import Settings
 from llama_index.core.schema import BaseNode, Document, IndexNode, TransformComponent
+from llama_index.core.settings import Settings
 from llama_index.core.storage.docstore.types import RefDocInfo
 from llama_index.core.storage.storage_context import StorageContext
 
