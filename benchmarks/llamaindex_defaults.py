@@ -1,9 +1,10 @@
 """``MemTreeIndex`` beside ``VectorStoreIndex`` with each one's defaults.
 
-Both indexes are built from the twelve short articles of
-``notebooks/articles`` with LlamaIndex's default transformations and the same
-embedder (memtree's bundled all-MiniLM-L6-v2, wrapped as a LlamaIndex
-``BaseEmbedding``), and queried through ``as_query_engine(llm=...)`` with no
+Both indexes are built from the twelve short articles of ``notebooks/articles``
+(some 120 words each), and from memtree's own manual (``docs/*.md``, long
+pages), with LlamaIndex's default transformations and the same embedder
+(memtree's bundled all-MiniLM-L6-v2, wrapped as a LlamaIndex ``BaseEmbedding``;
+the documents' metadata kept out of embeddings and prompts), and queried through ``as_query_engine(llm=...)`` with no
 other argument, as a newcomer would. The answering model is a ``MockLLM`` that
 counts its calls (it echoes its prompt, so a refine step sees the whole first
 prompt as the answer so far).
@@ -15,12 +16,17 @@ Measured per index, over the questions below:
 * LLM calls per query (more than one means the context overflowed into refine);
 * failures: queries the engine raised on (the old ``Calculated available
   context size -44`` error);
-* the similarity cut-off: for each cut-off tuned on the vector index, the share
-  of questions (on-topic and unrelated) whose kept hits, by node id, are the
-  same in both indexes once each keeps its hits scoring at least the cut-off
-  (LlamaIndex's ``SimilarityPostprocessor``), both retrieving the top 2.
+* the similarity cut-off (short articles): for each cut-off, the share of
+  questions (on-topic and unrelated) whose kept hits are the same in both
+  indexes once each keeps its hits scoring at least the cut-off (LlamaIndex's
+  ``SimilarityPostprocessor``), both retrieving the top 2. A hit is named by its
+  article (one node per article); a memtree summary is never the same hit. And,
+  for the articles both rank in their top 10, how far apart their two scores
+  are and how often each cut-off keeps or drops them alike.
 
-Writes ``llamaindex_defaults.md`` and ``llamaindex_defaults.json`` to ``--out``.
+Writes ``<name>.md`` and ``<name>.json`` to ``--out`` (``--name``, default
+``llamaindex_defaults``). Run it against another checkout of memtree by putting
+that checkout first on ``PYTHONPATH``.
 
     python benchmarks/llamaindex_defaults.py
 """
@@ -46,6 +52,7 @@ from llama_index.core.llms import MockLLM
 from llama_index.core.postprocessor import SimilarityPostprocessor
 from llama_index.core.schema import QueryBundle
 
+import llamaindex_memtree
 from llamaindex_memtree import MemTreeIndex
 from memtree import LocalEmbedder
 
@@ -79,6 +86,20 @@ UNRELATED = [
 """Questions the articles do not answer: a good cut-off keeps nothing for them."""
 
 CUTOFFS = (0.3, 0.4, 0.5, 0.6)
+
+MANUAL_QUESTIONS = [
+    "How do I save a MemTreeIndex and load it again?",
+    "Which LlamaIndex filter operators does memtree support?",
+    "How does retrieval mix cosine similarity and BM25?",
+    "What does theta0 auto do?",
+    "How do I run the LoCoMo benchmark?",
+    "How do I keep the memory in PostgreSQL?",
+    "What does the LangGraph store do with a filter?",
+    "How do I draw the tree as a picture?",
+    "Which embedding model is used offline?",
+    "How are summaries written when no LLM is configured?",
+]
+"""Questions memtree's manual answers."""
 
 
 class MiniLMEmbedding(BaseEmbedding):
@@ -118,14 +139,36 @@ def load_documents() -> list[Document]:
     return SimpleDirectoryReader(str(ARTICLES), file_metadata=lambda path: {"article": Path(path).stem}).load_data()
 
 
+def text_only(documents: list[Document]) -> list[Document]:
+    """The documents with their metadata kept out of embeddings and prompts.
+
+    memtree embeds a node's text alone; LlamaIndex embeds the metadata lines with
+    it unless told not to, which would make the two cosines differ by what was
+    embedded rather than by how it is scored."""
+    for document in documents:
+        document.excluded_embed_metadata_keys = list(document.metadata)
+        document.excluded_llm_metadata_keys = list(document.metadata)
+    return documents
+
+
+def manual_documents() -> list[Document]:
+    """memtree's own manual (``docs/*.md``): long pages, cut by the default splitter
+    into nodes of up to 1,024 tokens, ten of which overflow a 3,900-token window."""
+    return text_only(
+        SimpleDirectoryReader(
+            str(ROOT / "docs"), required_exts=[".md"], file_metadata=lambda path: {"article": Path(path).stem}
+        ).load_data()
+    )
+
+
 def words(text: str) -> int:
     return len(text.split())
 
 
-def engine_costs(index: BaseIndex[Any], questions: list[str]) -> dict[str, Any]:
-    """Words of context and LLM calls per query of ``index.as_query_engine(llm=...)``."""
+def engine_costs(index: BaseIndex[Any], questions: list[str], **options: Any) -> dict[str, Any]:
+    """Words of context and LLM calls per query of ``index.as_query_engine(llm=..., **options)``."""
     llm = CountingLLM()
-    engine = index.as_query_engine(llm=llm)
+    engine = index.as_query_engine(llm=llm, **options)
     context_words: list[int] = []
     calls: list[int] = []
     failures: list[str] = []
@@ -148,11 +191,18 @@ def engine_costs(index: BaseIndex[Any], questions: list[str]) -> dict[str, Any]:
     }
 
 
-def kept_hits(index: BaseIndex[Any], question: str, cutoff: float) -> list[tuple[str, float]]:
-    """The top-2 hits' node ids and scores that ``SimilarityPostprocessor`` keeps."""
+def hit_name(hit: Any) -> str:
+    """The article of a hit (one node per article), or ``summary <id>``."""
+    if hit.node.metadata.get("is_leaf", True):
+        return str(hit.node.metadata["article"])
+    return f"summary {hit.node.metadata['memtree_id']}"
+
+
+def kept_hits(index: BaseIndex[Any], question: str, cutoff: float) -> list[str]:
+    """The top-2 hits that ``SimilarityPostprocessor`` keeps, by article."""
     hits = index.as_retriever(similarity_top_k=2).retrieve(question)
     kept = SimilarityPostprocessor(similarity_cutoff=cutoff).postprocess_nodes(hits, QueryBundle(question))
-    return [(hit.node.node_id, round(float(hit.score or 0.0), 3)) for hit in kept]
+    return [hit_name(hit) for hit in kept]
 
 
 def cutoff_agreement(vector: BaseIndex[Any], tree: BaseIndex[Any]) -> list[dict[str, Any]]:
@@ -165,7 +215,7 @@ def cutoff_agreement(vector: BaseIndex[Any], tree: BaseIndex[Any]) -> list[dict[
             for question in questions:
                 a = kept_hits(vector, question, cutoff)
                 b = kept_hits(tree, question, cutoff)
-                same += [node_id for node_id, _ in a] == [node_id for node_id, _ in b]
+                same += a == b
                 kept_vector += len(a)
                 kept_tree += len(b)
             row[name] = {
@@ -178,6 +228,31 @@ def cutoff_agreement(vector: BaseIndex[Any], tree: BaseIndex[Any]) -> list[dict[
     return rows
 
 
+def shared_hit_agreement(vector: BaseIndex[Any], tree: BaseIndex[Any]) -> dict[str, Any]:
+    """For the articles both indexes rank in their top 10 (leaves), the gap between
+    their two scores and how often each cut-off decides alike on them."""
+    gaps: list[float] = []
+    alike = dict.fromkeys(CUTOFFS, 0)
+    for question in ON_TOPIC + UNRELATED:
+        a = {
+            hit_name(hit): float(hit.score or 0.0)
+            for hit in vector.as_retriever(similarity_top_k=10).retrieve(question)
+        }
+        b = {
+            hit_name(hit): float(hit.score or 0.0) for hit in tree.as_retriever(similarity_top_k=10).retrieve(question)
+        }
+        for article in a.keys() & b.keys():
+            gaps.append(abs(a[article] - b[article]))
+            for cutoff in CUTOFFS:
+                alike[cutoff] += (a[article] >= cutoff) == (b[article] >= cutoff)
+    return {
+        "shared_hits": len(gaps),
+        "mean_gap": sum(gaps) / len(gaps) if gaps else None,
+        "max_gap": max(gaps, default=None),
+        "decisions_alike": {str(cutoff): count for cutoff, count in alike.items()},
+    }
+
+
 def first_hit_scores(vector: BaseIndex[Any], tree: BaseIndex[Any]) -> list[dict[str, Any]]:
     """Each on-topic question's best hit in both indexes, with its score in each."""
     rows = []
@@ -187,17 +262,18 @@ def first_hit_scores(vector: BaseIndex[Any], tree: BaseIndex[Any]) -> list[dict[
         rows.append(
             {
                 "question": question,
-                "vector": [a.node.node_id, round(float(a.score or 0.0), 3)],
-                "memtree": [b.node.node_id, round(float(b.score or 0.0), 3)],
+                "vector": [hit_name(a), round(float(a.score or 0.0), 3)],
+                "memtree": [hit_name(b), round(float(b.score or 0.0), 3)],
             }
         )
     return rows
 
 
-def git_commit() -> str:
+def git_commit(folder: Path) -> str:
+    """The commit of the checkout holding ``folder`` (the memtree code measured)."""
     try:
         return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+            ["git", "rev-parse", "--short", "HEAD"], cwd=folder, capture_output=True, text=True, check=True
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -207,36 +283,39 @@ def render(report: dict[str, Any]) -> str:
     lines = [
         "# MemTreeIndex beside VectorStoreIndex, each with its defaults",
         "",
-        "Twelve short articles (`notebooks/articles`), LlamaIndex's default transformations, the same embedder "
-        "(memtree's bundled all-MiniLM-L6-v2 as a LlamaIndex embed model) for both; "
-        "`index.as_query_engine(llm=MockLLM())` with no other argument. Produced by "
+        "The same embedder (memtree's bundled all-MiniLM-L6-v2 as a LlamaIndex embed model) for both, "
+        "LlamaIndex's default transformations, and `index.as_query_engine(llm=MockLLM())` with no other "
+        "argument (MockLLM: a 3,900-token window; it echoes its prompt). Produced by "
         "`benchmarks/llamaindex_defaults.py`.",
         "",
         f"- Command: `{report['command']}`",
-        f"- Machine: {report['machine']} (shared with other jobs while it ran); commit {report['commit']}; "
-        f"{report['date']}",
-        f"- Questions: {len(ON_TOPIC)} on-topic, {len(UNRELATED)} unrelated",
+        f"- memtree code measured: `{report['code']}` at commit {report['commit']}",
+        f"- Machine: {report['machine']} (shared with other jobs while it ran); {report['date']}",
+        f"- Questions: {len(ON_TOPIC)} on the articles, {len(MANUAL_QUESTIONS)} on the manual, "
+        f"{len(UNRELATED)} unrelated ones asked of both",
         "",
-        "| index | documents → nodes | words of context per query | LLM calls per query | queries that raised |",
-        "|---|---|---|---|---|",
+        "| corpus | index | documents → nodes | words of context per query | LLM calls per query | "
+        "queries that raised |",
+        "|---|---|---|---|---|---|",
     ]
-    for name in ("VectorStoreIndex", "MemTreeIndex"):
-        row = report["engines"][name]
-        wpq = "–" if row["words_per_query"] is None else f"{row['words_per_query']:.0f}"
-        cpq = "–" if row["llm_calls_per_query"] is None else f"{row['llm_calls_per_query']:.2f}"
-        lines.append(
-            f"| {name} | {report['documents']} → {row['nodes']} | {wpq} | {cpq} | "
-            f"{len(row['failures'])} of {row['queries']} |"
-        )
-    failures = [f for name in report["engines"] for f in report["engines"][name]["failures"]]
+    for corpus, engines in report["corpora"].items():
+        for name, row in engines.items():
+            wpq = "–" if row["words_per_query"] is None else f"{row['words_per_query']:.0f}"
+            cpq = "–" if row["llm_calls_per_query"] is None else f"{row['llm_calls_per_query']:.2f}"
+            lines.append(
+                f"| {corpus} | {name} | {row['documents']} → {row['nodes']} | {wpq} | {cpq} | "
+                f"{len(row['failures'])} of {row['queries']} |"
+            )
+    failures = [f for engines in report["corpora"].values() for row in engines.values() for f in row["failures"]]
     if failures:
         lines += ["", "First error: `" + failures[0] + "`"]
     lines += [
         "",
-        "## A similarity cut-off tuned on the vector index",
+        "## A similarity cut-off tuned on the vector index (short articles)",
         "",
         "Both retrieve the top 2, then `SimilarityPostprocessor(similarity_cutoff=c)` keeps the hits scoring "
-        "at least `c`. A question counts as *same* when both keep the same node ids in the same order.",
+        "at least `c`. A question counts as *same* when both keep the same articles in the same order "
+        "(a memtree summary never counts as the same hit).",
         "",
         "| cut-off | on-topic: same hits | hits kept (vector / memtree) | unrelated: same hits | "
         "hits kept (vector / memtree) |",
@@ -249,38 +328,70 @@ def render(report: dict[str, Any]) -> str:
             f"{on['hits_kept_memtree']} | {off['same_hits']} of {off['questions']} | {off['hits_kept_vector']} / "
             f"{off['hits_kept_memtree']} |"
         )
-    lines += ["", "Best hit of each on-topic question, node and score:", ""]
+    shared = report["shared"]
+    lines += [
+        "",
+        f"On the {shared['shared_hits']} (question, article) pairs both indexes rank in their top 10, the two "
+        f"scores differ by {shared['mean_gap']:.4f} on average ({shared['max_gap']:.4f} at most), and each cut-off "
+        "keeps or drops them alike: "
+        + ", ".join(f"{count} of {shared['shared_hits']} at {c}" for c, count in shared["decisions_alike"].items())
+        + ".",
+    ]
+    lines += ["", "Best hit of each on-topic question (short articles), article and score:", ""]
     lines += ["| question | VectorStoreIndex | MemTreeIndex |", "|---|---|---|"]
     for row in report["first_hits"]:
-        same = "same node" if row["vector"][0] == row["memtree"][0] else "other node"
-        lines.append(f"| {row['question']} | {row['vector'][1]:.3f} | {row['memtree'][1]:.3f} ({same}) |")
+        lines.append(
+            f"| {row['question']} | {row['vector'][0]} {row['vector'][1]:.3f} | "
+            f"{row['memtree'][0]} {row['memtree'][1]:.3f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--name", default="llamaindex_defaults", help="stem of the files written")
     args = parser.parse_args(argv)
     Settings.embed_model = MiniLMEmbedding()
-    documents = load_documents()
-    vector = VectorStoreIndex.from_documents(documents)
-    tree = MemTreeIndex.from_documents(documents)
-    questions = ON_TOPIC + UNRELATED
+    articles = text_only(load_documents())
+    code = Path(llamaindex_memtree.__file__).resolve().parents[1]
     report: dict[str, Any] = {
         "command": "python benchmarks/llamaindex_defaults.py" + "".join(f" {a}" for a in (argv or sys.argv[1:])),
+        "code": str(code),
+        "commit": git_commit(code),
         "machine": f"{platform.platform()}, Python {platform.python_version()}, {os.cpu_count()} CPUs",
-        "commit": git_commit(),
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "documents": len(documents),
-        "engines": {},
+        "corpora": {},
     }
-    for name, index in (("VectorStoreIndex", vector), ("MemTreeIndex", tree)):
-        report["engines"][name] = {"nodes": len(index.docstore.docs), **engine_costs(index, questions)}
-    report["cutoffs"] = cutoff_agreement(vector, tree)
-    report["first_hits"] = first_hit_scores(vector, tree)
+    short: tuple[BaseIndex[Any], BaseIndex[Any]] | None = None
+    corpora = (
+        ("short articles", articles, ON_TOPIC + UNRELATED),
+        ("memtree's manual", manual_documents(), MANUAL_QUESTIONS + UNRELATED),
+    )
+    for corpus, documents, questions in corpora:
+        vector = VectorStoreIndex.from_documents(documents)
+        tree = MemTreeIndex.from_documents(documents)
+        short = short or (vector, tree)
+        engines = (
+            ("VectorStoreIndex", vector, {}),
+            ("MemTreeIndex", tree, {}),
+            ("MemTreeIndex, similarity_top_k=10", tree, {"similarity_top_k": 10}),
+        )
+        report["corpora"][corpus] = {
+            name: {
+                "documents": len(documents),
+                "nodes": len(index.docstore.docs),
+                **engine_costs(index, questions, **options),
+            }
+            for name, index, options in engines
+        }
+    assert short is not None
+    report["cutoffs"] = cutoff_agreement(*short)
+    report["first_hits"] = first_hit_scores(*short)
+    report["shared"] = shared_hit_agreement(*short)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "llamaindex_defaults.json").write_text(json.dumps(report, indent=2) + "\n")
-    (args.out / "llamaindex_defaults.md").write_text(render(report))
+    (args.out / f"{args.name}.json").write_text(json.dumps(report, indent=2) + "\n")
+    (args.out / f"{args.name}.md").write_text(render(report))
     print(render(report))
 
 
