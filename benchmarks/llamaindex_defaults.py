@@ -1,8 +1,8 @@
 """``MemTreeIndex`` beside ``VectorStoreIndex`` with each one's defaults.
 
 Both indexes are built from the twelve short articles of ``notebooks/articles``
-(some 120 words each), and from memtree's own manual (``docs/*.md``, long
-pages), with LlamaIndex's default transformations and the same embedder
+(some 120 words each), and from memtree's own manual (``docs/*.md`` at commit
+``--manual-commit``, long pages), with LlamaIndex's default transformations and the same embedder
 (memtree's bundled all-MiniLM-L6-v2, wrapped as a LlamaIndex ``BaseEmbedding``;
 the documents' metadata kept out of embeddings and prompts), and queried through ``as_query_engine(llm=...)`` with no
 other argument, as a newcomer would. The answering model is a ``MockLLM`` that
@@ -101,6 +101,9 @@ MANUAL_QUESTIONS = [
 ]
 """Questions memtree's manual answers."""
 
+MANUAL_COMMIT = "9e1b281"
+"""The manual indexed: docs/*.md as of this commit (before this benchmark's own pages)."""
+
 
 class MiniLMEmbedding(BaseEmbedding):
     """memtree's bundled all-MiniLM-L6-v2 as a LlamaIndex embed model, so both
@@ -151,13 +154,24 @@ def text_only(documents: list[Document]) -> list[Document]:
     return documents
 
 
-def manual_documents() -> list[Document]:
-    """memtree's own manual (``docs/*.md``): long pages, cut by the default splitter
+def manual_documents(commit: str) -> list[Document]:
+    """memtree's own manual (``docs/*.md``) as it was at ``commit`` (so the corpus
+    stays put while the manual changes): long pages, cut by the default splitter
     into nodes of up to 1,024 tokens, ten of which overflow a 3,900-token window."""
+    listing = subprocess.run(
+        ["git", "ls-tree", "--name-only", commit, "docs/"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    pages = sorted(name for name in listing if name.endswith(".md"))
     return text_only(
-        SimpleDirectoryReader(
-            str(ROOT / "docs"), required_exts=[".md"], file_metadata=lambda path: {"article": Path(path).stem}
-        ).load_data()
+        [
+            Document(
+                text=subprocess.run(
+                    ["git", "show", f"{commit}:{name}"], cwd=ROOT, capture_output=True, text=True, check=True
+                ).stdout,
+                metadata={"article": Path(name).stem},
+            )
+            for name in pages
+        ]
     )
 
 
@@ -285,7 +299,9 @@ def render(report: dict[str, Any]) -> str:
         "",
         "The same embedder (memtree's bundled all-MiniLM-L6-v2 as a LlamaIndex embed model) for both, "
         "LlamaIndex's default transformations, and `index.as_query_engine(llm=MockLLM())` with no other "
-        "argument (MockLLM: a 3,900-token window; it echoes its prompt). Produced by "
+        "argument (MockLLM: a 3,900-token window; it echoes its prompt). Corpora: the twelve short articles "
+        f"of `notebooks/articles` and memtree's manual, `docs/*.md` at commit {report['manual_commit']}. "
+        "Produced by "
         "`benchmarks/llamaindex_defaults.py`.",
         "",
         f"- Command: `{report['command']}`",
@@ -351,6 +367,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--name", default="llamaindex_defaults", help="stem of the files written")
+    parser.add_argument("--manual-commit", default=MANUAL_COMMIT, help="the commit whose docs/*.md to index")
     args = parser.parse_args(argv)
     Settings.embed_model = MiniLMEmbedding()
     articles = text_only(load_documents())
@@ -361,12 +378,13 @@ def main(argv: list[str] | None = None) -> None:
         "commit": git_commit(code),
         "machine": f"{platform.platform()}, Python {platform.python_version()}, {os.cpu_count()} CPUs",
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "manual_commit": args.manual_commit,
         "corpora": {},
     }
     short: tuple[BaseIndex[Any], BaseIndex[Any]] | None = None
     corpora = (
         ("short articles", articles, ON_TOPIC + UNRELATED),
-        ("memtree's manual", manual_documents(), MANUAL_QUESTIONS + UNRELATED),
+        ("memtree's manual", manual_documents(args.manual_commit), MANUAL_QUESTIONS + UNRELATED),
     )
     for corpus, documents, questions in corpora:
         vector = VectorStoreIndex.from_documents(documents)
