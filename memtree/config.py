@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from typing import Literal
 
+from memtree.inputs import to_ttl
 from memtree.text import count_tokens
 
 RetrievalMode = Literal["collapsed", "traversal"]
@@ -60,6 +62,12 @@ class MemTreeConfig:
     default) cuts nothing, so a retrieval returns ``k`` results whenever that many
     nodes pass its filters (``retrieve(min_score=...)`` sets one per call).
 
+    ``default_ttl`` is how long a memory added without ``ttl`` or ``expires_at`` is
+    kept, in seconds (or a ``timedelta``); ``None`` (the default): for ever. Give each
+    namespace with its own retention its own config (``MemTree.with_namespace(ns,
+    config=...)``). Expired memories are never returned and are swept by writes
+    and :meth:`MemTree.sweep_expired`.
+
     Example::
 
         MemTreeConfig(theta0=0.4, depth_cap=12, parent_embedding="mean")
@@ -87,6 +95,7 @@ class MemTreeConfig:
     aggregation_max_words: int = 2000
     aggregation: Aggregation = "eager"
     background_queue_size: int = 1024
+    default_ttl: float | timedelta | None = None
     token_counter: Callable[[str], int] = field(default=count_tokens, compare=False)
 
     def __post_init__(self) -> None:
@@ -112,6 +121,8 @@ class MemTreeConfig:
         _check_positive("background_queue_size", self.background_queue_size)
         if self.aggregation not in AGGREGATION_MODES:
             raise ValueError(f"aggregation must be one of: {', '.join(AGGREGATION_MODES)}; got {self.aggregation!r}")
+        if self.default_ttl is not None:
+            to_ttl(self.default_ttl, "default_ttl")
         if self.threshold_depth is not None:
             _check_positive("threshold_depth", self.threshold_depth)
         if self.token_budget is not None:

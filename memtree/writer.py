@@ -44,8 +44,10 @@ ItemLists = tuple[
     Sequence[Mapping[str, Any] | None] | None,
     Sequence[TimeLike | None] | None,
     Sequence[str | None] | None,
+    float | None,
 ]
-"""``add_many``'s texts, metadata, timestamps and source ids, not yet checked."""
+"""``add_many``'s texts, metadata, timestamps and source ids, not yet checked, and
+when all of them expire (checked: POSIX seconds, ``None``: never)."""
 
 
 class Writer:
@@ -72,6 +74,7 @@ class Writer:
 
     def add(self, item: Item, aggregation: str | None) -> str:
         mode = self.aggregation_mode(aggregation)
+        self.sweep_if_due()
         existing = self.stored_duplicate(item)
         if existing is not None:
             return existing
@@ -82,6 +85,7 @@ class Writer:
 
     async def aadd(self, item: Item, aggregation: str | None) -> str:
         mode = self.aggregation_mode(aggregation)
+        await self.asweep_if_due()
         existing = self.stored_duplicate(item)
         if existing is not None:
             return existing
@@ -93,6 +97,7 @@ class Writer:
     def add_many(self, given: ItemLists, aggregation: str | None, block: DeferredAggregation[Any]) -> list[str]:
         mode = self.aggregation_mode(aggregation)
         items = make_items(*given)
+        self.sweep_if_due()
         stored = self._stored_mask(items)
         vectors = _fill_in(stored, self.calls.drive(self.procedures.embed(_unstored_texts(items, stored))))
         if aggregation is None or mode != "deferred" or self.is_deferring():
@@ -105,6 +110,7 @@ class Writer:
     async def aadd_many(self, given: ItemLists, aggregation: str | None, block: DeferredAggregation[Any]) -> list[str]:
         mode = self.aggregation_mode(aggregation)
         items = make_items(*given)
+        await self.asweep_if_due()
         stored = self._stored_mask(items)
         vectors = _fill_in(stored, await self.calls.adrive(self.procedures.embed(_unstored_texts(items, stored))))
         if aggregation is None or mode != "deferred" or self.is_deferring():
@@ -175,6 +181,36 @@ class Writer:
             await self.awrite(lambda: self.procedures.delete(ids))
         return len(ids)
 
+    def sweep_expired(self) -> int:
+        """Delete every expired leaf (the summaries above rewritten as by a delete)."""
+        return self.write(self.procedures.sweep)
+
+    async def asweep_expired(self) -> int:
+        return await self.awrite(self.procedures.sweep)
+
+    def sweep_if_due(self) -> None:
+        """:meth:`sweep_expired` when a leaf this process knows of has expired: writes
+        sweep on the way, so expired memories do not wait for an explicit sweep. A
+        sweep that fails is logged and left for the next one; the write goes on."""
+        if self.replica.sweep_due():
+            try:
+                self.sweep_expired()
+            except Exception:  # the caller's write must not fail because an old memory could not go
+                logger.exception("sweeping expired memories failed; the next write or sweep_expired() retries")
+
+    async def asweep_if_due(self) -> None:
+        if self.replica.sweep_due():
+            try:
+                await self.asweep_expired()
+            except Exception:  # as in sweep_if_due
+                logger.exception("sweeping expired memories failed; the next write or sweep_expired() retries")
+
+    def set_expiry(self, leaf_ids: list[str], expires_at: float | None) -> int:
+        return self.write(lambda: self.procedures.set_expiry(leaf_ids, expires_at))
+
+    async def aset_expiry(self, leaf_ids: list[str], expires_at: float | None) -> int:
+        return await self.awrite(lambda: self.procedures.set_expiry(leaf_ids, expires_at))
+
     def restore(self, nodes: list[Node], info: NamespaceInfo, versions: Sequence[LeafVersion] = ()) -> None:
         """Write a whole checked tree (and its leaves' history) into this (empty)
         namespace in one transaction."""
@@ -182,7 +218,7 @@ class Writer:
 
     def reinsert_leaf(self, leaf: Node) -> None:
         """Route a stored leaf in again with its own id, times and embedding."""
-        item = Item(leaf.text, dict(leaf.metadata), leaf.timestamp, leaf.source_id)
+        item = Item(leaf.text, dict(leaf.metadata), leaf.timestamp, leaf.source_id, leaf.expires_at)
         assert leaf.embedding is not None
         embedding = leaf.embedding
         self.write(lambda: self.procedures.insert(item, embedding, restore=leaf))
@@ -425,6 +461,7 @@ def make_items(
     metadata: Sequence[Mapping[str, Any] | None] | None,
     timestamps: Sequence[TimeLike | None] | None,
     source_ids: Sequence[str | None] | None,
+    expires_at: float | None = None,
 ) -> list[Item]:
     """Every item of an ``add_many`` checked before anything is stored."""
     if isinstance(texts, str) or not isinstance(texts, Sequence):
@@ -439,6 +476,7 @@ def make_items(
             metadata[i] if metadata is not None else None,
             timestamps[i] if timestamps is not None else None,
             source_ids[i] if source_ids is not None else None,
+            expires_at,
         )
         for i, text in enumerate(texts)
     ]

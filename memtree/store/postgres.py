@@ -26,12 +26,14 @@ from memtree.store.migrations import (
     SCHEMA_TABLE,
     SCHEMA_V1_DESCRIPTION,
     SCHEMA_V2_DESCRIPTION,
+    SCHEMA_V3_DESCRIPTION,
     TABLES,
     ColumnTypes,
     IncompatibleStoreError,
     Migration,
     schema_v1,
     schema_v2,
+    schema_v3,
 )
 from memtree.store.sql import NAMESPACE_ID, SQLBackend
 
@@ -54,6 +56,7 @@ POSTGRES_TYPES = ColumnTypes(
 POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, SCHEMA_V1_DESCRIPTION, schema_v1(POSTGRES_TYPES)),
     Migration(2, SCHEMA_V2_DESCRIPTION, schema_v2(POSTGRES_TYPES)),
+    Migration(3, SCHEMA_V3_DESCRIPTION, schema_v3(POSTGRES_TYPES)),
 )
 
 

@@ -76,7 +76,7 @@ UPSERT_NODE = (
 )
 TOMBSTONE = (
     "UPDATE memtree_nodes SET seq = ?, deleted = TRUE, parent = NULL, text = '', metadata = '{}', "
-    "source_id = NULL, embedding = NULL, leaf_sum = NULL WHERE ns = ? AND id = ?"
+    "source_id = NULL, embedding = NULL, leaf_sum = NULL, expires_at = NULL WHERE ns = ? AND id = ?"
 )
 COMMITTED = "UPDATE memtree_namespaces SET seq = ?, dimension = ?, embedder = ?, settings = ? WHERE id = ?"
 HOLDS_DATA = (

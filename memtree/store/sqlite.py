@@ -48,11 +48,13 @@ from memtree.store.base import NamespaceKey
 from memtree.store.migrations import (
     SCHEMA_V1_DESCRIPTION,
     SCHEMA_V2_DESCRIPTION,
+    SCHEMA_V3_DESCRIPTION,
     ColumnTypes,
     IncompatibleStoreError,
     Migration,
     schema_v1,
     schema_v2,
+    schema_v3,
 )
 from memtree.store.sql import SQLBackend
 from memtree.store.sqlite_inspect import APPLICATION_ID, inspect, schema_version
@@ -78,6 +80,7 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
         (*schema_v1(SQLITE_TYPES), f"PRAGMA application_id = {APPLICATION_ID}"),
     ),
     Migration(2, SCHEMA_V2_DESCRIPTION, schema_v2(SQLITE_TYPES)),
+    Migration(3, SCHEMA_V3_DESCRIPTION, schema_v3(SQLITE_TYPES)),
 )
 
 
