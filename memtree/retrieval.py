@@ -9,6 +9,11 @@ because names, places and dates are what small embedding models blur
 summaries (:data:`SUMMARY_WEIGHT`). Packing walks the ranking best first and applies
 the caller's ``min_score`` (if any), ``k``, sentence de-duplication and the token budget.
 
+Each result also carries its plain cosine with the query (``similarity``), computed
+once for the ``k`` results: the hybrid ``score`` is on another scale, and callers
+that port a cut-off tuned on a vector store (LlamaIndex's ``similarity_cutoff``)
+need the cosine.
+
 A retrieval fills what was asked: ``k`` results, or the token budget, whenever
 enough nodes pass the filters (:func:`retrieve`). Nothing is cut by score unless
 the caller sets a ``min_score``. Traversal lists the nodes its beam kept, then the

@@ -43,6 +43,11 @@ def test_similarity_top_k_defaults_to_llamaindex_default(index: MemTreeIndex) ->
     assert MemTreeMemoryBlock(memory=make_memory()).similarity_top_k == DEFAULT_SIMILARITY_TOP_K
 
 
+def test_as_many_results_as_a_vector_index_gives_by_default(twins: tuple[VectorStoreIndex, MemTreeIndex]) -> None:
+    vector, tree = twins
+    assert len(tree.as_retriever().retrieve(QUESTION)) == len(vector.as_retriever().retrieve(QUESTION))
+
+
 # -- the default query engine fits the LLM's window ------------------------------------------------
 
 
