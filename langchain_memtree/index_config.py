@@ -159,6 +159,7 @@ class SizeCheckedEmbedder(Embedder):
     def __init__(self, inner: Embedder, dims: int) -> None:
         self.inner = inner
         self.dims = dims
+        self.call_timeout = getattr(inner, "call_timeout", self.call_timeout)  # the inner model's bound
 
     @property
     def name(self) -> str:

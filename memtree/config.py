@@ -37,6 +37,10 @@ class MemTreeConfig:
     model round-trip; ``1`` runs them one after another, as the paper did).
     ``aggregation_max_words`` bounds the new text a deferred rewrite puts in one
     model call; a summary with more new text is folded over several calls.
+    ``summary_max_chars`` caps every summary an aggregator writes, whatever the
+    model: a longer one is cut after its last sentence end within the cap, or, with
+    none there, rejected as a failed aggregation (the node stays stale). Both are
+    counted (``stats().extra``: ``summaries_cut``, ``summaries_rejected``).
 
     ``lexical_weight`` (w) mixes BM25 into retrieval scores: a node scores
     ``(cosine + w * BM25 / best BM25) / (1 + w)``, on the scale of cosine, and in
@@ -93,6 +97,7 @@ class MemTreeConfig:
     drop_repeated_sentences: bool = True
     max_concurrency: int = 8
     aggregation_max_words: int = 2000
+    summary_max_chars: int = 4000
     aggregation: Aggregation = "eager"
     background_queue_size: int = 1024
     default_ttl: float | timedelta | None = None
@@ -118,6 +123,7 @@ class MemTreeConfig:
         _check_positive("beam", self.beam)
         _check_positive("max_concurrency", self.max_concurrency)
         _check_positive("aggregation_max_words", self.aggregation_max_words)
+        _check_positive("summary_max_chars", self.summary_max_chars, minimum=16)
         _check_positive("background_queue_size", self.background_queue_size)
         if self.aggregation not in AGGREGATION_MODES:
             raise ValueError(f"aggregation must be one of: {', '.join(AGGREGATION_MODES)}; got {self.aggregation!r}")

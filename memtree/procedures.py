@@ -202,8 +202,9 @@ class Procedures:
         prepared.rebase = rebase
         return prepared
 
-    def delete(self, node_ids: list[str]) -> Steps[PreparedWrite[None]]:
-        """Remove leaves; every ancestor is rebuilt from what remains."""
+    def delete(self, node_ids: list[str], *, defer: bool = False) -> Steps[PreparedWrite[None]]:
+        """Remove leaves; every ancestor is rebuilt from what remains (with ``defer``,
+        marked stale with its children's texts and left in the ledger for a flush)."""
         state = self.state
         with self.replica.lock.read():
             for node_id in node_ids:
@@ -217,10 +218,16 @@ class Procedures:
             above = {ancestor.id for node_id in node_ids for ancestor in state.path_to_root(node_id)}
             parents = {state.nodes[node_id].parent or ROOT_ID for node_id in node_ids}
             footprint = footprint_of(state, above | parents, extra_reads=plan.moved)
-        yield from self.summaries.rewrite_ancestors(plan)
+        if defer:
+            self.summaries.defer_ancestors(plan)
+        else:
+            yield from self.summaries.rewrite_ancestors(plan)
 
         def committed() -> None:
             self.pending.mark_rebuild(node.id for node in plan.ancestors)
+            if defer:
+                with self.replica.lock.read():
+                    self.pending.put_back((node.id for node in plan.ancestors), self.replica.state)
             self.calls.counters.add("deletes", len(node_ids))
 
         return PreparedWrite(None, base, plan.nodes(), plan.deleted, footprint, committed=committed)

@@ -89,9 +89,10 @@ class TreeState:
         """Apply a batch; return (nodes written, ids removed, whether it reset the tree).
 
         A batch from another incarnation of the namespace (it was deleted and made
-        again) resets the state first. Batches not newer than the state are ignored.
+        again), or a complete one (the store's log no longer reaches back to this
+        state), resets the state first. Batches not newer than the state are ignored.
         """
-        reset = batch.generation != self.generation
+        reset = batch.generation != self.generation or (batch.complete and bool(self.nodes))
         if reset:
             self.__init__(lexical=self.lexical is not None)  # type: ignore[misc]
             self.generation = batch.generation

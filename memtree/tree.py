@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TextIO
 
 from memtree import backup, viz
 from memtree import update as updating
 from memtree.aggregate import Aggregator
+from memtree.background import CLOSE_SECONDS, remaining
 from memtree.config import AGGREGATION_MODES, Aggregation, MemTreeConfig
 from memtree.embed import Embedder, check_query_embedding
 from memtree.index import VectorIndex
@@ -28,7 +31,7 @@ from memtree.retrieval import answer, check_query
 from memtree.siblings import Siblings
 from memtree.state import TreeState
 from memtree.stats import Counters, TreeStats
-from memtree.store.base import Namespace, NamespaceKey, Store, namespace_key
+from memtree.store.base import CompactionReport, Namespace, NamespaceKey, Store, namespace_key
 from memtree.store.location import as_store, open_store
 from memtree.text import require_text
 from memtree.viz.picture import Direction
@@ -38,6 +41,11 @@ __all__ = ["AGGREGATION_MODES", "SIBLING_CACHE_SIZE", "Aggregation", "DeferredAg
 
 SIBLING_CACHE_SIZE = 256
 """Namespace handles :meth:`MemTree.sibling` keeps open per memory."""
+
+STALE_NAMED = 20
+"""Stale summaries :meth:`MemTree.close`'s warning names one by one (then a count)."""
+
+logger = logging.getLogger(__name__)
 
 
 class MemTree:
@@ -148,17 +156,49 @@ class MemTree:
             self.refresh(force=True)
         return existed
 
-    def close(self) -> None:
-        """Write pending summaries (here and in :meth:`sibling` namespaces; one that fails
-        stays stale), stop worker threads, close the store if :meth:`open` opened it."""
-        if not self._closed:
-            self._closed = True
-            self._siblings.close_all()
-            self._writer.stop()
-        self._calls.close()
+    def close(self, *, timeout: float | None = CLOSE_SECONDS) -> None:
+        """Write pending summaries (here and in :meth:`sibling` namespaces), stop worker
+        threads, close the store if :meth:`open` opened it.
+
+        Waits at most ``timeout`` seconds in all for the summaries (10 by default, as
+        interpreter exit does; ``None``: as long as the model takes), so a model or
+        embedder that hangs cannot hold the caller. Summaries not written by then, or
+        whose model call failed, stay stale in the store (every leaf is already
+        committed): one warning names them, and :meth:`repair` writes them later.
+        """
+        if timeout is not None and not timeout >= 0:
+            raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout}")
+        left = self._stop_writing(None if timeout is None else time.monotonic() + timeout)
+        if left:
+            shown = ", ".join(left[:STALE_NAMED])
+            more = f" and {len(left) - STALE_NAMED} more" if len(left) > STALE_NAMED else ""
+            logger.warning(
+                "close() left %d summaries stale (the model did not write them within %s): %s%s; "
+                "they stay searchable with their old text: call repair() later",
+                len(left),
+                "the time allowed" if timeout is None else f"{timeout:g} s",
+                shown,
+                more,
+            )
         if self._owns_store:
             self._owns_store = False
             self.store.close()
+
+    def _stop_writing(self, deadline: float | None) -> list[str]:
+        """Stop writing here and in the siblings, sharing one deadline; return the
+        stale summaries left behind, as ``namespace:id``."""
+        if self._closed:
+            self._calls.close(wait=False)  # a call still hanging from the first close is not waited for
+            return []
+        self._closed = True
+        left: list[str] = []
+        for sibling in self._siblings.handles():
+            left += sibling._stop_writing(deadline)
+        name = "/".join(self.namespace)
+        stale = self._writer.stop(remaining(deadline))
+        left += [f"{name}:{node_id}" for node_id in stale]
+        self._calls.close(wait=not stale)  # a thread still in a hanging model call is not waited for
+        return left
 
     def __enter__(self) -> MemTree:
         return self
@@ -401,6 +441,16 @@ class MemTree:
     async def arepair(self) -> int:
         """Async :meth:`repair`."""
         return await self._writer.awrite(self._writer.procedures.repair)
+
+    def compact(self) -> CompactionReport:
+        """Drop the store's dead rows (tombstones of deleted nodes, in every namespace
+        of the store) and give their space back (SQLite ``VACUUM``, PostgreSQL
+        ``VACUUM``), safely while other processes read and write: each of them
+        reloads a compacted namespace whole on its next read, so none misses a
+        deletion. Returns what was dropped and the size before and after."""
+        report = self.store.compact()
+        self.refresh(force=True)
+        return report
 
     def export_jsonl(self, target: str | os.PathLike[str] | TextIO) -> int:
         """Write this namespace as a JSONL backup (:mod:`memtree.backup`: readable,

@@ -15,12 +15,13 @@ import asyncio
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from memtree.background import BackgroundSummaries, KeptConflicting
+from memtree.background import BackgroundSummaries, KeptConflicting, remaining, run_bounded
 from memtree.config import AGGREGATION_MODES, MemTreeConfig
 from memtree.deferral import PendingSummaries
 from memtree.embed import Matrix
@@ -172,13 +173,19 @@ class Writer:
     def delete(self, node_ids: Iterable[str]) -> int:
         ids = check_leaf_ids(node_ids)
         if ids:
-            self.write(lambda: self.procedures.delete(ids))
+            background = self.in_background()
+            self.write(lambda: self.procedures.delete(ids, defer=background))
+            if background:
+                self.background.notify()
         return len(ids)
 
     async def adelete(self, node_ids: Iterable[str]) -> int:
         ids = check_leaf_ids(node_ids)
         if ids:
-            await self.awrite(lambda: self.procedures.delete(ids))
+            background = self.in_background()
+            await self.awrite(lambda: self.procedures.delete(ids, defer=background))
+            if background:
+                self.background.notify()
         return len(ids)
 
     def sweep_expired(self) -> int:
@@ -211,6 +218,12 @@ class Writer:
     async def aset_expiry(self, leaf_ids: list[str], expires_at: float | None) -> int:
         return await self.awrite(lambda: self.procedures.set_expiry(leaf_ids, expires_at))
 
+    def in_background(self) -> bool:
+        """Whether a delete or an update left to the configured mode hands its
+        summaries to the background worker (``aggregation="background"``, outside a
+        ``deferred()`` block), so that it never waits for a chat model."""
+        return self.aggregation_mode(None) == "background"
+
     def restore(self, nodes: list[Node], info: NamespaceInfo, versions: Sequence[LeafVersion] = ()) -> None:
         """Write a whole checked tree (and its leaves' history) into this (empty)
         namespace in one transaction."""
@@ -234,12 +247,23 @@ class Writer:
         summaries waiting for a flush (``state`` read under the replica's lock)."""
         return tree_stats(state, self.calls.counters.snapshot(), self.procedures.theta0(), pending=len(self.pending))
 
-    def stop(self) -> None:
-        """Stop the background worker and write the summaries still pending; one that
-        cannot be written stays stale for ``repair()`` (closing goes on)."""
-        self.background.stop()
+    def stop(self, timeout: float | None) -> list[str]:
+        """Stop the background worker and write the summaries still pending, waiting
+        at most ``timeout`` seconds in all (``None``: as long as it takes); return the
+        ids of the stale summaries if not everything pending could be written (they
+        wait for ``repair()``; closing goes on), else ``[]``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        done = self.background.stop(remaining(deadline))
+        if done and len(self.pending):  # writes that arrived while the worker stopped
+            done = run_bounded(self._flush_on_close, remaining(deadline), f"{self.background.name}-close")
+        if done and not len(self.pending):
+            return []
+        with self.replica.lock.read():
+            return sorted(node.id for node in self.replica.state.nodes.values() if node.stale)
+
+    def _flush_on_close(self) -> None:
         try:
-            self.flush()  # writes that arrived while the worker stopped
+            self.flush()
         except Exception:  # closing must go on; the summaries stay stale
             logger.exception("flushing pending summaries on close failed; they stay stale: call repair() later")
 

@@ -244,6 +244,26 @@ class SQLiteBackend(SQLBackend):
         finally:
             self._writer_lock.release()
 
+    # -- compaction ----------------------------------------------------------------------
+
+    def _reclaim_space(self) -> None:
+        """``VACUUM`` rewrites the file without the free pages, then a checkpoint moves
+        it out of the write-ahead log and truncates the log. In WAL mode readers keep
+        reading their snapshot meanwhile; other writers wait as for any write
+        (``busy_timeout``)."""
+        if not self._writer_lock.acquire(timeout=self.busy_timeout):
+            raise TimeoutError(f"{self!r}: another thread held the write lock for more than {self.busy_timeout}s")
+        try:
+            self._check_usable()
+            self._writer.execute("VACUUM")
+            self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        finally:
+            self._writer_lock.release()
+
+    def _size_bytes(self) -> int | None:
+        """The file and its write-ahead log."""
+        return sum(part.stat().st_size for part in (self.path, wal_path(self.path)) if part.exists())
+
     # -- closing -----------------------------------------------------------------------
 
     def close(self) -> None:
@@ -322,6 +342,9 @@ class ReadOnlySQLiteBackend(SQLiteBackend):
                 f"{self.path} has memtree schema version {current}, older than this memtree's; upgrading it is a "
                 "write, so open it once with write access (any memtree command run by its owner upgrades it)"
             )
+
+    def _reclaim_space(self) -> None:
+        raise ReadOnlyMemoryError(f"{self.path} is open read-only; compacting it needs write access")
 
     def _open_write(self, namespace: NamespaceKey | None) -> sqlite3.Connection:
         raise ReadOnlyMemoryError(
