@@ -9,6 +9,11 @@ because names, places and dates are what small embedding models blur
 summaries (:data:`SUMMARY_WEIGHT`). Packing walks the ranking best first and applies
 the caller's ``min_score`` (if any), ``k``, sentence de-duplication and the token budget.
 
+Each result also carries its plain cosine with the query (``similarity``), computed
+once for the ``k`` results: the hybrid ``score`` is on another scale, and callers
+that port a cut-off tuned on a vector store (LlamaIndex's ``similarity_cutoff``)
+need the cosine.
+
 A retrieval fills what was asked: ``k`` results, or the token budget, whenever
 enough nodes pass the filters (:func:`retrieve`). Nothing is cut by score unless
 the caller sets a ``min_score``. Traversal lists the nodes its beam kept, then the
@@ -286,7 +291,7 @@ def retrieve(
         lead = rank_traversal(index, state, query, beam, filters, lexical)
         results, exhausted = pack(state, lead, packing, filters.hidden)
         if not exhausted:
-            return results
+            return with_similarities(index, query, results)
     taken = {node_id for node_id, _ in lead}
     limit = first_limit(packing.k)
     while True:
@@ -294,8 +299,16 @@ def retrieve(
         combined = [*lead, *(pair for pair in ranked if pair[0] not in taken)] if lead else ranked
         results, exhausted = pack(state, combined, packing, filters.hidden)
         if not exhausted or len(ranked) < limit:
-            return results
+            return with_similarities(index, query, results)
         limit *= 4
+
+
+def with_similarities(index: VectorIndex, query: Vector, results: list[RetrievedNode]) -> list[RetrievedNode]:
+    """The results with their ``similarity``: each node's cosine with the query, in
+    one product over the ``k`` results (the ranking's ``score`` is hybrid, on
+    another scale; callers porting a cut-off tuned on a vector store need this)."""
+    cosines = index.score(query, [result.id for result in results]).tolist()
+    return [replace(result, similarity=cosine) for result, cosine in zip(results, cosines, strict=True)]
 
 
 def _allowed(state: TreeState, node_id: str, filters: Filters, selection: Selection | None) -> bool:
