@@ -20,11 +20,18 @@ than as leaves without embeddings: a node without a vector would break the
 engine's rule that every node can be routed and ranked, and every reader of the
 tree would have to skip it.
 
-The records are the truth and the tree is the index: a put writes the record
-first, then adds or removes only the leaves whose text changed.
+The records are the truth and the tree is the index: a put or delete commits the
+record and every change of the item's leaves (only the leaves whose text changed)
+in one transaction (``MemTree.replace_source``), so a crash never leaves them
+apart. :meth:`MemTreeStore.repair` reconciles files written before that from the
+records.
 
 Operations in a batch run in order. Puts and deletes are serialized within a
 process; the store's own locks serialize writers to one tree across processes.
+
+Items expire as in LangGraph's SQLite and PostgreSQL stores (``ttl=`` on ``put``,
+``TTLConfig``): the record holds the expiry and the item's leaves carry the same
+one, so an expired item is gone from every read at once (:mod:`langchain_memtree.ttl`).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import contextlib
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -50,6 +58,7 @@ from langgraph.store.base import (
     Result,
     SearchItem,
     SearchOp,
+    TTLConfig,
     get_text_at_path,
     validate_op_namespace,
 )
@@ -59,9 +68,12 @@ from langchain_memtree._text import storable
 from langchain_memtree.filters import check_filter, matches, namespace_matches
 from langchain_memtree.index_config import Path, StoreIndex, read_index, tokenized
 from langchain_memtree.middleware import MemTreeMemoryMiddleware
+from langchain_memtree.ttl import Sweeper, check_ttl_config, check_ttl_minutes, expiry_fields, is_expired, refreshable
 from memtree import MemTree
 from memtree.config import Aggregation, RetrievalMode
+from memtree.source_leaves import SOURCES
 from memtree.store import Namespace, NamespaceKey, namespace_key
+from memtree.text import unstorable
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +109,12 @@ class MemTreeStore(BaseStore):
     One tree can serve the store and :class:`MemTreeMemoryMiddleware`: see
     :meth:`middleware`.
 
+    ``ttl`` is LangGraph's ``TTLConfig``: ``default_ttl`` (minutes) for puts that
+    pass no ``ttl``, ``refresh_on_read`` (reads extend what they return; default
+    ``True``), ``sweep_interval_minutes`` (a daemon thread deletes expired items
+    that often; :meth:`sweep_ttl` does it once). An expired item is never returned,
+    listed or found, in any process (see :mod:`langchain_memtree.ttl`).
+
     ``aggregation`` is when the summaries above an indexed text are written: by the
     memory's background worker (default: a put waits for embeddings only, never for
     a chat request), ``"deferred"`` to ``flush()`` / ``close()`` of the memory, or
@@ -110,7 +128,8 @@ class MemTreeStore(BaseStore):
         agent = create_agent(model, tools, store=store)
     """
 
-    supports_ttl: bool = False
+    supports_ttl: bool = True
+    """Items expire as in LangGraph's SQLite and PostgreSQL stores (:mod:`langchain_memtree.ttl`)."""
 
     def __init__(
         self,
@@ -120,10 +139,12 @@ class MemTreeStore(BaseStore):
         prefix: Namespace = ("store",),
         mode: RetrievalMode | None = None,
         aggregation: Aggregation = "background",
+        ttl: TTLConfig | None = None,
     ) -> None:
         if memory is not None and not isinstance(memory, MemTree):
             raise TypeError(f"memory must be a memtree.MemTree, got {type(memory).__name__}")
         self.prefix: NamespaceKey = namespace_key(prefix)
+        self.ttl_config: TTLConfig | None = check_ttl_config(ttl)
         self.index: StoreIndex | None = read_index(index)
         """The index configuration read from ``index`` (``None``: exact key-value store)."""
         self._opened: list[MemTree] = []  # memories this store made and must close
@@ -154,6 +175,10 @@ class MemTreeStore(BaseStore):
         self._opened.append(self._memories)
         self._paths: list[Path] = self.index.paths if self.index is not None else []
         self._write_lock = WriteLock()
+        self._sweeper = Sweeper(self.sweep_ttl)
+        interval = (self.ttl_config or {}).get("sweep_interval_minutes")
+        if interval is not None:
+            self._sweeper.start(interval)
 
     @classmethod
     @contextlib.contextmanager
@@ -162,7 +187,7 @@ class MemTreeStore(BaseStore):
         conn_string: str | os.PathLike[str],
         *,
         index: IndexConfig | None = None,
-        ttl: None = None,
+        ttl: TTLConfig | None = None,
         prefix: Namespace = ("store",),
         mode: RetrievalMode | None = None,
         aggregation: Aggregation = "background",
@@ -171,19 +196,18 @@ class MemTreeStore(BaseStore):
         """A store on a SQLite file (created if missing) or a ``postgresql://`` DSN,
         closed when the ``with`` block ends, like LangGraph's ``SqliteStore`` and
         ``PostgresStore``. ``memory_options`` go to :meth:`MemTree.open`
-        (``embedder=``, ``llm=``, ``config=``...); ``ttl`` is accepted only as ``None``.
+        (``embedder=``, ``llm=``, ``config=``...); ``ttl`` is LangGraph's ``TTLConfig``.
 
         Example::
 
             with MemTreeStore.from_conn_string("memory.db", index={"fields": ["text"]}) as store:
                 agent = create_agent(model, tools, store=store)
         """
-        if ttl is not None:
-            raise NotImplementedError("MemTreeStore does not expire items; leave ttl=None")
-        read_index(index)  # a bad index fails before a file is made
+        read_index(index)  # a bad index or TTL config fails before a file is made
+        check_ttl_config(ttl)
         memory = MemTree.open(conn_string, namespace=prefix, **memory_options)
         try:
-            store = cls(memory, index=index, prefix=prefix, mode=mode, aggregation=aggregation)
+            store = cls(memory, index=index, prefix=prefix, mode=mode, aggregation=aggregation, ttl=ttl)
         except BaseException:
             memory.close()
             raise
@@ -200,7 +224,8 @@ class MemTreeStore(BaseStore):
 
     def close(self) -> None:
         """Close what this store opened (the memory of :meth:`from_conn_string`);
-        a memory passed in stays open, it is the caller's."""
+        a memory passed in stays open, it is the caller's. Stops the TTL sweeper."""
+        self._sweeper.stop()
         while self._opened:  # in the order opened: the handles before the memory that owns the store
             self._opened.pop(0).close()
 
@@ -234,6 +259,84 @@ class MemTreeStore(BaseStore):
             )
         return MemTreeMemoryMiddleware(memory=self._base, namespace=self._key(namespace_key(namespace)), **options)
 
+    def check(self) -> list[str]:
+        """Every problem of this store's trees, described (empty: sound); reads only.
+
+        Per namespace: the tree's invariants, items whose leaves differ from what
+        their put wrote (:meth:`MemTree.check_integrity`) and, in files written
+        before a put committed item and leaves together, items whose leaves differ
+        from their record and leaves of items that no longer exist.
+        """
+        problems: list[str] = []
+        for namespace, memory in self._namespaces():
+            label = "/".join(namespace[len(self.prefix) :])
+            found = memory.check_integrity() + [problem for problem, _ in self._unmanaged(namespace, memory)]
+            problems += [f"{label}: {problem}" for problem in found]
+        return problems
+
+    def repair(self) -> int:
+        """Bring every tree in step with the item records, the truth, and rewrite
+        stale summaries; return how many items and summaries were fixed.
+
+        An item whose leaves differ from its record (a file from before puts were
+        atomic, interrupted between the two) gets the leaves its record calls for;
+        leaves of a deleted item are removed. Example: ``store.repair()`` once after
+        upgrading, then ``store.check() == []``.
+        """
+        fixed = 0
+        for namespace, memory in self._namespaces():
+            for _, fix in self._unmanaged(namespace, memory):
+                if fix is not None:
+                    key, texts = fix
+                    record = self._records.get_records(namespace, ITEMS, [key]).get(key) or {}
+                    memory.replace_source(
+                        key,
+                        [text for _, text in texts],
+                        metadata=[{"path": path} for path, _ in texts],
+                        expires_at=record.get("expires_at"),
+                    )
+                    fixed += 1
+            fixed += memory.repair()
+        return fixed
+
+    def _namespaces(self) -> Iterator[tuple[NamespaceKey, MemTree]]:
+        for namespace in self._records.list_namespaces(self.prefix):
+            if len(namespace) > len(self.prefix):
+                yield namespace, self._memories.sibling(namespace)
+
+    def _unmanaged(
+        self, namespace: NamespaceKey, memory: MemTree
+    ) -> list[tuple[str, tuple[str, list[tuple[str, str]]] | None]]:
+        """Problems of the items no manifest covers (written before puts were atomic),
+        each with its fix: (key, the texts its leaves must hold), or ``None`` when
+        the record cannot tell (a put that named its own fields)."""
+        items = self._records.get_records(namespace, ITEMS)
+        managed = self._records.get_records(namespace, SOURCES)
+        held: dict[str, list[tuple[str, str]]] = {}
+        for leaf in memory.leaves():
+            if leaf.source_id is not None and isinstance(leaf.metadata.get("path"), str):
+                held.setdefault(leaf.source_id, []).append((leaf.metadata["path"], leaf.text))
+        out: list[tuple[str, tuple[str, list[tuple[str, str]]] | None]] = []
+        now = time.time()
+        for key, record in items.items():
+            if key in managed or is_expired(record, now):
+                continue  # check_integrity compares it with its manifest; an expired item is gone
+            count = int(record.get("vectors", 0))
+            wanted = _texts(record["value"], self._paths) if count and self.index is not None else []
+            leaves = sorted(held.get(key, []))
+            if sorted(wanted) == leaves:
+                continue
+            problem = f"item {key!r}: its record calls for {count} leaves, the tree holds {len(leaves)} that differ"
+            if len(wanted) != count:
+                out.append((problem + " (put with other fields: repair() cannot tell which; put it again)", None))
+            else:
+                out.append((problem + "; repair() rewrites them from the record", (key, wanted)))
+        for key in sorted(set(held) - set(items) - set(managed)):
+            out.append(
+                (f"{len(held[key])} leaves of item {key!r}, which no longer exists; repair() removes them", (key, []))
+            )
+        return out
+
     # -- the LangGraph interface --------------------------------------------------
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
@@ -249,6 +352,27 @@ class MemTreeStore(BaseStore):
         config, for reading: a ``MemTreeRetriever``, ``format_tree()``, ``stats()``.
         Change items through the store, which keeps tree and items in step."""
         return self._base.sibling(self._key(namespace))
+
+    def sweep_ttl(self) -> int:
+        """Delete every expired item (its record and its leaves, the summaries above
+        rewritten) and every expired leaf of the store's trees; return how many items.
+        Expired items are invisible before this runs; it frees their space."""
+        return run(self._sweep_steps())
+
+    async def asweep_ttl(self) -> int:
+        """Async :meth:`sweep_ttl`."""
+        return await arun(self._sweep_steps())
+
+    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> None:
+        """Run :meth:`sweep_ttl` every ``sweep_interval_minutes`` (default: the
+        ``TTLConfig``'s, else 5) in a daemon thread, as LangGraph's stores do;
+        :meth:`stop_ttl_sweeper` or :meth:`close` stops it."""
+        interval = sweep_interval_minutes or (self.ttl_config or {}).get("sweep_interval_minutes") or 5
+        self._sweeper.start(interval)
+
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Stop the sweeper thread; whether it stopped within ``timeout`` seconds."""
+        return self._sweeper.stop(timeout)
 
     # -- operations ----------------------------------------------------------------
 
@@ -273,7 +397,14 @@ class MemTreeStore(BaseStore):
         key = self._key(op.namespace)
         found = yield Call(self._records, "get_records", (key, ITEMS, [op.key]))
         record = found.get(op.key)
-        return None if record is None else _item(op.namespace, op.key, record)
+        if record is None or is_expired(record, time.time()):
+            return None
+        if op.refresh_ttl and refreshable(record):
+            refreshed = yield from self._refresh_steps(key, [op.key])
+            record = refreshed.get(op.key)
+            if record is None:  # deleted or expired meanwhile
+                return None
+        return _item(op.namespace, op.key, record)
 
     def _put_steps(self, op: PutOp) -> Procedure[None]:
         key = self._key(op.namespace)
@@ -282,22 +413,24 @@ class MemTreeStore(BaseStore):
         old = yield Call(self._records, "get_records", (key, ITEMS, [op.key]))
         now = datetime.now(UTC)
         texts = [] if self.index is None or op.index is False else _texts(value, self._paths_for(op.index))
+        expiry = expiry_fields(op.ttl, now.timestamp())
+        present = op.key in old and not is_expired(old[op.key], now.timestamp())  # an expired item is gone
         record = {
             "value": value,
-            "created_at": old[op.key]["created_at"] if op.key in old else now.isoformat(),
+            "created_at": old[op.key]["created_at"] if present else now.isoformat(),
             "updated_at": now.isoformat(),
             "vectors": len(texts),
+            **expiry,
         }
-        yield Call(self._records, "put_records", (key, ITEMS, {op.key: record}))
-        yield from _reindex_steps(memory, op.key, texts, now)
+        yield from _replace_steps(memory, op.key, texts, now, record, expiry["expires_at"])
 
     def _delete_steps(self, op: PutOp) -> Procedure[None]:
         key = self._key(op.namespace)
         memory = yield Call(self._memories, "sibling", (key,))
         old = yield Call(self._records, "get_records", (key, ITEMS, [op.key]))
-        if op.key in old:
-            yield Call(self._records, "put_records", (key, ITEMS, {op.key: None}))
-        yield from _reindex_steps(memory, op.key, [], None)
+        leaf_ids = yield Call(memory, "find", kwargs={"source_id": op.key})
+        if op.key in old or leaf_ids:
+            yield from _replace_steps(memory, op.key, [], None, None)
         leaves = yield Call(memory, "__len__")
         if leaves == 0:  # only then can the namespace be empty: check its items
             rest = yield Call(self._records, "get_records", (key, ITEMS))
@@ -305,9 +438,6 @@ class MemTreeStore(BaseStore):
                 yield Call(memory, "delete_namespace")
 
     def _search_steps(self, op: SearchOp) -> Procedure[list[SearchItem]]:
-        check_filter(op.filter)
-        if op.limit < 0 or op.offset < 0:
-            raise ValueError(f"limit and offset must be >= 0, got limit={op.limit}, offset={op.offset}")
         wanted = op.offset + op.limit
         if wanted == 0:
             return []
@@ -319,9 +449,12 @@ class MemTreeStore(BaseStore):
             hits = yield from self._ranked_steps(op, namespaces, wanted)
         if len(hits) < wanted:  # listing, or items no query can score (nothing indexed)
             hits += yield from self._listed_steps(op, namespaces, wanted - len(hits), unscored_only=ranked)
+        page = hits[op.offset : wanted]
+        if op.refresh_ttl:
+            page = yield from self._refreshed_page(page)
         return [
             _item(ns[len(self.prefix) :], item_key, record, score=score, result=SearchItem)
-            for score, ns, item_key, record in hits[op.offset : wanted]
+            for score, ns, item_key, record in page
         ]
 
     def _ranked_steps(self, op: SearchOp, namespaces: list[NamespaceKey], wanted: int) -> Procedure[list[_Hit]]:
@@ -357,13 +490,14 @@ class MemTreeStore(BaseStore):
             for tier, score, ns, item_key in leaves:
                 best.setdefault((ns, item_key), (tier, score))
             hits: list[_Hit] = []
+            now = time.time()
             for ns in namespaces:
                 keys = [item_key for (space, item_key) in best if space == ns]
                 records = (yield Call(self._records, "get_records", (ns, ITEMS, keys))) if keys else {}
                 hits += [
                     (best[(ns, item_key)][1], ns, item_key, record)
                     for item_key, record in records.items()
-                    if matches(record["value"], op.filter)
+                    if not is_expired(record, now) and matches(record["value"], op.filter)
                 ]
             # beam-reached first; equal scores stay in namespace, then insertion, order
             hits.sort(key=lambda hit: (best[(hit[1], hit[2])][0], -(hit[0] or 0.0)))
@@ -376,10 +510,11 @@ class MemTreeStore(BaseStore):
     ) -> Procedure[list[_Hit]]:
         """Items in namespace order, then in the order first put, filtered."""
         hits: list[_Hit] = []
+        now = time.time()
         for ns in namespaces:
             records = yield Call(self._records, "get_records", (ns, ITEMS))
             for item_key, record in records.items():
-                if unscored_only and record.get("vectors", 0) > 0:
+                if (unscored_only and record.get("vectors", 0) > 0) or is_expired(record, now):
                     continue
                 if matches(record["value"], op.filter):
                     hits.append((None, ns, item_key, record))
@@ -389,13 +524,94 @@ class MemTreeStore(BaseStore):
 
     def _list_steps(self, op: ListNamespacesOp) -> Procedure[list[tuple[str, ...]]]:
         found = yield Call(self._records, "list_namespaces", (self.prefix,))
-        names = [ns[len(self.prefix) :] for ns in found if len(ns) > len(self.prefix)]
+        spaces = [ns for ns in found if len(ns) > len(self.prefix)]
+        names = []
+        for ns in spaces:
+            if (yield from self._holds_live_items(ns)):
+                names.append(ns[len(self.prefix) :])
         for condition in op.match_conditions or ():
             names = [ns for ns in names if namespace_matches(condition, ns)]
         if op.max_depth is not None:
             names = list({ns[: op.max_depth]: None for ns in names})
         names.sort()
         return names[op.offset : op.offset + op.limit]
+
+    # -- expiry ------------------------------------------------------------------------
+
+    def _holds_live_items(self, ns: NamespaceKey) -> Procedure[bool]:
+        """Whether a namespace should be listed: it has an item that has not expired,
+        or no items at all (then it holds only leaves, as a middleware's tree does)."""
+        records = yield Call(self._records, "get_records", (ns, ITEMS))
+        now = time.time()
+        return not records or any(not is_expired(record, now) for record in records.values())
+
+    def _refresh_steps(self, ns: NamespaceKey, keys: list[str]) -> Procedure[dict[str, dict[str, Any]]]:
+        """Extend the expiry of these items by their own TTL from now (records and
+        leaves), re-read under the write lock so a concurrent put is never undone;
+        return the records as they are now (expired or deleted ones left out)."""
+        yield Call(self._write_lock, "acquire")
+        try:
+            found = yield Call(self._records, "get_records", (ns, ITEMS, keys))
+            now = time.time()
+            live = {key: record for key, record in found.items() if not is_expired(record, now)}
+            changed = {
+                key: {**record, **expiry_fields(record["ttl_minutes"], now)}
+                for key, record in live.items()
+                if refreshable(record)
+            }
+            if changed:
+                yield Call(self._records, "put_records", (ns, ITEMS, changed))
+                memory = yield Call(self._memories, "sibling", (ns,))
+                by_expiry: dict[float, list[str]] = {}  # one tree commit per expiry, not per item
+                for key, record in changed.items():
+                    by_expiry.setdefault(record["expires_at"], []).extend(
+                        (yield Call(memory, "find", (), {"source_id": key}))
+                    )
+                for expires_at, leaf_ids in by_expiry.items():
+                    yield from _set_expiry_steps(memory, leaf_ids, expires_at)
+            return {**live, **changed}
+        finally:
+            self._write_lock.release()
+
+    def _refreshed_page(self, page: list[_Hit]) -> Procedure[list[_Hit]]:
+        """A search page with the expiry of its items refreshed (LangGraph's
+        ``refresh_ttl``); an item deleted or expired meanwhile drops out."""
+        keys: dict[NamespaceKey, list[str]] = {}
+        for _, ns, item_key, record in page:
+            if refreshable(record):
+                keys.setdefault(ns, []).append(item_key)
+        if not keys:
+            return page
+        current: dict[tuple[NamespaceKey, str], dict[str, Any]] = {}
+        for ns, wanted in keys.items():
+            refreshed = yield from self._refresh_steps(ns, wanted)
+            current.update({(ns, key): record for key, record in refreshed.items()})
+        return [
+            (score, ns, key, current.get((ns, key), record))
+            for score, ns, key, record in page
+            if (ns, key) in current or not refreshable(record)
+        ]
+
+    def _sweep_steps(self) -> Procedure[int]:
+        """Delete the expired items of every namespace (each checked again under the
+        write lock: a put may have renewed it), then the trees' expired leaves."""
+        found = yield Call(self._records, "list_namespaces", (self.prefix,))
+        swept = 0
+        for ns in (ns for ns in found if len(ns) > len(self.prefix)):
+            records = yield Call(self._records, "get_records", (ns, ITEMS))
+            now = time.time()
+            for item_key in [key for key, record in records.items() if is_expired(record, now)]:
+                yield Call(self._write_lock, "acquire")
+                try:
+                    again = yield Call(self._records, "get_records", (ns, ITEMS, [item_key]))
+                    if item_key in again and is_expired(again[item_key], time.time()):
+                        yield from self._delete_steps(PutOp(ns[len(self.prefix) :], item_key, None))
+                        swept += 1
+                finally:
+                    self._write_lock.release()
+            memory = yield Call(self._memories, "sibling", (ns,))
+            yield Call(memory, "sweep_expired")
+        return swept
 
     # -- helpers ---------------------------------------------------------------------
 
@@ -412,46 +628,51 @@ class MemTreeStore(BaseStore):
         return (*self.prefix, *namespace)
 
 
-def _reindex_steps(memory: MemTree, key: str, texts: list[tuple[str, str]], moment: datetime | None) -> Procedure[None]:
-    """Make the item's leaves exactly ``texts``.
+def _replace_steps(
+    memory: MemTree,
+    key: str,
+    texts: list[tuple[str, str]],
+    moment: datetime | None,
+    record: dict[str, Any] | None,
+    expires_at: float | None = None,
+) -> Procedure[None]:
+    """Make the item's leaves exactly ``texts`` and its record ``record`` (``None``:
+    deleted) in one transaction (:meth:`MemTree.replace_source`), so a crash leaves
+    both as they were or both as put. The leaves expire at ``expires_at``
+    with the record.
 
     A leaf whose text is unchanged stays as it is. A changed text at a path the
-    item already had corrects that path's leaf in place (``MemTree.update``: the
-    leaf keeps its id, is routed again if its meaning moved, and its earlier text
-    stays in ``history``), so ``put`` on an existing key is an update, not a
-    delete and a new memory. Leaves no text needs any more are removed; texts at
-    new paths are added.
+    item already had corrects that path's leaf in place (the leaf keeps its id, is
+    routed again if its meaning moved, and its earlier text stays in ``history``),
+    so ``put`` on an existing key is an update, not a delete and a new memory.
+    Leaves no text needs any more are removed; texts at new paths are added.
     """
-    leaf_ids = yield Call(memory, "find", kwargs={"source_id": key})
-    kept: set[tuple[str, str]] = set()
-    stale: dict[str, str] = {}  # leaf id -> its path, for leaves whose text is no longer wanted
-    for leaf_id in leaf_ids:
-        node = yield Call(memory, "get", (leaf_id,))
-        pair = (node.metadata.get("path"), node.text)
-        if pair in texts and pair not in kept:
-            kept.add(pair)
-        else:
-            stale[leaf_id] = pair[0]
-    missing = [pair for pair in dict.fromkeys(texts) if pair not in kept]
-    corrections: list[tuple[str, str, str]] = []  # (leaf id, path, new text)
-    for path, text in missing:
-        leaf_id = next((stale_id for stale_id, stale_path in stale.items() if stale_path == path), None)
-        if leaf_id is not None:
-            del stale[leaf_id]
-            corrections.append((leaf_id, path, text))
-    for leaf_id in stale:
-        with contextlib.suppress(KeyError):  # another writer removed it first
-            yield Call(memory, "delete", (leaf_id,))
-    corrected: set[tuple[str, str]] = set()
-    for leaf_id, path, text in corrections:
+    if expires_at is not None and expires_at <= time.time():
+        texts = []  # the item expired while it was being written: nothing to index
+    yield Call(
+        memory,
+        "replace_source",
+        (key, [text for _, text in texts]),
+        {
+            "metadata": [{"path": path} for path, _ in texts],
+            "timestamp": moment,
+            "records": {ITEMS: {key: record}},
+            "expires_at": expires_at,
+        },
+    )
+
+
+def _set_expiry_steps(memory: MemTree, leaf_ids: list[str], expires_at: float) -> Procedure[None]:
+    """Give these leaves ``expires_at``; a leaf another writer removed meanwhile is
+    left out (the others still get it)."""
+    for _ in range(2):
+        if not leaf_ids or expires_at <= time.time():
+            return
         try:
-            yield Call(memory, "update", (leaf_id, text), {"metadata": {"path": path}, "timestamp": moment})
-        except KeyError:  # another writer removed it first: add the text as a new leaf below
-            continue
-        corrected.add((path, text))
-    for path, text in missing:
-        if (path, text) not in corrected:
-            yield Call(memory, "add", (text,), {"metadata": {"path": path}, "timestamp": moment, "source_id": key})
+            yield Call(memory, "set_expiry", (leaf_ids,), {"expires_at": expires_at})
+            return
+        except KeyError:
+            leaf_ids = list((yield Call(memory, "get_many", (leaf_ids,))))
 
 
 def _texts(value: Mapping[str, Any], paths: list[Path]) -> list[tuple[str, str]]:
@@ -466,19 +687,54 @@ def _texts(value: Mapping[str, Any], paths: list[Path]) -> list[tuple[str, str]]
 
 
 def _checked_ops(ops: Iterable[Op]) -> list[Op]:
+    """Every operation of a batch checked before any runs, so a bad one applies
+    nothing (LangGraph's own stores also check every op before writing any)."""
     checked = list(ops)
     for op in checked:
         if not isinstance(op, (GetOp, SearchOp, ListNamespacesOp, PutOp)):
             raise TypeError(f"unknown store operation {type(op).__name__}")
+        if isinstance(op, ListNamespacesOp):
+            _check_listing(op)
+            continue
+        namespace = op.namespace_prefix if isinstance(op, SearchOp) else op.namespace
+        if not isinstance(namespace, tuple):
+            raise InvalidNamespaceError(
+                f"a namespace is a tuple of labels, got the {type(namespace).__name__} {namespace!r}; "
+                f"write ({namespace!r},) for a namespace of one label"
+            )
         validate_op_namespace(op)
+        for label in namespace:
+            _check_text(label, "namespace label", InvalidNamespaceError)
+        if isinstance(op, SearchOp):
+            check_filter(op.filter)
+            if op.limit < 0 or op.offset < 0:
+                raise ValueError(f"limit and offset must be >= 0, got limit={op.limit}, offset={op.offset}")
+            continue
+        if not isinstance(op.key, str):
+            raise TypeError(f"item keys must be str, got {type(op.key).__name__}")
+        _check_text(op.key, "item key", ValueError)
         if isinstance(op, PutOp):
             if op.namespace and op.namespace[0] == "langgraph":
                 raise InvalidNamespaceError(f'Root label for namespace cannot be "langgraph". Got: {op.namespace}')
-            if op.ttl is not None:
-                raise NotImplementedError("MemTreeStore does not expire items; put them with ttl=None")
-            if not isinstance(op.key, str):
-                raise TypeError(f"item keys must be str, got {type(op.key).__name__}")
+            if op.ttl is not None and op.value is not None:
+                check_ttl_minutes(op.ttl)
+            if op.value is not None:
+                _checked_value(op.value)
     return checked
+
+
+def _check_listing(op: ListNamespacesOp) -> None:
+    for name in ("limit", "offset", "max_depth"):
+        number = getattr(op, name)
+        if number is not None and (not isinstance(number, int) or number < 0):
+            raise ValueError(f"list_namespaces: {name} must be >= 0, got {number!r}")
+
+
+def _check_text(text: str, what: str, error: type[ValueError]) -> None:
+    """A namespace label or item key the durable stores can hold: no NUL, valid Unicode."""
+    problem = unstorable(text)
+    if problem:
+        raise error(f"{what} {text!r} {problem}; remove it (SQLite and PostgreSQL cannot store it)")
 
 
 def _checked_value(value: Any) -> dict[str, Any]:
@@ -486,25 +742,21 @@ def _checked_value(value: Any) -> dict[str, Any]:
         raise TypeError(f"item values must be dicts, got {type(value).__name__}")
     try:
         text = json.dumps(dict(value), ensure_ascii=False, allow_nan=False)
+    except RecursionError:
+        raise ValueError(
+            "item value is nested too deeply to store as JSON; flatten it (a few hundred levels at most)"
+        ) from None
     except (TypeError, ValueError) as error:
         raise TypeError(f"item values must be JSON-serializable: {error}") from None
-    if _has_nul(value):
-        raise ValueError("item value contains a NUL character (\\x00), which durable stores cannot hold; remove it")
+    problem = unstorable(value)
+    if problem:
+        raise ValueError(f"item value {problem}; fix the text before storing")
     try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise ValueError(f"item value is not valid Unicode ({error.reason}); fix the text before storing") from None
-    return json.loads(text)  # type: ignore[no-any-return]
-
-
-def _has_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, Mapping):
-        return any(_has_nul(key) or _has_nul(item) for key, item in value.items())
-    if isinstance(value, (list, tuple)):
-        return any(_has_nul(item) for item in value)
-    return False
+        return json.loads(text)  # type: ignore[no-any-return]
+    except RecursionError:  # json.dumps nests deeper than json.loads reads back
+        raise ValueError(
+            "item value is nested too deeply to store as JSON; flatten it (a few hundred levels at most)"
+        ) from None
 
 
 def _item(

@@ -35,6 +35,10 @@ Matrix = npt.NDArray[np.float32]
 Backend = Literal["auto", "numpy", "sentence-transformers"]
 BACKENDS: tuple[Backend, ...] = ("auto", "numpy", "sentence-transformers")
 
+DEFAULT_EMBED_TIMEOUT = 120.0
+"""Seconds a memory lets one embedding call take by default (loading a local model
+on its first call included)."""
+
 
 class Embedder(ABC):
     """Interface for embedding models used by a memory.
@@ -42,7 +46,15 @@ class Embedder(ABC):
     Subclasses implement :meth:`embed`. Rows must be L2-normalized (the engine
     re-checks and normalizes; a zero, NaN or infinite row is an error). Override
     :meth:`aembed` when the model has a native async client.
+
+    A memory gives up on one call after :attr:`call_timeout` seconds
+    (``TimeoutError``, as for a chat model's call), so an embedder that hangs
+    cannot hold a write, a query or ``close()``: the call runs in a helper thread,
+    left to finish on its own. ``None`` sets no limit (for embedders that cannot
+    hang, or that bound their own requests, as the API adapters do).
     """
+
+    call_timeout: float | None = DEFAULT_EMBED_TIMEOUT
 
     @abstractmethod
     def embed(self, texts: Sequence[str]) -> Matrix:
@@ -141,6 +153,8 @@ class HashingEmbedder(Embedder):
     for benchmarks that must isolate the engine from a model's cost.
     """
 
+    call_timeout = None  # arithmetic on the caller's thread: it cannot hang
+
     def __init__(self, dimension: int = 256) -> None:
         if dimension < 8:
             raise ValueError(f"dimension must be at least 8, got {dimension}")
@@ -182,6 +196,8 @@ class LocalEmbedder(Embedder):
     ``backend``: ``"auto"`` (numpy for the bundled model, else sentence-transformers),
     ``"numpy"`` (the bundled model only) or ``"sentence-transformers"``.
     """
+
+    call_timeout = 600.0  # a first call on sentence-transformers imports torch: slow on a busy machine
 
     def __init__(
         self,

@@ -59,6 +59,9 @@ class Node:
     call failed or because its aggregation is deferred; ``MemTree.repair()`` (or
     ``flush()`` for deferred ones) brings it up to date.
     ``children`` is not stored: the engine derives it from the children's ``parent``.
+    ``expires_at`` (leaves only; POSIX seconds, UTC) is when the leaf stops being
+    remembered: from then on no read returns it and a sweep deletes it
+    (``MemTree.add(ttl=...)``); ``None``: never.
     """
 
     id: str
@@ -76,6 +79,7 @@ class Node:
     leaf_sum: Vector | None = None
     stale: bool = False
     children: list[str] = field(default_factory=list)
+    expires_at: float | None = None
 
     @property
     def is_root(self) -> bool:
@@ -105,6 +109,7 @@ class Node:
             leaf_sum=self.leaf_sum,
             stale=self.stale,
             children=list(self.children),
+            expires_at=self.expires_at,
         )
 
 
@@ -137,6 +142,13 @@ class RetrievedNode:
     context built from the results above it: its text without the sentences an
     earlier result already contributed (summaries repeat their leaves' sentences).
     Budgets are charged on ``context``; join the ``context`` fields to build a prompt.
+
+    ``score`` is what the results are ranked by: hybrid by default (cosine and
+    BM25 mixed, summaries discounted; see :mod:`memtree.retrieval`), so it is on
+    another scale than a vector store's. ``similarity`` is the plain cosine of the
+    node's embedding with the query's, what a vector store with the same embedder
+    would report for this node; adapters hand it to frameworks whose cut-offs
+    (LlamaIndex's ``similarity_cutoff``) are tuned on cosine.
     """
 
     id: str
@@ -149,6 +161,7 @@ class RetrievedNode:
     leaf_ids: tuple[str, ...]
     source_id: str | None = None
     context: str = ""
+    similarity: float | None = None
 
     @property
     def time(self) -> datetime | None:

@@ -15,12 +15,13 @@ import asyncio
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from memtree.background import BackgroundSummaries, KeptConflicting
+from memtree.background import BackgroundSummaries, KeptConflicting, remaining, run_bounded
 from memtree.config import AGGREGATION_MODES, MemTreeConfig
 from memtree.deferral import PendingSummaries
 from memtree.embed import Matrix
@@ -32,7 +33,7 @@ from memtree.procedures import Procedures
 from memtree.replica import Replica
 from memtree.state import TreeState
 from memtree.stats import TreeStats, tree_stats
-from memtree.store.base import NamespaceInfo, NamespaceKey, Store, WriteTransaction
+from memtree.store.base import NamespaceInfo, NamespaceKey, RecordChanges, Store, WriteTransaction
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +45,10 @@ ItemLists = tuple[
     Sequence[Mapping[str, Any] | None] | None,
     Sequence[TimeLike | None] | None,
     Sequence[str | None] | None,
+    float | None,
 ]
-"""``add_many``'s texts, metadata, timestamps and source ids, not yet checked."""
+"""``add_many``'s texts, metadata, timestamps and source ids, not yet checked, and
+when all of them expire (checked: POSIX seconds, ``None``: never)."""
 
 
 class Writer:
@@ -72,6 +75,7 @@ class Writer:
 
     def add(self, item: Item, aggregation: str | None) -> str:
         mode = self.aggregation_mode(aggregation)
+        self.sweep_if_due()
         existing = self.stored_duplicate(item)
         if existing is not None:
             return existing
@@ -82,6 +86,7 @@ class Writer:
 
     async def aadd(self, item: Item, aggregation: str | None) -> str:
         mode = self.aggregation_mode(aggregation)
+        await self.asweep_if_due()
         existing = self.stored_duplicate(item)
         if existing is not None:
             return existing
@@ -93,6 +98,7 @@ class Writer:
     def add_many(self, given: ItemLists, aggregation: str | None, block: DeferredAggregation[Any]) -> list[str]:
         mode = self.aggregation_mode(aggregation)
         items = make_items(*given)
+        self.sweep_if_due()
         stored = self._stored_mask(items)
         vectors = _fill_in(stored, self.calls.drive(self.procedures.embed(_unstored_texts(items, stored))))
         if aggregation is None or mode != "deferred" or self.is_deferring():
@@ -105,6 +111,7 @@ class Writer:
     async def aadd_many(self, given: ItemLists, aggregation: str | None, block: DeferredAggregation[Any]) -> list[str]:
         mode = self.aggregation_mode(aggregation)
         items = make_items(*given)
+        await self.asweep_if_due()
         stored = self._stored_mask(items)
         vectors = _fill_in(stored, await self.calls.adrive(self.procedures.embed(_unstored_texts(items, stored))))
         if aggregation is None or mode != "deferred" or self.is_deferring():
@@ -166,14 +173,56 @@ class Writer:
     def delete(self, node_ids: Iterable[str]) -> int:
         ids = check_leaf_ids(node_ids)
         if ids:
-            self.write(lambda: self.procedures.delete(ids))
+            background = self.in_background()
+            self.write(lambda: self.procedures.delete(ids, defer=background))
+            if background:
+                self.background.notify()
         return len(ids)
 
     async def adelete(self, node_ids: Iterable[str]) -> int:
         ids = check_leaf_ids(node_ids)
         if ids:
-            await self.awrite(lambda: self.procedures.delete(ids))
+            background = self.in_background()
+            await self.awrite(lambda: self.procedures.delete(ids, defer=background))
+            if background:
+                self.background.notify()
         return len(ids)
+
+    def sweep_expired(self) -> int:
+        """Delete every expired leaf (the summaries above rewritten as by a delete)."""
+        return self.write(self.procedures.sweep)
+
+    async def asweep_expired(self) -> int:
+        return await self.awrite(self.procedures.sweep)
+
+    def sweep_if_due(self) -> None:
+        """:meth:`sweep_expired` when a leaf this process knows of has expired: writes
+        sweep on the way, so expired memories do not wait for an explicit sweep. A
+        sweep that fails is logged and left for the next one; the write goes on."""
+        if self.replica.sweep_due():
+            try:
+                self.sweep_expired()
+            except Exception:  # the caller's write must not fail because an old memory could not go
+                logger.exception("sweeping expired memories failed; the next write or sweep_expired() retries")
+
+    async def asweep_if_due(self) -> None:
+        if self.replica.sweep_due():
+            try:
+                await self.asweep_expired()
+            except Exception:  # as in sweep_if_due
+                logger.exception("sweeping expired memories failed; the next write or sweep_expired() retries")
+
+    def set_expiry(self, leaf_ids: list[str], expires_at: float | None) -> int:
+        return self.write(lambda: self.procedures.set_expiry(leaf_ids, expires_at))
+
+    async def aset_expiry(self, leaf_ids: list[str], expires_at: float | None) -> int:
+        return await self.awrite(lambda: self.procedures.set_expiry(leaf_ids, expires_at))
+
+    def in_background(self) -> bool:
+        """Whether a delete or an update left to the configured mode hands its
+        summaries to the background worker (``aggregation="background"``, outside a
+        ``deferred()`` block), so that it never waits for a chat model."""
+        return self.aggregation_mode(None) == "background"
 
     def restore(self, nodes: list[Node], info: NamespaceInfo, versions: Sequence[LeafVersion] = ()) -> None:
         """Write a whole checked tree (and its leaves' history) into this (empty)
@@ -182,7 +231,7 @@ class Writer:
 
     def reinsert_leaf(self, leaf: Node) -> None:
         """Route a stored leaf in again with its own id, times and embedding."""
-        item = Item(leaf.text, dict(leaf.metadata), leaf.timestamp, leaf.source_id)
+        item = Item(leaf.text, dict(leaf.metadata), leaf.timestamp, leaf.source_id, leaf.expires_at)
         assert leaf.embedding is not None
         embedding = leaf.embedding
         self.write(lambda: self.procedures.insert(item, embedding, restore=leaf))
@@ -198,12 +247,23 @@ class Writer:
         summaries waiting for a flush (``state`` read under the replica's lock)."""
         return tree_stats(state, self.calls.counters.snapshot(), self.procedures.theta0(), pending=len(self.pending))
 
-    def stop(self) -> None:
-        """Stop the background worker and write the summaries still pending; one that
-        cannot be written stays stale for ``repair()`` (closing goes on)."""
-        self.background.stop()
+    def stop(self, timeout: float | None) -> list[str]:
+        """Stop the background worker and write the summaries still pending, waiting
+        at most ``timeout`` seconds in all (``None``: as long as it takes); return the
+        ids of the stale summaries if not everything pending could be written (they
+        wait for ``repair()``; closing goes on), else ``[]``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        done = self.background.stop(remaining(deadline))
+        if done and len(self.pending):  # writes that arrived while the worker stopped
+            done = run_bounded(self._flush_on_close, remaining(deadline), f"{self.background.name}-close")
+        if done and not len(self.pending):
+            return []
+        with self.replica.lock.read():
+            return sorted(node.id for node in self.replica.state.nodes.values() if node.stale)
+
+    def _flush_on_close(self) -> None:
         try:
-            self.flush()  # writes that arrived while the worker stopped
+            self.flush()
         except Exception:  # closing must go on; the summaries stay stale
             logger.exception("flushing pending summaries on close failed; they stay stale: call repair() later")
 
@@ -298,6 +358,39 @@ class Writer:
         finally:
             transaction.rollback()
 
+    def write_together(self, plan: Callable[[Staging], T], records: RecordChanges | None = None) -> T:
+        """Several write procedures and record changes committed as ONE transaction.
+
+        ``plan`` runs under the store's writer lock, after catching up: each
+        procedure it hands to :meth:`Staging.run` is planned on the tree the ones
+        before it left, its model calls made there and then (so the lock waits for
+        them; deferred and background summaries make none), and its batch staged.
+        ``records`` are committed with them, in the same transaction. Other
+        processes see all of it or, if this process dies or anything raises first,
+        none of it; this process's tree is then read again from the store.
+        """
+        store, namespace = self.replica.store, self.replica.namespace
+        self.replica.maybe_refresh()
+        staging: Staging | None = None
+        try:
+            with store.write(namespace) as transaction:
+                self.replica.catch_up(transaction.read_changes)
+                staging = Staging(self, transaction)
+                result = plan(staging)
+                if records:
+                    self.replica.stage(transaction, [], [], records=records)
+                transaction.commit_staged()
+        except BaseException:
+            if staging is not None and staging.staged:
+                for prepared in staging.staged:
+                    prepared.abandon()
+                self.replica.reload()
+            raise
+        for prepared in staging.staged:
+            if prepared.committed is not None:
+                prepared.committed()
+        return result
+
     def _commit_prepared(self, transaction: WriteTransaction, prepared: PreparedWrite[Any]) -> bool:
         """Catch up under the lock and commit ``prepared`` if it still holds; ``False``
         (and the plan abandoned) if another write changed what it depends on."""
@@ -354,6 +447,27 @@ async def _begin_in_thread(store: Store, namespace: NamespaceKey) -> WriteTransa
         if opened is not None:
             opened.rollback()
         raise
+
+
+class Staging:
+    """The procedures of one :meth:`Writer.write_together`, staged one after another."""
+
+    def __init__(self, writer: Writer, transaction: WriteTransaction) -> None:
+        self.writer = writer
+        self.transaction = transaction
+        self.staged: list[PreparedWrite[Any]] = []
+
+    def run(self, procedure: Steps[PreparedWrite[T]]) -> T:
+        """Plan ``procedure`` on the tree as staged so far, make its model calls and
+        stage its batch; return its result (committed only with the rest)."""
+        replica = self.writer.replica
+        prepared = self.writer.calls.drive(procedure)
+        if prepared.empty:
+            return prepared.result
+        self.staged.append(prepared)
+        info = prepared.info(replica.state.info) if prepared.info is not None else None
+        replica.stage(self.transaction, prepared.upserts, prepared.deletions, info, prepared.versions)
+        return prepared.result
 
 
 class DeferredAggregation(Generic[M]):
@@ -425,6 +539,7 @@ def make_items(
     metadata: Sequence[Mapping[str, Any] | None] | None,
     timestamps: Sequence[TimeLike | None] | None,
     source_ids: Sequence[str | None] | None,
+    expires_at: float | None = None,
 ) -> list[Item]:
     """Every item of an ``add_many`` checked before anything is stored."""
     if isinstance(texts, str) or not isinstance(texts, Sequence):
@@ -439,6 +554,7 @@ def make_items(
             metadata[i] if metadata is not None else None,
             timestamps[i] if timestamps is not None else None,
             source_ids[i] if source_ids is not None else None,
+            expires_at,
         )
         for i, text in enumerate(texts)
     ]

@@ -143,7 +143,7 @@ def test_index_embed_takes_a_langchain_embeddings_and_dims_is_checked() -> None:
         "embedding dimension 64 does not match the store's index dims 384; "
         "set index['dims'] to the model's size or use a model of that size"
     )
-    assert wrong.get(("n",), "k") is not None  # the item itself is kept: records are written first
+    assert wrong.get(("n",), "k") is None  # a put is one transaction: nothing of it is stored
 
 
 def test_index_embed_takes_sync_and_async_functions() -> None:
@@ -223,13 +223,14 @@ def test_from_conn_string_on_sqlite(tmp_path: Path) -> None:
         pass
     assert not (tmp_path / "never.db").exists()  # a bad index fails before a file is made
     with (
-        pytest.raises(NotImplementedError, match="does not expire items"),
+        pytest.raises(TypeError, match="ttl must be a TTLConfig dict"),
         MemTreeStore.from_conn_string(
             tmp_path / "ttl.db",
             ttl=5,  # type: ignore[arg-type]
         ),
     ):
         pass
+    assert not (tmp_path / "ttl.db").exists()
 
 
 def test_from_conn_string_on_postgresql(postgres_dsn: str) -> None:

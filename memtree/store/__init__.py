@@ -3,10 +3,12 @@
 from memtree.store.base import (
     DEFAULT_NAMESPACE,
     ChangeBatch,
+    CompactionReport,
     Namespace,
     NamespaceInfo,
     NamespaceKey,
     NamespaceSnapshot,
+    RecordChanges,
     Store,
     WriteTransaction,
     namespace_key,
@@ -21,6 +23,7 @@ from memtree.store.sqlite import SQLiteBackend
 __all__ = [
     "DEFAULT_NAMESPACE",
     "ChangeBatch",
+    "CompactionReport",
     "CorruptDataError",
     "IncompatibleStoreError",
     "MemoryBackend",
@@ -29,6 +32,7 @@ __all__ = [
     "NamespaceKey",
     "NamespaceSnapshot",
     "PostgresBackend",
+    "RecordChanges",
     "SQLiteBackend",
     "Store",
     "WriteTransaction",

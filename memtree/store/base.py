@@ -133,8 +133,13 @@ class ChangeBatch:
     """Nodes written and ids deleted after some sequence number, up to ``seq``.
 
     ``generation`` identifies the namespace's current incarnation: if it differs
-    from the one a memory loaded, the namespace was deleted meanwhile and the memory
-    must start over from an empty tree.
+    from the one a memory loaded, the namespace was deleted (or compacted) meanwhile
+    and the memory must start over from an empty tree.
+
+    ``complete`` says ``nodes`` is the whole tree, not the changes after ``since``:
+    the store no longer holds what changed since then (a bounded log dropped it), so
+    the reader must start over from this batch, as after a new generation, rather
+    than apply it on top of what it had and keep nodes deleted meanwhile.
     """
 
     nodes: list[Node]
@@ -142,6 +147,7 @@ class ChangeBatch:
     seq: int
     generation: str
     info: NamespaceInfo
+    complete: bool = False
 
 
 @dataclass
@@ -159,29 +165,80 @@ class NamespaceSnapshot:
     history: list[LeafVersion] = field(default_factory=list)
 
 
+RecordChanges = Mapping[str, Mapping[str, JSONDict | None]]
+"""Record writes by kind, then key: a dict writes the record, ``None`` deletes it."""
+
+
+@dataclass(frozen=True)
+class CompactionReport:
+    """What :meth:`Store.compact` did: dead rows dropped (deleted nodes' tombstones),
+    in how many namespaces, and the store's size on disk before and after (bytes;
+    ``None`` where the store cannot tell, as in memory)."""
+
+    rows_dropped: int = 0
+    namespaces: int = 0
+    bytes_before: int | None = None
+    bytes_after: int | None = None
+
+
 class WriteTransaction(ABC):
-    """An exclusive write to one namespace, open until committed or rolled back."""
+    """An exclusive write to one namespace, open until committed or rolled back.
+
+    A transaction holds one or more change batches: :meth:`stage` writes one under
+    the next sequence number, :meth:`commit_staged` makes every staged batch visible
+    at once (or none, if the process dies first). :meth:`commit` is the common case
+    of a single batch. Records staged with a batch commit with it, so a record and
+    the tree change it describes are never seen apart.
+    """
 
     @abstractmethod
     def read_changes(self, since: int) -> ChangeBatch:
         """What other writers committed after ``since`` (read inside the lock)."""
 
     @abstractmethod
+    def stage(
+        self,
+        upserts: Sequence[Node],
+        deletions: Sequence[str],
+        info: NamespaceInfo | None = None,
+        versions: Sequence[LeafVersion] = (),
+        records: RecordChanges | None = None,
+    ) -> int:
+        """Write one change batch under the next sequence number, inside this
+        transaction, and return that number; nothing is visible to other readers
+        until :meth:`commit_staged`. ``versions`` are appended to their leaves'
+        history; a deleted id's history is deleted with it. ``records`` (checked
+        before anything is written) are written with the batch."""
+
+    @abstractmethod
+    def commit_staged(self) -> None:
+        """Make every staged batch visible atomically and end the transaction."""
+
     def commit(
         self,
         upserts: Sequence[Node],
         deletions: Sequence[str],
         info: NamespaceInfo | None = None,
         versions: Sequence[LeafVersion] = (),
+        records: RecordChanges | None = None,
     ) -> int:
-        """Write everything atomically under one new sequence number and return it.
-
-        ``versions`` are appended to their leaves' history; a deleted id's history
-        is deleted with it."""
+        """Write one batch atomically under one new sequence number and return it."""
+        seq = self.stage(upserts, deletions, info, versions, records)
+        self.commit_staged()
+        return seq
 
     @abstractmethod
     def rollback(self) -> None:
         """Give up the transaction; nothing it would have written is kept."""
+
+
+def encode_record_changes(records: RecordChanges | None) -> dict[str, dict[str, str | None]]:
+    """:func:`encode_records` for every kind of ``records``, all checked before any is written."""
+    if not records:
+        return {}
+    if not isinstance(records, Mapping):
+        raise TypeError(f"records must be a dict of kind -> key -> dict (or None), got {type(records).__name__}")
+    return {kind: encode_records(kind, table) for kind, table in records.items()}
 
 
 class Store(ABC):
@@ -249,6 +306,12 @@ class Store(ABC):
             if self.head(namespace) == (changes.seq, changes.generation):
                 break
         return NamespaceSnapshot(changes, records, history)
+
+    def compact(self) -> CompactionReport:
+        """Drop what the store keeps only for readers catching up (tombstones of
+        deleted nodes) and give the space back, safely while others read and write.
+        A store that keeps no such rows has nothing to do (this default)."""
+        return CompactionReport()
 
     def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release connections and files."""

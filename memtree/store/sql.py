@@ -11,7 +11,10 @@ Tables (created by each backend's migrations, same columns on both):
   So "what changed after ``since``" is one index range scan on ``(ns, seq)``, and
   a process catches up with other writers without reloading anything else.
   Tombstones (an id and a number each) stay, so a process that last looked long
-  ago still learns of every deletion; they go when the namespace is deleted.
+  ago still learns of every deletion; they go when the namespace is deleted, or
+  with :meth:`SQLBackend.compact`, which drops them and gives the namespace a new
+  ``generation``: a process that had read it before reloads it whole (it could no
+  longer learn of those deletions from the rows).
 * ``memtree_records``: JSON records by (namespace, kind, key); ``pos`` keeps the
   order they were first written.
 * ``memtree_versions`` (schema version 2): the leaf versions ``MemTree.update``
@@ -37,14 +40,17 @@ from typing import Any
 from memtree.node import JSONDict, LeafVersion, Node
 from memtree.store.base import (
     ChangeBatch,
+    CompactionReport,
     NamespaceInfo,
     NamespaceKey,
     NamespaceSnapshot,
+    RecordChanges,
     Store,
     WriteTransaction,
     check_record_name,
     decode_namespace,
     encode_namespace,
+    encode_record_changes,
     encode_records,
     new_generation,
 )
@@ -76,19 +82,32 @@ UPSERT_NODE = (
 )
 TOMBSTONE = (
     "UPDATE memtree_nodes SET seq = ?, deleted = TRUE, parent = NULL, text = '', metadata = '{}', "
-    "source_id = NULL, embedding = NULL, leaf_sum = NULL WHERE ns = ? AND id = ?"
+    "source_id = NULL, embedding = NULL, leaf_sum = NULL, expires_at = NULL WHERE ns = ? AND id = ?"
 )
 COMMITTED = "UPDATE memtree_namespaces SET seq = ?, dimension = ?, embedder = ?, settings = ? WHERE id = ?"
 HOLDS_DATA = (
     "SELECT EXISTS (SELECT 1 FROM memtree_nodes WHERE ns = ? AND NOT deleted) "
     "OR EXISTS (SELECT 1 FROM memtree_records WHERE ns = ?)"
 )
-LIST_NAMESPACES = (
-    "SELECT n.name FROM memtree_namespaces n "
-    "WHERE EXISTS (SELECT 1 FROM memtree_nodes d WHERE d.ns = n.id AND NOT d.deleted) "
-    "OR EXISTS (SELECT 1 FROM memtree_records r WHERE r.ns = n.id)"
+_HOLDS_DATA_ROW = (
+    "(EXISTS (SELECT 1 FROM memtree_nodes d WHERE d.ns = n.id AND NOT d.deleted) "
+    "OR EXISTS (SELECT 1 FROM memtree_records r WHERE r.ns = n.id))"
+)
+LIST_NAMESPACES = "SELECT n.name FROM memtree_namespaces n WHERE " + _HOLDS_DATA_ROW
+# Names are JSON arrays, so the namespaces under ("a", "b") are '["a","b"]' and the
+# names that begin '["a","b",'. The name test runs first: only the namespaces it
+# keeps are checked for data. (substr, not LIKE: no wildcards to escape, and no
+# collation of PostgreSQL's that could order or fold the text.)
+LIST_NAMESPACES_UNDER = (
+    "SELECT n.name FROM memtree_namespaces n WHERE (n.name = ? OR substr(n.name, 1, ?) = ?) AND " + _HOLDS_DATA_ROW
 )
 DELETE_NODES = "DELETE FROM memtree_nodes WHERE ns = ?"
+WITH_TOMBSTONES = (
+    "SELECT n.name FROM memtree_namespaces n "
+    "WHERE EXISTS (SELECT 1 FROM memtree_nodes d WHERE d.ns = n.id AND d.deleted)"
+)
+DROP_TOMBSTONES = "DELETE FROM memtree_nodes WHERE ns = ? AND deleted"
+NEW_GENERATION = "UPDATE memtree_namespaces SET generation = ? WHERE id = ?"
 DELETE_ALL_RECORDS = "DELETE FROM memtree_records WHERE ns = ?"
 DELETE_NAMESPACE = "DELETE FROM memtree_namespaces WHERE id = ?"
 DELETE_ALL_VERSIONS = "DELETE FROM memtree_versions WHERE ns = ?"
@@ -154,6 +173,15 @@ class SQLBackend(Store):
     @abstractmethod
     def _close_write(self, connection: Any, commit: bool) -> None:
         """Commit or roll back a transaction from :meth:`_open_write` and release it."""
+
+    def _reclaim_space(self) -> None:
+        """Give the space of deleted rows back (SQLite: ``VACUUM``; PostgreSQL: plain
+        ``VACUUM``, which readers and writers do not wait for). Runs outside any
+        transaction, after the tombstones are gone."""
+
+    def _size_bytes(self) -> int | None:
+        """The store's size on disk, if the backend can tell."""
+        return None
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -269,7 +297,13 @@ class SQLBackend(Store):
     def list_namespaces(self, prefix: NamespaceKey = ()) -> list[NamespaceKey]:
         self._check_usable()
         with self._read_session() as connection:
-            names = [row[0] for row in connection.execute(LIST_NAMESPACES).fetchall()]
+            if prefix:
+                whole = encode_namespace(prefix)
+                under = whole[:-1] + ","  # '["a","b"]' -> '["a","b",'
+                query = connection.execute(self.sql(LIST_NAMESPACES_UNDER), (whole, len(under), under))
+            else:
+                query = connection.execute(LIST_NAMESPACES)
+            names = [row[0] for row in query.fetchall()]
         keys = (decode_namespace(name) for name in names)
         return sorted(key for key in keys if key[: len(prefix)] == prefix)
 
@@ -283,6 +317,33 @@ class SQLBackend(Store):
             for query in (DELETE_NODES, DELETE_ALL_RECORDS, DELETE_ALL_VERSIONS, DELETE_NAMESPACE):
                 connection.execute(self.sql(query), (ns_id,))
             return existed
+
+    def compact(self) -> CompactionReport:
+        """Drop every tombstone and reclaim the space (see the module docstring).
+
+        Each namespace is compacted in its own write transaction, under its writer
+        lock, so writers wait at most for one namespace's ``DELETE``; readers never
+        wait. The namespace's new generation makes a process that had read it reload
+        it whole on its next refresh, so none misses a deletion whose tombstone went.
+        """
+        self._check_usable()
+        before = self._size_bytes()
+        with self._read_session() as connection:
+            names = [row[0] for row in connection.execute(WITH_TOMBSTONES).fetchall()]
+        dropped = namespaces = 0
+        for name in names:
+            namespace = decode_namespace(name)
+            with self._write_session(namespace) as connection:
+                row = self._namespace_row(connection, namespace)
+                if row is None:  # deleted meanwhile
+                    continue
+                count = connection.execute(self.sql(DROP_TOMBSTONES), (row[0],)).rowcount
+                if count:
+                    connection.execute(self.sql(NEW_GENERATION), (new_generation(), row[0]))
+                    dropped += count
+                    namespaces += 1
+        self._reclaim_space()
+        return CompactionReport(dropped, namespaces, before, self._size_bytes())
 
     def put_records(self, namespace: NamespaceKey, kind: str, records: Mapping[str, JSONDict | None]) -> None:
         encoded = encode_records(kind, records)
@@ -359,14 +420,16 @@ class _SQLTransaction(WriteTransaction):
         self._check_open()
         return self._store._changes(self._connection, self._namespace, since)
 
-    def commit(
+    def stage(
         self,
         upserts: Sequence[Node],
         deletions: Sequence[str],
         info: NamespaceInfo | None = None,
         versions: Sequence[LeafVersion] = (),
+        records: RecordChanges | None = None,
     ) -> int:
         self._check_open()
+        encoded = encode_record_changes(records)  # checked before anything is written
         sql = self._store.sql
         try:
             row = self._store._namespace_row(self._connection, self._namespace)
@@ -396,15 +459,24 @@ class _SQLTransaction(WriteTransaction):
                         for version in versions
                     ],
                 )
+            for kind, table in encoded.items():
+                for key, text in table.items():  # in the caller's order, so positions follow it
+                    if text is None:
+                        cursor.execute(sql(DELETE_RECORD), (self._ns_id, kind, key))
+                    else:
+                        cursor.execute(sql(PUT_RECORD), (self._ns_id, kind, key, text))
             cursor.execute(
                 sql(COMMITTED), (seq, chosen.dimension, chosen.embedder, json_text(chosen.settings), self._ns_id)
             )
         except BaseException:
             self.rollback()
             raise
+        return seq
+
+    def commit_staged(self) -> None:
+        self._check_open()
         self._open = False
         self._store._close_write(self._connection, commit=True)
-        return seq
 
     def rollback(self) -> None:
         if self._open:
