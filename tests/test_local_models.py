@@ -230,20 +230,22 @@ def test_bad_backends_are_refused() -> None:
 
 
 def test_overlapping_single_thread_blocks_restore_the_blas_setting_once_all_end() -> None:
-    threadpoolctl = pytest.importorskip("threadpoolctl")
-    from memtree.minilm import one_blas_thread
-
-    blas = threadpoolctl.ThreadpoolController().select(user_api="blas")
-    if not blas.info():
-        pytest.skip("numpy's BLAS is not visible to threadpoolctl")
-    original = [info["num_threads"] for info in blas.info()]
-    first, second = one_blas_thread(), one_blas_thread()
-    first.__enter__()
-    second.__enter__()  # another thread embedding at the same time
-    first.__exit__(None, None, None)
-    assert all(info["num_threads"] == 1 for info in blas.info())  # the other call still runs single-threaded
-    second.__exit__(None, None, None)
-    assert [info["num_threads"] for info in blas.info()] == original
+    pytest.importorskip("threadpoolctl")
+    code = (  # a fresh process: no other thread of this test run embeds meanwhile
+        "import threadpoolctl\n"
+        "from memtree.minilm import one_blas_thread\n"
+        "blas = threadpoolctl.ThreadpoolController().select(user_api='blas')\n"
+        "counts = lambda: [info['num_threads'] for info in blas.info()]\n"
+        "original = counts()\n"
+        "first, second = one_blas_thread(), one_blas_thread()\n"
+        "first.__enter__(); second.__enter__()  # two threads embedding at once\n"
+        "first.__exit__(None, None, None)\n"
+        "during = counts()  # the other call still runs single-threaded\n"
+        "second.__exit__(None, None, None)\n"
+        "print(bool(original), set(during) <= {1}, counts() == original)\n"
+    )
+    clean = {name: "" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    assert run_python(code, **clean) == "True True True"
 
 
 def test_the_memtree_command_runs_blas_on_one_thread_unless_the_user_chose() -> None:
