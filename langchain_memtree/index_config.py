@@ -21,6 +21,7 @@ model of another size fails on its first call with both numbers in the message.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -164,6 +165,9 @@ class SizeCheckedEmbedder(Embedder):
     @property
     def name(self) -> str:
         return self.inner.name  # the stored embedder name stays the model's own
+
+    def preload(self, *, background: bool = False) -> threading.Thread | None:
+        return self.inner.preload(background=background)
 
     def embed(self, texts: Sequence[str]) -> Matrix:
         return self._checked(self.inner.embed(texts))

@@ -168,6 +168,9 @@ class MemTreeMemoryMiddleware(AgentMiddleware):
         self.aggregation: Aggregation = aggregation
         self._recorded: weakref.WeakSet[MemTree] = weakref.WeakSet()  # namespaces' handles come and go
         self._recorded_lock = threading.Lock()
+        # Load the embedder now, on a thread, so the agent's first turn does not wait for
+        # the model (the first retrieval waits only for what is left of the load).
+        self.embedder_loading = memory.embedder.preload(background=True) if (recall or record) else None
 
     # -- recall: before each model call ---------------------------------------------
 

@@ -40,7 +40,9 @@ Models
   digest           digest summaries: an offline summary that says who, when and what (the demo's)
   aggregate        Aggregator: LLM summaries (the paper's prompt) and offline extractive ones
   models/          OpenAI, LangChain, LlamaIndex and llama.cpp adapters; the resolver of what callers pass
-  embed            Embedder: local sentence-transformers, hashing (tests); vector checks
+  embed            Embedder: local (bundled MiniLM on numpy, else sentence-transformers), hashing (tests); checks
+  local_models     where a local: model comes from: bundled, a folder, the HF cache, or the hub if reachable
+  minilm           the bundled all-MiniLM-L6-v2 on numpy (tokenizers + safetensors): no torch
   llm              ChatModel: what memtree asks of a language model; plain callables
   summary_guard    checks on a model-written summary before the tree stores it
   retry            backoff with jitter, Retry-After and per-call timeouts for every model call

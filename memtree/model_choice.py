@@ -1,7 +1,7 @@
 """Which embedder and summary writer a memory uses, from what its caller passed.
 
 Left out, each model is OpenAI when ``OPENAI_API_KEY`` is set and otherwise
-offline (local sentence-transformers embeddings, extractive summaries). Everything
+offline (the bundled all-MiniLM-L6-v2 embeddings, extractive summaries). Everything
 is resolved before any work, so a bad model or a missing key fails at once.
 """
 

@@ -17,7 +17,8 @@ and timeout error classes of the client libraries already imported (openai,
 anthropic, httpx, aiohttp, google-api-core; none is imported here). An error that
 will not go away by waiting fails at once: 400/401/403/404/422, ``OSError``s such as
 ``FileNotFoundError`` or a failed model or tokenizer download (``requests`` errors,
-which downloaders raise, are ``OSError``s too), ``ValueError``, ``TypeError``.
+which downloaders raise, are ``OSError``s too), huggingface_hub's offline-mode error
+(a ``ConnectionError`` raised without trying the network), ``ValueError``, ``TypeError``.
 """
 
 from __future__ import annotations
@@ -60,6 +61,12 @@ _TRANSIENT_CLIENT_ERRORS = {
 }
 """Connection and timeout errors of client libraries, by module: looked up among the
 modules already imported (an error of a library can only exist once it is)."""
+
+_PERMANENT_CLIENT_ERRORS = {
+    # a ConnectionError, but raised without trying: offline mode does not end by waiting
+    "huggingface_hub.errors": ("OfflineModeIsEnabled",),
+}
+"""Client errors that subclass a transient type yet never pass by waiting; checked first."""
 
 PERMANENT_ERRORS: tuple[type[BaseException], ...] = (
     OSError,  # FileNotFoundError, PermissionError, a failed download (its ConnectionError is caught first)
@@ -347,23 +354,25 @@ def transient(error: BaseException) -> tuple[bool, float | None]:
 
 def _classify(error: BaseException) -> tuple[bool, float | None] | None:
     """``(retryable, retry_after)``, or ``None`` when only the error's cause can tell."""
+    if isinstance(error, _client_errors(_PERMANENT_CLIENT_ERRORS)):
+        return False, None
     if isinstance(error, (ModelResponseError, TimeoutError, ConnectionError, json.JSONDecodeError)):
         return True, None
     status = _status_code(error)
     if status is not None:
         retryable = status in RETRYABLE_STATUS or 500 <= status <= 599
         return retryable, retry_after_seconds(_headers(error)) if retryable else None
-    if isinstance(error, _client_transient_errors()):
+    if isinstance(error, _client_errors(_TRANSIENT_CLIENT_ERRORS)):
         return True, None
     if isinstance(error, PERMANENT_ERRORS):
         return False, None
     return None
 
 
-def _client_transient_errors() -> tuple[type[BaseException], ...]:
-    """The transient error classes of the client libraries imported so far."""
+def _client_errors(by_module: Mapping[str, tuple[str, ...]]) -> tuple[type[BaseException], ...]:
+    """The error classes named in ``by_module`` of the client libraries imported so far."""
     found: list[type[BaseException]] = []
-    for module_name, names in _TRANSIENT_CLIENT_ERRORS.items():
+    for module_name, names in by_module.items():
         module = sys.modules.get(module_name)
         for name in names:
             cls = getattr(module, name, None) if module is not None else None

@@ -310,3 +310,28 @@ def test_a_missing_model_file_is_not_retried() -> None:
     with pytest.raises(FileNotFoundError):
         NO_WAIT.call(attempt, what="test model")
     assert calls == 1
+
+
+def test_model_loading_that_fails_offline_is_not_retried() -> None:
+    """huggingface_hub's offline error is a ConnectionError raised without trying the
+    network, and memtree's own local-model errors are OSErrors: none is retried."""
+    from huggingface_hub.errors import OfflineModeIsEnabled
+
+    from memtree.local_models import LocalModelUnavailableError
+    from memtree.minilm import ModelFileError
+
+    for error in (
+        OfflineModeIsEnabled("Cannot reach https://huggingface.co: offline mode is enabled"),
+        LocalModelUnavailableError("local model 'x' is not cached and the hub is offline"),
+        ModelFileError("model file /m/model.safetensors is unreadable"),
+    ):
+        calls = 0
+
+        def attempt(timeout: float | None, error: Exception = error) -> str:
+            nonlocal calls
+            calls += 1
+            raise error
+
+        with pytest.raises(type(error)):
+            NO_WAIT.call(attempt, what="test model")
+        assert calls == 1, type(error).__name__
