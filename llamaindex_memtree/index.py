@@ -230,7 +230,7 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
             aggregation=self._aggregation,
             config=config_fields(memory.config),
         )
-        self._insert(nodes, struct=struct)
+        self._insert(nodes, struct=struct, bulk=True)  # documents: grouped by clustering, not routed one by one
         return struct
 
     def build_index_from_nodes(self, nodes: Sequence[BaseNode], **build_kwargs: Any) -> MemTreeIndexStruct:
@@ -275,14 +275,19 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
         return kept
 
     def _insert(
-        self, nodes: Sequence[BaseNode], struct: MemTreeIndexStruct | None = None, **insert_kwargs: Any
+        self,
+        nodes: Sequence[BaseNode],
+        struct: MemTreeIndexStruct | None = None,
+        *,
+        bulk: bool = False,
+        **insert_kwargs: Any,
     ) -> None:
         items, replaced, updates = self._changes(nodes)
         self._memory.delete_many(replaced)
         with self._updating():
             for leaf_id, item in updates:
                 self._memory.update(leaf_id, item.text, metadata=item.metadata, timestamp=item.timestamp)
-        self._memory.add_many(**_columns(items), aggregation=self._aggregation)
+        self._memory.add_many(**_columns(items), aggregation=self._aggregation, bulk=bulk)
         self._note_leaves(struct if struct is not None else self._index_struct, [item.source_id for item in items])
 
     def _note_leaves(self, struct: MemTreeIndexStruct, added: Sequence[str | None] = ()) -> None:

@@ -13,6 +13,9 @@ import logging
 from collections.abc import Callable, Generator, Iterable, Mapping
 from typing import Any
 
+import numpy as np
+
+from memtree.bulk import BulkPlan
 from memtree.config import MemTreeConfig
 from memtree.deferral import FlushPlan
 from memtree.embed import Matrix
@@ -198,6 +201,29 @@ class SummaryWriter:
             chunks[-1].append(text)
             words += size
         return chunks
+
+    def write_bulk(self, plan: BulkPlan) -> Generator[Request, Any, None]:
+        """Write a bulk plan's summaries once each, a level at a time, deepest first:
+        each from its children's texts and embeddings, then the level's texts embedded
+        in batches. A summary whose job fails, or with a child that failed, says its
+        children's texts and is marked stale for ``repair()`` (its embedding: its
+        leaves' centroid)."""
+        nodes: dict[str, Node] = {leaf.id: leaf for leaf in plan.leaves}
+        nodes.update(plan.summaries)
+        for level in plan.levels:
+            jobs: list[AggregationJob] = []
+            for node_id in level:
+                node = nodes[node_id]
+                kids = [nodes[child] for child in plan.children[node_id]]
+                node.text = "\n".join(kid.text for kid in kids)  # what it says if the job fails
+                if any(kid.stale for kid in kids):
+                    node.stale = True
+                    continue
+                vectors = np.stack([kid.embedding for kid in kids])  # type: ignore[misc]
+                texts = [kid.text for kid in kids]
+                jobs.append(AggregationJob(node_id, "", texts, 0, centroid_of(node), vectors, node.leaf_count))
+            written = yield from self.write_texts(jobs, nodes)
+            yield from self.embed_summaries(written, (nodes[node_id] for node_id in level))
 
     def rewrite_ancestors(self, plan: DeletePlan) -> Generator[Request, Any, None]:
         """Rewrite a delete's ancestors level by level, deepest first: each needs its

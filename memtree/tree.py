@@ -201,13 +201,22 @@ class MemTree:
         timestamps: Sequence[TimeLike | None] | None = None,
         source_ids: Sequence[str | None] | None = None,
         aggregation: Aggregation | None = None,
+        bulk: bool = False,
     ) -> list[str]:
         """Remember several texts in order, embedded in batches; one bad item stores
         nothing. ``"eager"`` rewrites each item's path as it goes (the paper);
         ``"deferred"`` commits every leaf, then rewrites each touched summary once;
         ``"background"`` commits the leaves and the worker writes the summaries. Left
-        out: ``config.aggregation`` (``"deferred"`` there waits for :meth:`flush`)."""
-        return self._writer.add_many((texts, metadata, timestamps, source_ids), aggregation, self.deferred())
+        out: ``config.aggregation`` (``"deferred"`` there waits for :meth:`flush`).
+
+        ``bulk=True`` (documents, not chat turns) groups the batch by clustering
+        instead of routing each text: new subtrees under the root, at most 8
+        children per summary, every summary written and embedded once, all committed
+        in one transaction (:mod:`memtree.bulk`); ``aggregation`` then does not
+        matter. Later inserts route into these subtrees as usual."""
+        return self._writer.add_many(
+            (texts, metadata, timestamps, source_ids), aggregation, self.deferred(), bulk=bulk
+        )
 
     async def aadd_many(
         self,
@@ -217,9 +226,12 @@ class MemTree:
         timestamps: Sequence[TimeLike | None] | None = None,
         source_ids: Sequence[str | None] | None = None,
         aggregation: Aggregation | None = None,
+        bulk: bool = False,
     ) -> list[str]:
         """Async :meth:`add_many`."""
-        return await self._writer.aadd_many((texts, metadata, timestamps, source_ids), aggregation, self.deferred())
+        return await self._writer.aadd_many(
+            (texts, metadata, timestamps, source_ids), aggregation, self.deferred(), bulk=bulk
+        )
 
     def deferred(self) -> DeferredAggregation[MemTree]:
         """A block (``with`` or ``async with``) whose inserts store each leaf at once and
