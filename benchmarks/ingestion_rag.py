@@ -296,8 +296,7 @@ def write_report(out: Path, rows: list[dict[str, Any]], info: dict[str, Any]) ->
         f"Exact-phrase hit@5: {info['queries']} chunks, a {info['phrase_words']}-word window of each that "
         "occurs in no other chunk as the query; a hit when the chunk is among the top 5 retrieved.",
         "",
-        "| method | build time (s) | ÷ VectorStoreIndex | embedded texts | per chunk | max depth | "
-        "summaries | hit@5 |",
+        "| method | build time (s) | ÷ VectorStoreIndex | embedded texts | per chunk | max depth | summaries | hit@5 |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:

@@ -217,9 +217,7 @@ class DigestAggregator(ExtractiveAggregator):
         terms = tuple(w for w, _ in sorted(weights.items(), key=lambda p: (-p[1], p[0]))[: self.terms])
         return Heading(first, last, people, terms)
 
-    def summarize(
-        self, texts: Sequence[str], vectors: Matrix, leaves: int, *, centroid: Vector | None = None
-    ) -> str:
+    def summarize(self, texts: Sequence[str], vectors: Matrix, leaves: int, *, centroid: Vector | None = None) -> str:
         """A digest written afresh from its children (as a rebuild), its sentences
         chosen by their own embeddings: the heading reads every text below."""
         return self.aggregate("", texts, 0, centroid=centroid)

@@ -214,9 +214,7 @@ class MemTree:
         children per summary, every summary written and embedded once, all committed
         in one transaction (:mod:`memtree.bulk`); ``aggregation`` then does not
         matter. Later inserts route into these subtrees as usual."""
-        return self._writer.add_many(
-            (texts, metadata, timestamps, source_ids), aggregation, self.deferred(), bulk=bulk
-        )
+        return self._writer.add_many((texts, metadata, timestamps, source_ids), aggregation, self.deferred(), bulk=bulk)
 
     async def aadd_many(
         self,
