@@ -71,6 +71,18 @@ class Aggregator(ABC):
             return await self.aaggregate("", texts, 0, centroid=centroid)
         return await asyncio.to_thread(lambda: self.summarize(texts, vectors, leaves, centroid=centroid))
 
+    def sentences_to_embed(self, text: str) -> list[str]:
+        """Texts this aggregator will embed to fold ``text`` into summaries and has
+        not embedded yet. The engine embeds them in the same call as the new leaf
+        and hands them back through :meth:`learn_vectors`, so an insert makes one
+        embedding call instead of two. By default none."""
+        return []
+
+    def learn_vectors(self, texts: Sequence[str], vectors: Matrix) -> None:
+        """Embeddings the engine made with the memory's embedder (see
+        :meth:`sentences_to_embed`; a new leaf's own text among them). By default ignored."""
+        return
+
     @property
     def calls_model(self) -> bool:
         """Whether aggregation costs a model call (the engine reports these)."""
@@ -189,6 +201,25 @@ class ExtractiveAggregator(Aggregator):
             best = int(np.argmax(relevance))
             return " ".join(candidates[best].split()[:budget]) + " …"
         return "\n".join(candidates[i] for i in sorted(chosen))
+
+    def sentences_to_embed(self, text: str) -> list[str]:
+        """``text``'s sentences not embedded yet, but for a one-sentence text: the
+        leaf's own embedding is that sentence's (see :meth:`learn_vectors`)."""
+        sentences = split_sentences(text)
+        if sentences == [text]:
+            return []
+        with self._lock:
+            return [sentence for sentence in dict.fromkeys(sentences) if sentence not in self._cache]
+
+    def learn_vectors(self, texts: Sequence[str], vectors: Matrix) -> None:
+        """Cache the vectors of texts that are one sentence each (others are not
+        candidates, so they would only take room)."""
+        with self._lock:
+            for text, vector in zip(texts, vectors, strict=True):
+                if text not in self._cache and split_sentences(text) == [text]:
+                    self._cache[text] = np.asarray(vector, dtype=np.float32)
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
 
     def _sentence_vectors(self, sentences: list[str]) -> Matrix:
         if self.embedder is None:

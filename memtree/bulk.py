@@ -122,7 +122,7 @@ def _spherical_kmeans(matrix: Matrix, k: int, rng: np.random.Generator) -> npt.N
 def _main_direction(matrix: Matrix, rng: np.random.Generator) -> npt.NDArray[np.float32]:
     """The rows' first principal direction, by a few power iterations."""
     centred = matrix - matrix.mean(axis=0)
-    direction = rng.standard_normal(matrix.shape[1]).astype(np.float32)
+    direction: npt.NDArray[np.float32] = np.asarray(rng.standard_normal(matrix.shape[1]), dtype=np.float32)
     for _ in range(20):
         direction = centred.T @ (centred @ direction)
         norm = float(np.linalg.norm(direction))

@@ -36,6 +36,12 @@ from memtree.text import count_words
 logger = logging.getLogger(__name__)
 
 
+def _embeds_its_text(node: Node) -> bool:
+    """Whether a summary's embedding is known to be its current text's: it has one
+    and is not stale (a stale summary may carry a centroid or an older text's)."""
+    return node.embedding is not None and not node.stale and not node.is_leaf
+
+
 class SummaryWriter:
     """Runs aggregation jobs through ``calls`` and embeds what they wrote with ``embed``."""
 
@@ -49,10 +55,14 @@ class SummaryWriter:
         :func:`~memtree.planning.path_jobs`: a stale one is rebuilt, or merges the
         new text and stays stale when a rebuild would inherit a gap)."""
         jobs, kept_stale = path_jobs(plan, children)
+        embedded_as = {node.id: node.text for node in plan.summaries.values() if _embeds_its_text(node)}
         written = yield from self.write_texts(jobs, plan.summaries, fallback=plan.fallback_texts())
         for node in written:
             node.stale = node.id in kept_stale
-        yield from self.embed_summaries(written, plan.summaries.values())
+        # A summary whose text came back unchanged (the new text added no sentence to
+        # it) keeps its embedding: re-embedding the same text would give it again.
+        changed = [node for node in written if embedded_as.get(node.id) != node.text]
+        yield from self.embed_summaries(changed, plan.summaries.values())
 
     def write(
         self,
