@@ -75,6 +75,9 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
     or a memory you opened, ``MemTree.open(path_or_dsn, embedder=...)``.
     ``timestamp_key`` names a node metadata key holding each chunk's event time
     (a datetime, date, POSIX number or ISO 8601 string), used by time-range filters.
+    The first batch (``from_documents``, or nodes given to the constructor) goes
+    in with ``MemTree.add_many(bulk=True)``: grouped by clustering, each summary
+    written and embedded once; nodes inserted later are routed one by one.
     ``aggregation="deferred"`` writes the summaries touched by one batch of nodes
     once, after all its leaves are in (far fewer LLM calls than the paper's
     ``"eager"`` procedure, the default).
