@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import gc
 import json
+import threading
 from collections import Counter, deque
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -43,8 +44,49 @@ def content_key(text: str, metadata: Mapping[str, Any], source_id: str | None) -
     return (text, canonical, source_id)
 
 
-def _content_of(node: Node) -> ContentKey:
-    return content_key(node.text, node.metadata, node.source_id)
+TextKey = tuple[str, str | None]
+"""A leaf's text and source id: what the duplicate guard looks up first."""
+
+
+def _text_of(node: Node) -> TextKey:
+    return (node.text, node.source_id)
+
+
+LEXICAL_BUILD_THREAD_FROM = 4096
+"""Nodes from which a reopen builds the BM25 index on a helper thread (it is the
+largest part of a reopen: about a third at 100k nodes)."""
+
+
+class _LexicalBuild:
+    """The BM25 index of a reopened tree's texts, built on a daemon thread while the
+    caller goes on (its next step is often embedding a query, which releases the
+    GIL). :meth:`result` waits for it; a build that failed is made again there."""
+
+    def __init__(self, ids: list[str], texts: list[str]) -> None:
+        self._ids, self._texts = ids, texts
+        self._index: LexicalIndex | None = None
+        self._thread = threading.Thread(target=self._build, name="memtree-bm25-build", daemon=True)
+        self._thread.start()
+
+    def _build(self) -> None:
+        try:
+            index = LexicalIndex()
+            index.upsert_many(self._ids, self._texts)
+            self._index = index
+        except BaseException:  # noqa: BLE001 - result() builds it again, raising there
+            self._index = None
+
+    def result(self) -> LexicalIndex:
+        self._thread.join()
+        if self._index is None:
+            self._build_inline()
+        assert self._index is not None
+        return self._index
+
+    def _build_inline(self) -> None:
+        index = LexicalIndex()
+        index.upsert_many(self._ids, self._texts)
+        self._index = index
 
 
 class TreeView(Protocol):
@@ -63,12 +105,17 @@ class TreeState:
     """Nodes by id with children lists, plus the lookups above."""
 
     def __init__(self, *, lexical: bool = True) -> None:
-        self.lexical: LexicalIndex | None = LexicalIndex() if lexical else None
+        self._lexical: LexicalIndex | None = LexicalIndex() if lexical else None
+        self._lexical_build: _LexicalBuild | None = None
+        self._lexical_lock = threading.Lock()
         self.nodes: dict[str, Node] = {}
         self.seq = 0
         self.generation: str | None = None
         self.info = NamespaceInfo()
-        self.leaf_by_content: dict[ContentKey, str] = {}
+        self.leaves_by_text: dict[TextKey, list[str]] = {}
+        """Leaf ids by text and source id, oldest first; metadata is compared only
+        among these (rarely more than one), so a reopen need not serialize every
+        leaf's metadata to index it."""
         self.leaves_by_source: dict[str, list[str]] = {}
         self._by_metadata: MetadataIndex | None = None
         """Leaf ids by metadata key and value; made by the first ``where`` filter, then
@@ -80,6 +127,18 @@ class TreeState:
 
     # -- applying changes ---------------------------------------------------------
 
+    @property
+    def lexical(self) -> LexicalIndex | None:
+        """The BM25 index of every node's text (``None`` when switched off). After a
+        reopen it is built on a helper thread; the first caller waits for it."""
+        if self._lexical_build is not None:
+            with self._lexical_lock:
+                build = self._lexical_build
+                if build is not None:
+                    self._lexical = build.result()
+                    self._lexical_build = None
+        return self._lexical
+
     def apply(self, batch: ChangeBatch) -> tuple[list[Node], list[str], bool]:
         """Apply a batch; return (nodes written, ids removed, whether it reset the tree).
 
@@ -88,7 +147,7 @@ class TreeState:
         """
         reset = batch.generation != self.generation
         if reset:
-            self.__init__(lexical=self.lexical is not None)  # type: ignore[misc]
+            self.__init__(lexical=self._lexical is not None or self._lexical_build is not None)  # type: ignore[misc]
             self.generation = batch.generation
             self._journal_floor = batch.seq
         elif batch.seq <= self.seq:
@@ -108,11 +167,17 @@ class TreeState:
         if self.lexical is not None and removed:
             self.lexical.remove_many(removed)
         moved: list[tuple[Node, str | None]] = []
+        written_texts = True
         loaded = {node.id: node for node in batch.nodes} if not self.nodes else {}
+        written = [node for node in batch.nodes if not node.is_root]
         if loaded and len(loaded) == len(batch.nodes):  # the first batch (a reopen): all new
             self.nodes = loaded
             self._index_all(batch.nodes)
             moved = [(node, None) for node in batch.nodes]
+            if self._lexical is not None and len(written) >= LEXICAL_BUILD_THREAD_FROM:
+                self._lexical_build = _LexicalBuild([node.id for node in written], [node.text for node in written])
+                self._lexical = None
+                written_texts = False
         else:
             for node in batch.nodes:
                 old = self.nodes.get(node.id)
@@ -123,8 +188,7 @@ class TreeState:
                 self._index(node)
                 if old is None or old.parent != node.parent:
                     moved.append((node, old.parent if old is not None else None))
-        written = [node for node in batch.nodes if not node.is_root]
-        if self.lexical is not None and written:
+        if written_texts and self.lexical is not None and written:
             # One call for the whole batch: a reopen indexes every text in bulk.
             self.lexical.upsert_many([node.id for node in written], [node.text for node in written])
         self._place(moved)
@@ -198,7 +262,7 @@ class TreeState:
         if not node.is_leaf:
             return
         self.leaf_total += 1
-        self.leaf_by_content.setdefault(_content_of(node), node.id)
+        self.leaves_by_text.setdefault(_text_of(node), []).append(node.id)
         if node.source_id is not None:
             self.leaves_by_source.setdefault(node.source_id, []).append(node.id)
         if self._by_metadata is not None:
@@ -212,7 +276,14 @@ class TreeState:
         self._depths.update(node.depth for node in members)
         leaves = [node for node in members if node.is_leaf]
         self.leaf_total += len(leaves)
-        self.leaf_by_content = {_content_of(node): node.id for node in reversed(leaves)}  # the first of equals
+        by_text = self.leaves_by_text
+        for node in leaves:
+            key = (node.text, node.source_id)
+            same = by_text.get(key)
+            if same is None:
+                by_text[key] = [node.id]
+            else:
+                same.append(node.id)
         by_source = self.leaves_by_source
         for node in leaves:
             if node.source_id is not None:
@@ -230,9 +301,12 @@ class TreeState:
         if not node.is_leaf:
             return
         self.leaf_total -= 1
-        content = _content_of(node)
-        if self.leaf_by_content.get(content) == node.id:
-            del self.leaf_by_content[content]
+        key = _text_of(node)
+        same = self.leaves_by_text.get(key, [])
+        if node.id in same:
+            same.remove(node.id)
+        if not same:
+            self.leaves_by_text.pop(key, None)
         if node.source_id is not None:
             ids = self.leaves_by_source.get(node.source_id, [])
             if node.id in ids:
@@ -268,8 +342,16 @@ class TreeState:
         return by_metadata.select(where)
 
     def duplicate_of(self, text: str, metadata: Mapping[str, Any], source_id: str | None) -> str | None:
-        """The id of a leaf holding the same text, metadata and source id, if any."""
-        return self.leaf_by_content.get(content_key(text, metadata, source_id))
+        """The id of the oldest leaf holding the same text, metadata and source id, if any."""
+        same = self.leaves_by_text.get((text, source_id))
+        if not same:
+            return None
+        wanted = content_key(text, metadata, source_id)
+        for leaf_id in same:
+            node = self.nodes[leaf_id]
+            if content_key(node.text, node.metadata, node.source_id) == wanted:
+                return leaf_id
+        return None
 
     def children_of(self, node_id: str) -> list[Node]:
         """The node's children (the node objects as they are now, in order)."""
