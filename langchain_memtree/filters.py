@@ -5,7 +5,11 @@ a plain value must equal it (nested dicts match field by field, lists element by
 element), and a dict of operators compares it. The operators are the engine's
 (:mod:`memtree.where`, the same rules as ``MemTree.retrieve(where=...)``): ``$eq``,
 ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte`` as in LangGraph, plus ``$in`` and
-``$nin``. A missing field counts as ``None``, as LangGraph has it. Namespace
+``$nin``. A missing field counts as ``None``, as LangGraph has it. A dotted key
+(``"user.access-level"``) names a nested field, as in LangGraph's SQLite and
+PostgreSQL stores, unless the value has a top-level key spelled exactly so (which
+LangGraph's ``InMemoryStore`` reads). Infinite bounds (``{"$lt": float("inf")}``)
+hold for every number. Namespace
 conditions match a path from the start (``prefix``) or the end (``suffix``) with
 ``"*"`` matching any one label.
 """
@@ -46,7 +50,20 @@ def _check_operator(field: str, op: str, operand: Any) -> None:
 
 def matches(value: Mapping[str, Any], filter: Mapping[str, Any] | None) -> bool:
     """Whether an item's value satisfies ``filter`` (``None``: everything does)."""
-    return not filter or all(_compare(value.get(key), wanted) for key, wanted in filter.items())
+    return not filter or all(_compare(field_at(value, key), wanted) for key, wanted in filter.items())
+
+
+def field_at(value: Mapping[str, Any], key: str) -> Any:
+    """The field a filter key names: the top-level key itself if present, else a
+    dotted path through nested dicts; ``None`` when nothing is there."""
+    if key in value or "." not in key:
+        return value.get(key)
+    current: Any = value
+    for part in key.split("."):
+        if not isinstance(current, Mapping) or part not in current:
+            return None
+        current = current[part]
+    return current
 
 
 def _compare(actual: Any, wanted: Any) -> bool:

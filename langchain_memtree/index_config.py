@@ -32,8 +32,12 @@ from langgraph.store.base.embed import ensure_embeddings
 from memtree.embed import Embedder, Matrix
 from memtree.models.resolve import is_langchain_embeddings, is_llamaindex_embedding, resolve_embedder
 
-INDEX_KEYS = ("dims", "embed", "fields")
-"""The keys of LangGraph's ``IndexConfig`` that ``MemTreeStore`` accepts."""
+INDEX_KEYS = ("dims", "embed", "fields", "distance_type")
+"""The keys of LangGraph's ``IndexConfig`` (and ``PostgresIndexConfig``'s
+``distance_type``) that ``MemTreeStore`` accepts."""
+
+DISTANCE_TYPES = ("cosine",)
+"""The ``distance_type`` values accepted: memtree ranks by cosine similarity."""
 
 MEMTREE_PROVIDERS = ("local", "openai")
 """``"provider:model"`` strings memtree's own clients serve (no LangChain package needed)."""
@@ -81,7 +85,13 @@ def read_index(index: IndexConfig | Mapping[str, Any] | None) -> StoreIndex | No
     if unknown:
         raise ValueError(
             f"unknown index key(s) {unknown}; MemTreeStore accepts {list(INDEX_KEYS)} "
-            "(as LangGraph's IndexConfig: dims, embed, fields)"
+            "(as LangGraph's IndexConfig: dims, embed, fields; and distance_type as PostgresStore's)"
+        )
+    distance = index.get("distance_type", "cosine")
+    if distance not in DISTANCE_TYPES:
+        raise ValueError(
+            f"index distance_type {distance!r} is not supported; MemTreeStore accepts: {', '.join(DISTANCE_TYPES)} "
+            "(its trees route and rank by cosine similarity)"
         )
     dims = index.get("dims")
     if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int) or dims <= 0):
@@ -149,6 +159,7 @@ class SizeCheckedEmbedder(Embedder):
     def __init__(self, inner: Embedder, dims: int) -> None:
         self.inner = inner
         self.dims = dims
+        self.call_timeout = getattr(inner, "call_timeout", self.call_timeout)  # the inner model's bound
 
     @property
     def name(self) -> str:

@@ -25,6 +25,10 @@ first, then adds or removes only the leaves whose text changed.
 
 Operations in a batch run in order. Puts and deletes are serialized within a
 process; the store's own locks serialize writers to one tree across processes.
+
+Items expire as in LangGraph's SQLite and PostgreSQL stores (``ttl=`` on ``put``,
+``TTLConfig``): the record holds the expiry and the item's leaves carry the same
+one, so an expired item is gone from every read at once (:mod:`langchain_memtree.ttl`).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import contextlib
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -50,6 +55,7 @@ from langgraph.store.base import (
     Result,
     SearchItem,
     SearchOp,
+    TTLConfig,
     get_text_at_path,
     validate_op_namespace,
 )
@@ -59,6 +65,7 @@ from langchain_memtree._text import storable
 from langchain_memtree.filters import check_filter, matches, namespace_matches
 from langchain_memtree.index_config import Path, StoreIndex, read_index, tokenized
 from langchain_memtree.middleware import MemTreeMemoryMiddleware
+from langchain_memtree.ttl import Sweeper, check_ttl_config, check_ttl_minutes, expiry_fields, is_expired, refreshable
 from memtree import MemTree
 from memtree.config import Aggregation, RetrievalMode
 from memtree.store import Namespace, NamespaceKey, namespace_key
@@ -97,6 +104,12 @@ class MemTreeStore(BaseStore):
     One tree can serve the store and :class:`MemTreeMemoryMiddleware`: see
     :meth:`middleware`.
 
+    ``ttl`` is LangGraph's ``TTLConfig``: ``default_ttl`` (minutes) for puts that
+    pass no ``ttl``, ``refresh_on_read`` (reads extend what they return; default
+    ``True``), ``sweep_interval_minutes`` (a daemon thread deletes expired items
+    that often; :meth:`sweep_ttl` does it once). An expired item is never returned,
+    listed or found, in any process (see :mod:`langchain_memtree.ttl`).
+
     ``aggregation`` is when the summaries above an indexed text are written: by the
     memory's background worker (default: a put waits for embeddings only, never for
     a chat request), ``"deferred"`` to ``flush()`` / ``close()`` of the memory, or
@@ -110,7 +123,8 @@ class MemTreeStore(BaseStore):
         agent = create_agent(model, tools, store=store)
     """
 
-    supports_ttl: bool = False
+    supports_ttl: bool = True
+    """Items expire as in LangGraph's SQLite and PostgreSQL stores (:mod:`langchain_memtree.ttl`)."""
 
     def __init__(
         self,
@@ -120,10 +134,12 @@ class MemTreeStore(BaseStore):
         prefix: Namespace = ("store",),
         mode: RetrievalMode | None = None,
         aggregation: Aggregation = "background",
+        ttl: TTLConfig | None = None,
     ) -> None:
         if memory is not None and not isinstance(memory, MemTree):
             raise TypeError(f"memory must be a memtree.MemTree, got {type(memory).__name__}")
         self.prefix: NamespaceKey = namespace_key(prefix)
+        self.ttl_config: TTLConfig | None = check_ttl_config(ttl)
         self.index: StoreIndex | None = read_index(index)
         """The index configuration read from ``index`` (``None``: exact key-value store)."""
         self._opened: list[MemTree] = []  # memories this store made and must close
@@ -154,6 +170,10 @@ class MemTreeStore(BaseStore):
         self._opened.append(self._memories)
         self._paths: list[Path] = self.index.paths if self.index is not None else []
         self._write_lock = WriteLock()
+        self._sweeper = Sweeper(self.sweep_ttl)
+        interval = (self.ttl_config or {}).get("sweep_interval_minutes")
+        if interval is not None:
+            self._sweeper.start(interval)
 
     @classmethod
     @contextlib.contextmanager
@@ -162,7 +182,7 @@ class MemTreeStore(BaseStore):
         conn_string: str | os.PathLike[str],
         *,
         index: IndexConfig | None = None,
-        ttl: None = None,
+        ttl: TTLConfig | None = None,
         prefix: Namespace = ("store",),
         mode: RetrievalMode | None = None,
         aggregation: Aggregation = "background",
@@ -171,19 +191,18 @@ class MemTreeStore(BaseStore):
         """A store on a SQLite file (created if missing) or a ``postgresql://`` DSN,
         closed when the ``with`` block ends, like LangGraph's ``SqliteStore`` and
         ``PostgresStore``. ``memory_options`` go to :meth:`MemTree.open`
-        (``embedder=``, ``llm=``, ``config=``...); ``ttl`` is accepted only as ``None``.
+        (``embedder=``, ``llm=``, ``config=``...); ``ttl`` is LangGraph's ``TTLConfig``.
 
         Example::
 
             with MemTreeStore.from_conn_string("memory.db", index={"fields": ["text"]}) as store:
                 agent = create_agent(model, tools, store=store)
         """
-        if ttl is not None:
-            raise NotImplementedError("MemTreeStore does not expire items; leave ttl=None")
-        read_index(index)  # a bad index fails before a file is made
+        read_index(index)  # a bad index or TTL config fails before a file is made
+        check_ttl_config(ttl)
         memory = MemTree.open(conn_string, namespace=prefix, **memory_options)
         try:
-            store = cls(memory, index=index, prefix=prefix, mode=mode, aggregation=aggregation)
+            store = cls(memory, index=index, prefix=prefix, mode=mode, aggregation=aggregation, ttl=ttl)
         except BaseException:
             memory.close()
             raise
@@ -200,7 +219,8 @@ class MemTreeStore(BaseStore):
 
     def close(self) -> None:
         """Close what this store opened (the memory of :meth:`from_conn_string`);
-        a memory passed in stays open, it is the caller's."""
+        a memory passed in stays open, it is the caller's. Stops the TTL sweeper."""
+        self._sweeper.stop()
         while self._opened:  # in the order opened: the handles before the memory that owns the store
             self._opened.pop(0).close()
 
@@ -250,6 +270,27 @@ class MemTreeStore(BaseStore):
         Change items through the store, which keeps tree and items in step."""
         return self._base.sibling(self._key(namespace))
 
+    def sweep_ttl(self) -> int:
+        """Delete every expired item (its record and its leaves, the summaries above
+        rewritten) and every expired leaf of the store's trees; return how many items.
+        Expired items are invisible before this runs; it frees their space."""
+        return run(self._sweep_steps())
+
+    async def asweep_ttl(self) -> int:
+        """Async :meth:`sweep_ttl`."""
+        return await arun(self._sweep_steps())
+
+    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> None:
+        """Run :meth:`sweep_ttl` every ``sweep_interval_minutes`` (default: the
+        ``TTLConfig``'s, else 5) in a daemon thread, as LangGraph's stores do;
+        :meth:`stop_ttl_sweeper` or :meth:`close` stops it."""
+        interval = sweep_interval_minutes or (self.ttl_config or {}).get("sweep_interval_minutes") or 5
+        self._sweeper.start(interval)
+
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Stop the sweeper thread; whether it stopped within ``timeout`` seconds."""
+        return self._sweeper.stop(timeout)
+
     # -- operations ----------------------------------------------------------------
 
     def _op_steps(self, op: Op) -> Procedure[Result]:
@@ -273,7 +314,14 @@ class MemTreeStore(BaseStore):
         key = self._key(op.namespace)
         found = yield Call(self._records, "get_records", (key, ITEMS, [op.key]))
         record = found.get(op.key)
-        return None if record is None else _item(op.namespace, op.key, record)
+        if record is None or is_expired(record, time.time()):
+            return None
+        if op.refresh_ttl and refreshable(record):
+            refreshed = yield from self._refresh_steps(key, [op.key])
+            record = refreshed.get(op.key)
+            if record is None:  # deleted or expired meanwhile
+                return None
+        return _item(op.namespace, op.key, record)
 
     def _put_steps(self, op: PutOp) -> Procedure[None]:
         key = self._key(op.namespace)
@@ -282,14 +330,17 @@ class MemTreeStore(BaseStore):
         old = yield Call(self._records, "get_records", (key, ITEMS, [op.key]))
         now = datetime.now(UTC)
         texts = [] if self.index is None or op.index is False else _texts(value, self._paths_for(op.index))
+        expiry = expiry_fields(op.ttl, now.timestamp())
+        present = op.key in old and not is_expired(old[op.key], now.timestamp())  # an expired item is gone
         record = {
             "value": value,
-            "created_at": old[op.key]["created_at"] if op.key in old else now.isoformat(),
+            "created_at": old[op.key]["created_at"] if present else now.isoformat(),
             "updated_at": now.isoformat(),
             "vectors": len(texts),
+            **expiry,
         }
         yield Call(self._records, "put_records", (key, ITEMS, {op.key: record}))
-        yield from _reindex_steps(memory, op.key, texts, now)
+        yield from _reindex_steps(memory, op.key, texts, now, expiry["expires_at"])
 
     def _delete_steps(self, op: PutOp) -> Procedure[None]:
         key = self._key(op.namespace)
@@ -319,9 +370,12 @@ class MemTreeStore(BaseStore):
             hits = yield from self._ranked_steps(op, namespaces, wanted)
         if len(hits) < wanted:  # listing, or items no query can score (nothing indexed)
             hits += yield from self._listed_steps(op, namespaces, wanted - len(hits), unscored_only=ranked)
+        page = hits[op.offset : wanted]
+        if op.refresh_ttl:
+            page = yield from self._refreshed_page(page)
         return [
             _item(ns[len(self.prefix) :], item_key, record, score=score, result=SearchItem)
-            for score, ns, item_key, record in hits[op.offset : wanted]
+            for score, ns, item_key, record in page
         ]
 
     def _ranked_steps(self, op: SearchOp, namespaces: list[NamespaceKey], wanted: int) -> Procedure[list[_Hit]]:
@@ -357,13 +411,14 @@ class MemTreeStore(BaseStore):
             for tier, score, ns, item_key in leaves:
                 best.setdefault((ns, item_key), (tier, score))
             hits: list[_Hit] = []
+            now = time.time()
             for ns in namespaces:
                 keys = [item_key for (space, item_key) in best if space == ns]
                 records = (yield Call(self._records, "get_records", (ns, ITEMS, keys))) if keys else {}
                 hits += [
                     (best[(ns, item_key)][1], ns, item_key, record)
                     for item_key, record in records.items()
-                    if matches(record["value"], op.filter)
+                    if not is_expired(record, now) and matches(record["value"], op.filter)
                 ]
             # beam-reached first; equal scores stay in namespace, then insertion, order
             hits.sort(key=lambda hit: (best[(hit[1], hit[2])][0], -(hit[0] or 0.0)))
@@ -376,10 +431,11 @@ class MemTreeStore(BaseStore):
     ) -> Procedure[list[_Hit]]:
         """Items in namespace order, then in the order first put, filtered."""
         hits: list[_Hit] = []
+        now = time.time()
         for ns in namespaces:
             records = yield Call(self._records, "get_records", (ns, ITEMS))
             for item_key, record in records.items():
-                if unscored_only and record.get("vectors", 0) > 0:
+                if (unscored_only and record.get("vectors", 0) > 0) or is_expired(record, now):
                     continue
                 if matches(record["value"], op.filter):
                     hits.append((None, ns, item_key, record))
@@ -389,13 +445,94 @@ class MemTreeStore(BaseStore):
 
     def _list_steps(self, op: ListNamespacesOp) -> Procedure[list[tuple[str, ...]]]:
         found = yield Call(self._records, "list_namespaces", (self.prefix,))
-        names = [ns[len(self.prefix) :] for ns in found if len(ns) > len(self.prefix)]
+        spaces = [ns for ns in found if len(ns) > len(self.prefix)]
+        names = []
+        for ns in spaces:
+            if (yield from self._holds_live_items(ns)):
+                names.append(ns[len(self.prefix) :])
         for condition in op.match_conditions or ():
             names = [ns for ns in names if namespace_matches(condition, ns)]
         if op.max_depth is not None:
             names = list({ns[: op.max_depth]: None for ns in names})
         names.sort()
         return names[op.offset : op.offset + op.limit]
+
+    # -- expiry ------------------------------------------------------------------------
+
+    def _holds_live_items(self, ns: NamespaceKey) -> Procedure[bool]:
+        """Whether a namespace should be listed: it has an item that has not expired,
+        or no items at all (then it holds only leaves, as a middleware's tree does)."""
+        records = yield Call(self._records, "get_records", (ns, ITEMS))
+        now = time.time()
+        return not records or any(not is_expired(record, now) for record in records.values())
+
+    def _refresh_steps(self, ns: NamespaceKey, keys: list[str]) -> Procedure[dict[str, dict[str, Any]]]:
+        """Extend the expiry of these items by their own TTL from now (records and
+        leaves), re-read under the write lock so a concurrent put is never undone;
+        return the records as they are now (expired or deleted ones left out)."""
+        yield Call(self._write_lock, "acquire")
+        try:
+            found = yield Call(self._records, "get_records", (ns, ITEMS, keys))
+            now = time.time()
+            live = {key: record for key, record in found.items() if not is_expired(record, now)}
+            changed = {
+                key: {**record, **expiry_fields(record["ttl_minutes"], now)}
+                for key, record in live.items()
+                if refreshable(record)
+            }
+            if changed:
+                yield Call(self._records, "put_records", (ns, ITEMS, changed))
+                memory = yield Call(self._memories, "sibling", (ns,))
+                by_expiry: dict[float, list[str]] = {}  # one tree commit per expiry, not per item
+                for key, record in changed.items():
+                    by_expiry.setdefault(record["expires_at"], []).extend(
+                        (yield Call(memory, "find", (), {"source_id": key}))
+                    )
+                for expires_at, leaf_ids in by_expiry.items():
+                    yield from _set_expiry_steps(memory, leaf_ids, expires_at)
+            return {**live, **changed}
+        finally:
+            self._write_lock.release()
+
+    def _refreshed_page(self, page: list[_Hit]) -> Procedure[list[_Hit]]:
+        """A search page with the expiry of its items refreshed (LangGraph's
+        ``refresh_ttl``); an item deleted or expired meanwhile drops out."""
+        keys: dict[NamespaceKey, list[str]] = {}
+        for _, ns, item_key, record in page:
+            if refreshable(record):
+                keys.setdefault(ns, []).append(item_key)
+        if not keys:
+            return page
+        current: dict[tuple[NamespaceKey, str], dict[str, Any]] = {}
+        for ns, wanted in keys.items():
+            refreshed = yield from self._refresh_steps(ns, wanted)
+            current.update({(ns, key): record for key, record in refreshed.items()})
+        return [
+            (score, ns, key, current.get((ns, key), record))
+            for score, ns, key, record in page
+            if (ns, key) in current or not refreshable(record)
+        ]
+
+    def _sweep_steps(self) -> Procedure[int]:
+        """Delete the expired items of every namespace (each checked again under the
+        write lock: a put may have renewed it), then the trees' expired leaves."""
+        found = yield Call(self._records, "list_namespaces", (self.prefix,))
+        swept = 0
+        for ns in (ns for ns in found if len(ns) > len(self.prefix)):
+            records = yield Call(self._records, "get_records", (ns, ITEMS))
+            now = time.time()
+            for item_key in [key for key, record in records.items() if is_expired(record, now)]:
+                yield Call(self._write_lock, "acquire")
+                try:
+                    again = yield Call(self._records, "get_records", (ns, ITEMS, [item_key]))
+                    if item_key in again and is_expired(again[item_key], time.time()):
+                        yield from self._delete_steps(PutOp(ns[len(self.prefix) :], item_key, None))
+                        swept += 1
+                finally:
+                    self._write_lock.release()
+            memory = yield Call(self._memories, "sibling", (ns,))
+            yield Call(memory, "sweep_expired")
+        return swept
 
     # -- helpers ---------------------------------------------------------------------
 
@@ -412,8 +549,14 @@ class MemTreeStore(BaseStore):
         return (*self.prefix, *namespace)
 
 
-def _reindex_steps(memory: MemTree, key: str, texts: list[tuple[str, str]], moment: datetime | None) -> Procedure[None]:
-    """Make the item's leaves exactly ``texts``.
+def _reindex_steps(
+    memory: MemTree,
+    key: str,
+    texts: list[tuple[str, str]],
+    moment: datetime | None,
+    expires_at: float | None = None,
+) -> Procedure[None]:
+    """Make the item's leaves exactly ``texts``, expiring at ``expires_at``.
 
     A leaf whose text is unchanged stays as it is. A changed text at a path the
     item already had corrects that path's leaf in place (``MemTree.update``: the
@@ -449,9 +592,39 @@ def _reindex_steps(memory: MemTree, key: str, texts: list[tuple[str, str]], mome
         except KeyError:  # another writer removed it first: add the text as a new leaf below
             continue
         corrected.add((path, text))
+    if expires_at is not None and expires_at <= time.time():
+        return  # the item expired while it was being written: nothing to index
     for path, text in missing:
         if (path, text) not in corrected:
-            yield Call(memory, "add", (text,), {"metadata": {"path": path}, "timestamp": moment, "source_id": key})
+            options = {"metadata": {"path": path}, "timestamp": moment, "source_id": key, "expires_at": expires_at}
+            yield Call(memory, "add", (text,), options)
+    yield from _expire_leaves_steps(memory, key, expires_at)
+
+
+def _set_expiry_steps(memory: MemTree, leaf_ids: list[str], expires_at: float) -> Procedure[None]:
+    """Give these leaves ``expires_at``; a leaf another writer removed meanwhile is
+    left out (the others still get it)."""
+    for _ in range(2):
+        if not leaf_ids or expires_at <= time.time():
+            return
+        try:
+            yield Call(memory, "set_expiry", (leaf_ids,), {"expires_at": expires_at})
+            return
+        except KeyError:
+            leaf_ids = list((yield Call(memory, "get_many", (leaf_ids,))))
+
+
+def _expire_leaves_steps(memory: MemTree, key: str, expires_at: float | None) -> Procedure[None]:
+    """Give the item's leaves the item's expiry (kept and corrected leaves keep their
+    old one otherwise), so the tree stops showing them when the item expires."""
+    leaf_ids = yield Call(memory, "find", kwargs={"source_id": key})
+    if not leaf_ids:
+        return
+    nodes = yield Call(memory, "get_many", (leaf_ids,))
+    wrong = [leaf_id for leaf_id, node in nodes.items() if node.expires_at != expires_at]
+    if not wrong or (expires_at is not None and expires_at <= time.time()):
+        return
+    yield Call(memory, "set_expiry", (wrong,), {"expires_at": expires_at})
 
 
 def _texts(value: Mapping[str, Any], paths: list[Path]) -> list[tuple[str, str]]:
@@ -474,8 +647,8 @@ def _checked_ops(ops: Iterable[Op]) -> list[Op]:
         if isinstance(op, PutOp):
             if op.namespace and op.namespace[0] == "langgraph":
                 raise InvalidNamespaceError(f'Root label for namespace cannot be "langgraph". Got: {op.namespace}')
-            if op.ttl is not None:
-                raise NotImplementedError("MemTreeStore does not expire items; put them with ttl=None")
+            if op.ttl is not None and op.value is not None:
+                check_ttl_minutes(op.ttl)
             if not isinstance(op.key, str):
                 raise TypeError(f"item keys must be str, got {type(op.key).__name__}")
     return checked

@@ -18,7 +18,9 @@ Nothing depends on the worker for correctness:
   summaries, and the notifications still queued guarantee a flush that takes them;
 * a flush that fails leaves its summaries stale and in the ledger (the existing
   retry / stale machinery); the next flush, ``flush()`` or ``repair()`` writes them;
-* ``close()`` stops the worker after a last flush; at interpreter exit every memory's
+* ``close()`` stops the worker after a last flush, waiting at most its ``timeout``
+  (``CLOSE_SECONDS`` by default), and names in one warning the summaries it
+  leaves stale; at interpreter exit every memory's
   pending summaries get a last flush with a bounded wait (``EXIT_FLUSH_SECONDS``
   for all memories together); a crash or a timeout leaves them stale for
   ``repair()``. The leaves are committed before any of this, so none is ever lost;
@@ -46,6 +48,9 @@ logger = logging.getLogger(__name__)
 
 EXIT_FLUSH_SECONDS = 10.0
 """How long interpreter exit waits, for all memories together, for pending summaries."""
+
+CLOSE_SECONDS = 10.0
+"""How long ``MemTree.close()`` waits by default for its pending summaries (like exit)."""
 
 IDLE_SECONDS = 30.0
 """A worker with nothing to do for this long ends (the next insert starts another)."""
@@ -101,12 +106,19 @@ class BackgroundSummaries:
         """Flushes that raised (their summaries stayed stale and pending)."""
         self.conflicts = 0
         """Flushes planned again because inserts changed what they had planned."""
+        self.refused: str | None = None
+        """Why no thread could be started for the last flush, if none could (exit on 3.12)."""
         _LIVE.add(self)
 
     def is_worker_thread(self) -> bool:
         """Whether the calling thread is this worker (its model calls then run in
         daemon threads, see :func:`map_in_daemon_threads`)."""
         return self._thread is threading.current_thread()
+
+    @property
+    def name(self) -> str:
+        """The worker thread's name (it says which namespace it writes)."""
+        return self._name
 
     @property
     def stopping(self) -> bool:
@@ -128,7 +140,11 @@ class BackgroundSummaries:
                 # flush again, and that flush takes this insert's summaries too.
                 self.overflows += 1
                 return False
-            self._start_locked()
+            try:
+                self._start_locked()
+            except RuntimeError as error:  # at exit on Python 3.12: the exit flush or repair() writes them
+                self.refused = str(error)
+                return False
             return True
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -148,8 +164,9 @@ class BackgroundSummaries:
                 return None
             try:
                 self._start_locked()
-            except RuntimeError as error:  # Python >= 3.12 refuses new threads at exit
-                logger.warning("no thread for the last flush (%s); %d summaries stay stale", error, self._pending())
+            except RuntimeError as error:  # Python 3.12 refuses new threads at exit
+                self.refused = str(error)
+                logger.debug("no thread for the last flush of %s: %s", self._name, error)
                 return None
             with contextlib.suppress(queue.Full):  # a full queue: the worker will see _stopping
                 self._queue.put_nowait(_STOP)
@@ -256,6 +273,27 @@ def map_in_daemon_threads(function: Callable[[T], R], items: Sequence[T], limit:
     return results  # type: ignore[return-value]  # every index was filled
 
 
+def run_bounded(function: Callable[[], object], timeout: float | None, name: str) -> bool:
+    """Run ``function`` in a daemon thread and wait at most ``timeout`` seconds;
+    return whether it finished. If it did not, it goes on in the background and
+    ends with the process at the latest (``close()`` uses this so that a model that
+    hangs cannot hold it). ``False`` too where no thread can be started (at
+    interpreter shutdown): then nothing runs."""
+    thread = threading.Thread(target=function, name=name, daemon=True)
+    try:
+        thread.start()
+    except RuntimeError as error:  # Python >= 3.12 refuses new threads at exit
+        logger.warning("no thread to run %s (%s)", name, error)
+        return False
+    thread.join(timeout)
+    return not thread.is_alive()
+
+
+def remaining(deadline: float | None) -> float | None:
+    """Seconds left until ``deadline`` (a ``time.monotonic()`` value; ``None``: no limit)."""
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
 def flush_all_at_exit(timeout: float | None = None) -> int:
     """Give every live memory's pending summaries a last flush, waiting at most
     ``timeout`` seconds in all (``EXIT_FLUSH_SECONDS`` by default); return how many
@@ -268,13 +306,26 @@ def flush_all_at_exit(timeout: float | None = None) -> int:
         if thread is not None:
             thread.join(max(0.0, deadline - time.monotonic()))
     left = 0
+    where: list[str] = []
+    refused: set[str] = set()
     for worker, _ in threads:
         try:
-            left += worker._pending()
+            pending = worker._pending()
         except Exception:  # noqa: BLE001 - a memory half torn down at exit
             continue
+        if pending:
+            left += pending
+            where.append(f"{worker.name.removeprefix('memtree-background-')}: {pending}")
+            if worker.refused:
+                refused.add(worker.refused)
     if left:
-        logger.warning("exiting with %d summaries not yet written; they are stale: call repair() later", left)
+        why = f"Python refused a thread to write them ({'; '.join(sorted(refused))})" if refused else "time ran out"
+        logger.warning(
+            "exiting with %d summaries not yet written (%s; by namespace: %s); they are stale: call repair() later",
+            left,
+            why,
+            ", ".join(where),
+        )
     return left
 
 

@@ -16,9 +16,11 @@ Format ``memtree-jsonl`` version 1, UTF-8, one JSON object per line:
        {"type": "node", "id": "…", "parent": "root", "text": "…", "depth": 1,
         "is_leaf": true, "leaf_count": 1, "created_at": 1706700000.0,
         "updated_at": 1706700000.0, "timestamp": null, "metadata": {}, "source_id": null,
-        "stale": false, "embedding": "<base64>", "leaf_sum": null}
+        "stale": false, "embedding": "<base64>", "leaf_sum": null, "expires_at": null}
 
-   Times are POSIX seconds (UTC). ``embedding`` and ``leaf_sum`` (the sum of the
+   Times are POSIX seconds (UTC). ``expires_at`` is when a leaf expires (``null``:
+   never; absent in backups from before expiry existed): a leaf restored after it
+   is hidden at once and deleted by the next sweep. ``embedding`` and ``leaf_sum`` (the sum of the
    leaf embeddings below a summary) are base64 of ``dimension`` little-endian
    float32 values; the root has neither. Decode one in Python with
    ``numpy.frombuffer(base64.b64decode(s), "<f4")``.
@@ -77,6 +79,8 @@ VERSION = 1
 VECTOR_ENCODING = "base64 little-endian float32"
 
 _NODE_FIELDS = {"type", *(item.name for item in fields(Node) if item.name != "children")}
+_OPTIONAL_NODE_FIELDS = {"expires_at"}
+"""Node fields a backup may leave out (written by a memtree before they existed)."""
 _RECORD_FIELDS = {"type", "kind", "key", "value"}
 _MAX_SHOWN = 20
 
@@ -147,6 +151,7 @@ def _lines(
                 "stale": node.stale,
                 "embedding": _b64(node.embedding),
                 "leaf_sum": _b64(node.leaf_sum),
+                "expires_at": node.expires_at,
             }
         )
     for kind, key, value in records:
@@ -389,7 +394,7 @@ def _node(value: JSONDict, dimension: int | None) -> Node:
     unknown = set(value) - _NODE_FIELDS
     if unknown:
         raise _BadLine(f"unknown node field(s) {', '.join(sorted(unknown))}")
-    missing = _NODE_FIELDS - set(value)
+    missing = _NODE_FIELDS - _OPTIONAL_NODE_FIELDS - set(value)
     if missing:
         raise _BadLine(f"node is missing {', '.join(sorted(missing))}")
     node_id = _string(value, "id")
@@ -435,6 +440,7 @@ def _node(value: JSONDict, dimension: int | None) -> Node:
         source_id=source_id,
         leaf_sum=_vector(value, "leaf_sum", dimension, unit=False),
         stale=_boolean(value, "stale"),
+        expires_at=None if value.get("expires_at") is None else _moment(value, "expires_at", node_id),
     )
 
 

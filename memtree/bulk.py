@@ -148,6 +148,7 @@ def plan_bulk(items: Sequence[Item], vectors: Matrix, grouping: Grouping, *, now
             timestamp=item.timestamp,
             metadata=dict(item.metadata),
             source_id=item.source_id,
+            expires_at=item.expires_at,
         )
         for number, item in enumerate(items)
     ]

@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from typing import Literal
 
+from memtree.inputs import to_ttl
 from memtree.text import count_tokens
 
 RetrievalMode = Literal["collapsed", "traversal"]
@@ -35,6 +37,10 @@ class MemTreeConfig:
     model round-trip; ``1`` runs them one after another, as the paper did).
     ``aggregation_max_words`` bounds the new text a deferred rewrite puts in one
     model call; a summary with more new text is folded over several calls.
+    ``summary_max_chars`` caps every summary an aggregator writes, whatever the
+    model: a longer one is cut after its last sentence end within the cap, or, with
+    none there, rejected as a failed aggregation (the node stays stale). Both are
+    counted (``stats().extra``: ``summaries_cut``, ``summaries_rejected``).
 
     ``lexical_weight`` (w) mixes BM25 into retrieval scores: a node scores
     ``(cosine + w * BM25 / best BM25) / (1 + w)``, on the scale of cosine, and in
@@ -59,6 +65,12 @@ class MemTreeConfig:
     ``retrieve_threshold`` is the lowest score a result may have; ``None`` (the
     default) cuts nothing, so a retrieval returns ``k`` results whenever that many
     nodes pass its filters (``retrieve(min_score=...)`` sets one per call).
+
+    ``default_ttl`` is how long a memory added without ``ttl`` or ``expires_at`` is
+    kept, in seconds (or a ``timedelta``); ``None`` (the default): for ever. Give each
+    namespace with its own retention its own config (``MemTree.with_namespace(ns,
+    config=...)``). Expired memories are never returned and are swept by writes
+    and :meth:`MemTree.sweep_expired`.
 
     Example::
 
@@ -85,8 +97,10 @@ class MemTreeConfig:
     drop_repeated_sentences: bool = True
     max_concurrency: int = 8
     aggregation_max_words: int = 2000
+    summary_max_chars: int = 4000
     aggregation: Aggregation = "eager"
     background_queue_size: int = 1024
+    default_ttl: float | timedelta | None = None
     token_counter: Callable[[str], int] = field(default=count_tokens, compare=False)
 
     def __post_init__(self) -> None:
@@ -109,9 +123,12 @@ class MemTreeConfig:
         _check_positive("beam", self.beam)
         _check_positive("max_concurrency", self.max_concurrency)
         _check_positive("aggregation_max_words", self.aggregation_max_words)
+        _check_positive("summary_max_chars", self.summary_max_chars, minimum=16)
         _check_positive("background_queue_size", self.background_queue_size)
         if self.aggregation not in AGGREGATION_MODES:
             raise ValueError(f"aggregation must be one of: {', '.join(AGGREGATION_MODES)}; got {self.aggregation!r}")
+        if self.default_ttl is not None:
+            to_ttl(self.default_ttl, "default_ttl")
         if self.threshold_depth is not None:
             _check_positive("threshold_depth", self.threshold_depth)
         if self.token_budget is not None:

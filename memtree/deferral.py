@@ -118,6 +118,11 @@ class PendingSummaries:
         with self._lock:
             return len(self._entries)
 
+    def ids(self) -> list[str]:
+        """The summaries waiting, by id (stale in the store until written)."""
+        with self._lock:
+            return list(self._entries)
+
     @staticmethod
     def describe_insert(plan: InsertPlan, state: TreeState) -> list[tuple[str, PendingSummary]]:
         """What a deferred insert adds to the ledger, read from ``state`` as planned

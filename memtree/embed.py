@@ -31,6 +31,10 @@ Matrix = npt.NDArray[np.float32]
 
 DEFAULT_LOCAL_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
+DEFAULT_EMBED_TIMEOUT = 120.0
+"""Seconds a memory lets one embedding call take by default (loading a local model
+on its first call included)."""
+
 
 class Embedder(ABC):
     """Interface for embedding models used by a memory.
@@ -38,7 +42,15 @@ class Embedder(ABC):
     Subclasses implement :meth:`embed`. Rows must be L2-normalized (the engine
     re-checks and normalizes; a zero, NaN or infinite row is an error). Override
     :meth:`aembed` when the model has a native async client.
+
+    A memory gives up on one call after :attr:`call_timeout` seconds
+    (``TimeoutError``, as for a chat model's call), so an embedder that hangs
+    cannot hold a write, a query or ``close()``: the call runs in a helper thread,
+    left to finish on its own. ``None`` sets no limit (for embedders that cannot
+    hang, or that bound their own requests, as the API adapters do).
     """
+
+    call_timeout: float | None = DEFAULT_EMBED_TIMEOUT
 
     @abstractmethod
     def embed(self, texts: Sequence[str]) -> Matrix:
@@ -129,6 +141,8 @@ class HashingEmbedder(Embedder):
     for benchmarks that must isolate the engine from a model's cost.
     """
 
+    call_timeout = None  # arithmetic on the caller's thread: it cannot hang
+
     def __init__(self, dimension: int = 256) -> None:
         if dimension < 8:
             raise ValueError(f"dimension must be at least 8, got {dimension}")
@@ -163,6 +177,8 @@ class LocalEmbedder(Embedder):
     sentence-transformers for the model by name, which may download it. The model
     loads on first use, so constructing a memory stays cheap.
     """
+
+    call_timeout = 600.0  # the first call imports torch and loads the model: slow on a busy machine
 
     def __init__(self, model: str | None = None, *, device: str = "cpu", batch_size: int = 64) -> None:
         self.model_name = model

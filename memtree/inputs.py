@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from memtree.node import JSONDict
 from memtree.text import require_text, unstorable
 
 TimeLike = datetime | date | float | int | str
+TTLLike = float | int | timedelta
+"""A time to live: seconds, or a ``timedelta``."""
 
 
 def to_timestamp(value: TimeLike | None, what: str = "timestamp") -> float | None:
@@ -121,14 +124,59 @@ def to_min_score(value: object) -> float:
     return float(value)
 
 
+def to_ttl(value: object, what: str = "ttl") -> float:
+    """A time to live in seconds, checked: a positive finite number of seconds or a
+    positive ``timedelta``. Zero, negative, NaN or infinite values and anything that
+    is not a number raise, naming ``what``: an expiry nobody meant must not be stored
+    (a zero TTL would store a text no read ever returns)."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(
+            f"{what} must be a number of seconds or a datetime.timedelta, got {type(value).__name__} {value!r}"
+        )
+    else:
+        seconds = float(value)
+    if math.isnan(seconds):
+        raise ValueError(f"{what} is NaN; pass a positive number of seconds (or None: never expire)")
+    if math.isinf(seconds):
+        raise ValueError(f"{what} is infinite; pass None for a memory that never expires")
+    if seconds <= 0:
+        raise ValueError(f"{what} must be positive (seconds until the memory expires), got {value!r}")
+    return seconds
+
+
+def expiry_of(
+    ttl: object = None, expires_at: TimeLike | None = None, default_ttl: TTLLike | None = None
+) -> float | None:
+    """When a new memory expires (POSIX seconds), from a caller's ``ttl`` or
+    ``expires_at`` (at most one of them), else the config's ``default_ttl``;
+    ``None``: never. An ``expires_at`` already past is refused, like a zero ``ttl``."""
+    if ttl is not None and expires_at is not None:
+        raise ValueError("pass ttl (seconds from now) or expires_at (a moment), not both")
+    now = time.time()
+    if expires_at is not None:
+        moment = to_timestamp(expires_at, "expires_at")
+        assert moment is not None
+        if moment <= now:
+            raise ValueError(f"expires_at {expires_at!r} has already passed; pass a future moment")
+        return moment
+    if ttl is not None:
+        return now + to_ttl(ttl)
+    if default_ttl is not None:
+        return now + to_ttl(default_ttl, "default_ttl")
+    return None
+
+
 @dataclass(frozen=True)
 class Item:
-    """One text to remember, checked."""
+    """One text to remember, checked. ``expires_at``: when it expires (``None``: never)."""
 
     text: str
     metadata: JSONDict
     timestamp: float | None
     source_id: str | None
+    expires_at: float | None = None
 
 
 def make_item(
@@ -136,6 +184,7 @@ def make_item(
     metadata: Mapping[str, Any] | None = None,
     timestamp: TimeLike | None = None,
     source_id: object = None,
+    expires_at: float | None = None,
 ) -> Item:
     if source_id is not None and not isinstance(source_id, str):
         raise TypeError(f"source_id must be a str, got {type(source_id).__name__}")
@@ -143,4 +192,4 @@ def make_item(
         problem = unstorable(source_id)
         if problem:
             raise ValueError(f"source_id {problem}; remove it before storing")
-    return Item(require_text(text), to_metadata(metadata), to_timestamp(timestamp), source_id)
+    return Item(require_text(text), to_metadata(metadata), to_timestamp(timestamp), source_id, expires_at)

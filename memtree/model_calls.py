@@ -22,10 +22,10 @@ import numpy as np
 
 from memtree.aggregate import Aggregator
 from memtree.background import map_in_daemon_threads
-from memtree.embed import Embedder, Matrix
+from memtree.embed import DEFAULT_EMBED_TIMEOUT, Embedder, Matrix
 from memtree.model_usage import recording
 from memtree.planning import AggregationJob
-from memtree.retry import ModelResponseError
+from memtree.retry import ModelResponseError, call_with_timeout
 from memtree.stats import Counters
 from memtree.text import unstorable
 
@@ -103,12 +103,13 @@ class ModelCalls:
         """Whether the calling thread is the background worker, whose model calls run
         in daemon threads (which never hold up interpreter exit)."""
 
-    def close(self) -> None:
-        """Stop the worker threads (started again if a call comes later)."""
+    def close(self, *, wait: bool = True) -> None:
+        """Stop the worker threads (started again if a call comes later); with
+        ``wait=False`` a thread still in a model call finishes on its own."""
         with self._pool_lock:
             pool, self._pool = self._pool, None
         if pool is not None:
-            pool.shutdown(wait=True)
+            pool.shutdown(wait=wait)
 
     def drive(self, steps: Steps[T]) -> T:
         """Run a procedure, answering its requests with threads."""
@@ -137,11 +138,17 @@ class ModelCalls:
     def _answer_sync(self, request: Request) -> Any:
         if isinstance(request, Embed):
             self._count_embedding(request.texts)
-            try:
-                with recording(self.counters):
+            embedder = self.embedder
+
+            def embed() -> Any:
+                with recording(self.counters):  # opened in the thread that calls the model
                     if request.query:
-                        return _query_row(self.embedder.embed_query(request.texts[0]))
-                    return self.embedder.embed(request.texts)
+                        return _query_row(embedder.embed_query(request.texts[0]))
+                    return embedder.embed(request.texts)
+
+            timeout = embed_timeout(embedder)
+            try:
+                return embed() if timeout is None else call_with_timeout(embed, timeout, embedder.name)
             except Exception as error:  # noqa: BLE001 - handed back to the procedure
                 return error
         self._count_aggregations(request.jobs)
@@ -154,11 +161,22 @@ class ModelCalls:
     async def _answer_async(self, request: Request) -> Any:
         if isinstance(request, Embed):
             self._count_embedding(request.texts)
-            try:
+            embedder = self.embedder
+
+            async def embed() -> Any:
                 with recording(self.counters):
                     if request.query:
-                        return _query_row(await self.embedder.aembed_query(request.texts[0]))
-                    return await self.embedder.aembed(request.texts)
+                        return _query_row(await embedder.aembed_query(request.texts[0]))
+                    return await embedder.aembed(request.texts)
+
+            timeout = embed_timeout(embedder)
+            try:
+                if timeout is None:
+                    return await embed()
+                try:
+                    return await asyncio.wait_for(embed(), timeout)
+                except TimeoutError:
+                    raise TimeoutError(f"{embedder.name} took longer than {timeout} s") from None
             except Exception as error:  # noqa: BLE001
                 return error
         self._count_aggregations(request.jobs)
@@ -205,6 +223,11 @@ class ModelCalls:
         self.counters.add("aggregation_calls", len(jobs))
         if self.aggregator.calls_model:
             self.counters.add("llm_calls", len(jobs))
+
+
+def embed_timeout(embedder: Embedder) -> float | None:
+    """Seconds the memory lets one call to ``embedder`` take (its ``call_timeout``)."""
+    return getattr(embedder, "call_timeout", DEFAULT_EMBED_TIMEOUT)
 
 
 def _query_row(vector: Any) -> Any:

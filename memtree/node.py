@@ -59,6 +59,9 @@ class Node:
     call failed or because its aggregation is deferred; ``MemTree.repair()`` (or
     ``flush()`` for deferred ones) brings it up to date.
     ``children`` is not stored: the engine derives it from the children's ``parent``.
+    ``expires_at`` (leaves only; POSIX seconds, UTC) is when the leaf stops being
+    remembered: from then on no read returns it and a sweep deletes it
+    (``MemTree.add(ttl=...)``); ``None``: never.
     """
 
     id: str
@@ -76,6 +79,7 @@ class Node:
     leaf_sum: Vector | None = None
     stale: bool = False
     children: list[str] = field(default_factory=list)
+    expires_at: float | None = None
 
     @property
     def is_root(self) -> bool:
@@ -105,6 +109,7 @@ class Node:
             leaf_sum=self.leaf_sum,
             stale=self.stale,
             children=list(self.children),
+            expires_at=self.expires_at,
         )
 
 

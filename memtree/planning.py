@@ -119,6 +119,7 @@ def plan_insert(
     timestamp: float | None,
     source_id: str | None,
     now: float,
+    expires_at: float | None = None,
 ) -> InsertPlan:
     """Plan the insertion of one leaf along ``route`` (design.md §1, steps 4 and 5)."""
     summaries: dict[str, Node] = {}
@@ -179,6 +180,7 @@ def plan_insert(
         timestamp=timestamp,
         metadata=dict(metadata),
         source_id=source_id,
+        expires_at=expires_at,
     )
     return InsertPlan(leaf, route, summaries, moved, jobs, new_parent_id)
 

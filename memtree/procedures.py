@@ -88,6 +88,7 @@ class Procedures:
                 timestamp=item.timestamp,
                 source_id=item.source_id,
                 now=now,
+                expires_at=item.expires_at,
             )
             upserts = [] if state.root is not None else [root_node(now)]
             if restore is not None:  # a leaf coming back from a backup keeps who it is
@@ -237,8 +238,9 @@ class Procedures:
         prepared.rebase = rebase
         return prepared
 
-    def delete(self, node_ids: list[str]) -> Steps[PreparedWrite[None]]:
-        """Remove leaves; every ancestor is rebuilt from what remains."""
+    def delete(self, node_ids: list[str], *, defer: bool = False) -> Steps[PreparedWrite[None]]:
+        """Remove leaves; every ancestor is rebuilt from what remains (with ``defer``,
+        marked stale with its children's texts and left in the ledger for a flush)."""
         state = self.state
         with self.replica.lock.read():
             for node_id in node_ids:
@@ -252,13 +254,59 @@ class Procedures:
             above = {ancestor.id for node_id in node_ids for ancestor in state.path_to_root(node_id)}
             parents = {state.nodes[node_id].parent or ROOT_ID for node_id in node_ids}
             footprint = footprint_of(state, above | parents, extra_reads=plan.moved)
-        yield from self.summaries.rewrite_ancestors(plan)
+        if defer:
+            self.summaries.defer_ancestors(plan)
+        else:
+            yield from self.summaries.rewrite_ancestors(plan)
 
         def committed() -> None:
             self.pending.mark_rebuild(node.id for node in plan.ancestors)
+            if defer:
+                with self.replica.lock.read():
+                    self.pending.put_back((node.id for node in plan.ancestors), self.replica.state)
             self.calls.counters.add("deletes", len(node_ids))
 
         return PreparedWrite(None, base, plan.nodes(), plan.deleted, footprint, committed=committed)
+
+    def sweep(self) -> Steps[PreparedWrite[int]]:
+        """Delete the leaves whose expiry has passed, as :meth:`delete` would (every
+        ancestor rebuilt from what remains); counted as ``expired`` in ``stats()``."""
+        with self.replica.lock.read():
+            base = (self.state.seq, self.state.generation)
+            expired = self.state.expired(time.time())
+        if not expired:
+            return PreparedWrite(0, base)
+        prepared = yield from self.delete(expired)
+        deleted = prepared.committed
+
+        def committed() -> None:
+            if deleted is not None:
+                deleted()
+            self.calls.counters.add("expired", len(expired))
+
+        return PreparedWrite(
+            len(expired), prepared.base, prepared.upserts, prepared.deletions, prepared.footprint, committed=committed
+        )
+
+    def set_expiry(self, leaf_ids: list[str], expires_at: float | None) -> Steps[PreparedWrite[int]]:
+        """Give leaves a new expiry (``None``: never); nothing else about them changes,
+        no summary is rewritten. An unknown or already expired leaf raises ``KeyError``."""
+        state = self.state
+        now = time.time()
+        with self.replica.lock.read():
+            base = (state.seq, state.generation)
+            changed = []
+            for leaf_id in leaf_ids:
+                node = state.nodes.get(leaf_id)
+                if node is None or not node.is_leaf or (node.expires_at is not None and node.expires_at <= now):
+                    raise KeyError(f"no leaf with id {leaf_id!r} in namespace {self.replica.namespace!r}")
+                if node.expires_at != expires_at:
+                    copy = node.copy()
+                    copy.expires_at = expires_at
+                    changed.append(copy)
+            footprint = footprint_of(state, {node.id: node for node in changed})
+        yield from ()
+        return PreparedWrite(len(leaf_ids), base, changed, [], footprint)
 
     def repair(self) -> Steps[PreparedWrite[int]]:
         """Rebuild every stale summary from its children, deepest first; one whose

@@ -51,38 +51,65 @@ class Replica:
             return view(self.state, *args, **kwargs)
 
     def get(self, node_id: str) -> Node:
-        """A copy of a node (``KeyError`` naming the id if there is none)."""
+        """A copy of a node (``KeyError`` naming the id if there is none, or it expired)."""
         self.maybe_refresh()
         with self.lock.read():
             node = self.state.nodes.get(node_id)
-            if node is None:
-                raise KeyError(f"no node with id {node_id!r} in namespace {self.namespace!r}")
-            return self._copy_out(node)
+            hidden = self.hidden()
+            if node is None or node_id in hidden:
+                gone = "" if node is None else " (it expired)"
+                raise KeyError(f"no node with id {node_id!r} in namespace {self.namespace!r}{gone}")
+            return self._copy_out(node, hidden)
 
     def get_many(self, node_ids: Iterable[str]) -> dict[str, Node]:
-        """Copies of those of ``node_ids`` that exist, read from one snapshot."""
+        """Copies of those of ``node_ids`` that exist (and have not expired), read
+        from one snapshot."""
         self.maybe_refresh()
         with self.lock.read():
-            nodes = self.state.nodes
-            return {node_id: self._copy_out(nodes[node_id]) for node_id in node_ids if node_id in nodes}
+            nodes, hidden = self.state.nodes, self.hidden()
+            return {
+                node_id: self._copy_out(nodes[node_id], hidden)
+                for node_id in node_ids
+                if node_id in nodes and node_id not in hidden
+            }
 
     def snapshot(self) -> list[Node]:
-        """Copies of every node, root first, in depth-first pre-order."""
+        """Copies of every node but the expired ones, root first, in depth-first pre-order."""
         self.maybe_refresh()
         with self.lock.read():
-            return [self._copy_out(node) for node in self.state.walk()]
+            hidden = self.hidden()
+            return [self._copy_out(node, hidden) for node in self.state.walk() if node.id not in hidden]
 
     def leaf_ids_under(self, node_id: str) -> tuple[str, ...]:
-        """Ids of the leaves below a node (as this replica knows it: no catch-up)."""
+        """Ids of the leaves below a node that have not expired (as this replica
+        knows it: no catch-up)."""
         with self.lock.read():
-            if node_id not in self.state.nodes:
+            hidden = self.hidden()
+            if node_id not in self.state.nodes or node_id in hidden:
                 raise KeyError(f"no node with id {node_id!r} in namespace {self.namespace!r}")
-            return self.state.leaf_ids_under(node_id)
+            leaves = self.state.leaf_ids_under(node_id)
+            return tuple(leaf for leaf in leaves if leaf not in hidden) if hidden else leaves
 
-    def _copy_out(self, node: Node) -> Node:
+    def hidden(self) -> frozenset[str]:
+        """What reads must not return now: expired leaves and the summaries of
+        nothing else (:meth:`TreeState.hidden`); call under the read lock."""
+        return self.state.hidden(time.time())
+
+    def live_leaf_total(self) -> int:
+        """Leaves not expired (call under the read lock)."""
+        return self.state.leaf_total - len(self.state.expired(time.time()))
+
+    def sweep_due(self) -> bool:
+        """Whether a leaf this replica knows of has expired and waits for a sweep."""
+        next_expiry = self.state.next_expiry
+        return next_expiry is not None and next_expiry <= time.time()
+
+    def _copy_out(self, node: Node, hidden: frozenset[str] = frozenset()) -> Node:
         out = node.copy()
         if node.id == ROOT_ID:  # the stored root does not count; the state does
-            out.leaf_count = self.state.leaf_total
+            out.leaf_count = self.live_leaf_total()
+        if hidden:
+            out.children = [child for child in out.children if child not in hidden]
         return out
 
     # -- catching up -----------------------------------------------------------------------

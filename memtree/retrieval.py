@@ -22,8 +22,9 @@ and the budget is charged on ``context``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -47,11 +48,13 @@ Ranked = list[tuple[str, float]]
 class Filters:
     """What a result may be: only leaves, leaves whose metadata pass ``where`` (see
     :mod:`memtree.where`), an event time inside ``time_range`` (inclusive; ``None``
-    leaves a side open)."""
+    leaves a side open), none of ``hidden`` (expired leaves and summaries of
+    nothing else: :meth:`~memtree.state.TreeState.hidden`)."""
 
     leaves_only: bool = False
     where: Where | None = None
     time_range: tuple[float | None, float | None] | None = None
+    hidden: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if isinstance(self.where, Mapping):  # a where dict, not yet parsed
@@ -59,7 +62,7 @@ class Filters:
 
     @property
     def active(self) -> bool:
-        return self.leaves_only or bool(self.where) or self.time_range is not None
+        return self.leaves_only or bool(self.where) or self.time_range is not None or bool(self.hidden)
 
 
 @dataclass(frozen=True)
@@ -124,11 +127,18 @@ def rank_collapsed(
     default :data:`memtree.spare_core.SEARCHES` on memories of :data:`OVERLAP_MIN_NODES`
     nodes or more, else the calling thread does both in turn)."""
     selection = state.leaves_matching(filters.where) if filters.where else None
+    ids = selection.ids if selection is not None and not selection.negated else None
+    excluded = selection.ids if selection is not None and selection.negated else None
+    if filters.hidden:
+        if ids is not None:
+            ids = ids - filters.hidden
+        else:
+            excluded = filters.hidden if excluded is None else excluded | filters.hidden
     mask = index.mask(
         leaves_only=filters.leaves_only or (selection is not None and selection.negated),
         time_range=filters.time_range,
-        ids=selection.ids if selection is not None and not selection.negated else None,
-        excluded=selection.ids if selection is not None and selection.negated else None,
+        ids=ids,
+        excluded=excluded,
     )
     if lexical is None or lexical.weight <= 0 or state.lexical is None:
         return index.search(query, limit, mask)
@@ -274,7 +284,7 @@ def retrieve(
     lead: Ranked = []
     if mode == "traversal":
         lead = rank_traversal(index, state, query, beam, filters, lexical)
-        results, exhausted = pack(state, lead, packing)
+        results, exhausted = pack(state, lead, packing, filters.hidden)
         if not exhausted:
             return results
     taken = {node_id for node_id, _ in lead}
@@ -282,7 +292,7 @@ def retrieve(
     while True:
         ranked = rank_collapsed(index, state, query, limit, filters, lexical)
         combined = [*lead, *(pair for pair in ranked if pair[0] not in taken)] if lead else ranked
-        results, exhausted = pack(state, combined, packing)
+        results, exhausted = pack(state, combined, packing, filters.hidden)
         if not exhausted or len(ranked) < limit:
             return results
         limit *= 4
@@ -291,7 +301,7 @@ def retrieve(
 def _allowed(state: TreeState, node_id: str, filters: Filters, selection: Selection | None) -> bool:
     """Whether a node passes the filters; ``selection`` is what ``filters.where`` keeps."""
     node = state.nodes[node_id]
-    if filters.leaves_only and not node.is_leaf:
+    if node_id in filters.hidden or (filters.leaves_only and not node.is_leaf):
         return False
     if selection is not None and not (node.is_leaf and node_id in selection):
         return False
@@ -348,8 +358,11 @@ class DeliveredSentences:
         return ("\n" if "\n" in text else " ").join(fresh)
 
 
-def pack(state: TreeState, ranked: Ranked, packing: Packing) -> tuple[list[RetrievedNode], bool]:
-    """Results in rank order; also whether the ranking ran out before ``k`` or the budget."""
+def pack(
+    state: TreeState, ranked: Ranked, packing: Packing, hidden: frozenset[str] = frozenset()
+) -> tuple[list[RetrievedNode], bool]:
+    """Results in rank order; also whether the ranking ran out before ``k`` or the
+    budget. ``hidden`` (expired) leaves are left out of each result's ``leaf_ids``."""
     results: list[RetrievedNode] = []
     delivered = DeliveredSentences()
     used = 0
@@ -381,7 +394,7 @@ def pack(state: TreeState, ranked: Ranked, packing: Packing) -> tuple[list[Retri
                 is_leaf=node.is_leaf,
                 timestamp=node.timestamp,
                 metadata=dict(node.metadata),
-                leaf_ids=state.leaf_ids_under(node.id),
+                leaf_ids=_live(state.leaf_ids_under(node.id), hidden),
                 source_id=node.source_id,
                 context=context,
             )
@@ -389,6 +402,10 @@ def pack(state: TreeState, ranked: Ranked, packing: Packing) -> tuple[list[Retri
         if not full or len(results) >= packing.k:
             return results, False
     return results, True
+
+
+def _live(leaf_ids: tuple[str, ...], hidden: frozenset[str]) -> tuple[str, ...]:
+    return tuple(leaf for leaf in leaf_ids if leaf not in hidden) if hidden else leaf_ids
 
 
 def _cut(text: str, budget: int, count_tokens: Callable[[str], int]) -> str:
@@ -467,4 +484,6 @@ def answer(replica: Replica, query: Query, vector: Vector, beam: int) -> list[Re
         index, state = replica.index, replica.state
         if index is None or len(index) == 0:
             return []
-        return retrieve(index, state, vector, query.mode, beam, query.packing, query.filters, lexical)
+        hidden = state.hidden(time.time())  # expired memories are never returned
+        filters = replace(query.filters, hidden=hidden) if hidden else query.filters
+        return retrieve(index, state, vector, query.mode, beam, query.packing, filters, lexical)

@@ -466,7 +466,15 @@ def call_with_timeout(fn: Callable[[], T], timeout: float, what: str = "the mode
             if abandoned:
                 _count_overrunning(what, -1)
 
-    threading.Thread(target=run, name="memtree-model-call", daemon=True).start()
+    try:
+        threading.Thread(target=run, name="memtree-model-call", daemon=True).start()
+    except RuntimeError as error:
+        if not refused_at_shutdown(error):
+            raise
+        # Python 3.12 refuses new threads at interpreter exit. The exit flush runs in
+        # the background worker, a daemon thread that exit waits for only so long
+        # (memtree.background.EXIT_FLUSH_SECONDS): that wait bounds this call instead.
+        return context.run(fn)
     try:
         return future.result(timeout)
     except TimeoutError:
@@ -477,6 +485,13 @@ def call_with_timeout(fn: Callable[[], T], timeout: float, what: str = "the mode
                 state["abandoned"] = True
                 _count_overrunning(what, +1)
         raise TimeoutError(f"{what} took longer than {timeout} s") from None
+
+
+def refused_at_shutdown(error: RuntimeError) -> bool:
+    """Whether starting a thread failed because the interpreter is exiting (Python
+    3.12 refuses them from the start of shutdown; 3.11 and 3.13 allow them in
+    ``atexit`` handlers)."""
+    return "interpreter shutdown" in str(error)
 
 
 def _count_overrunning(what: str, change: int) -> None:

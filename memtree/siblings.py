@@ -10,16 +10,11 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
 from memtree.store.base import NamespaceKey
 
-
-class Closable(Protocol):
-    def close(self) -> None: ...
-
-
-H = TypeVar("H", bound=Closable)
+H = TypeVar("H")
 
 
 class Siblings(Generic[H]):
@@ -44,9 +39,7 @@ class Siblings(Generic[H]):
                 self._handles.popitem(last=False)
         return handle
 
-    def close_all(self) -> None:
-        """Close every handle kept (each writes what it still has pending)."""
+    def handles(self) -> list[H]:
+        """Every handle kept, least recently used first (for closing them)."""
         with self._lock:
-            handles = list(self._handles.values())
-        for handle in handles:
-            handle.close()
+            return list(self._handles.values())

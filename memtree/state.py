@@ -5,7 +5,8 @@ es, whether they come from this process's own commits or from other writers, so
 there is exactly one way the picture changes. Besides the nodes it keeps the lookups
 the engine needs per insert or query without scanning the tree: leaves by exact
 content (duplicate guard: text, metadata and source id), leaves by source id (adapters), leaves by metadata value
-(``where`` filters), a depth histogram (the tree's depth for the threshold) and,
+(``where`` filters), a depth histogram (the tree's depth for the threshold), the
+leaves that expire in order of expiry (what reads hide, what a sweep deletes) and,
 unless switched off, a BM25 index of every node's text for hybrid retrieval.
 :func:`paused_gc` keeps the garbage collector out of loading a whole tree.
 """
@@ -16,6 +17,7 @@ import bisect
 import gc
 import json
 import threading
+import time
 from collections import Counter, deque
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -121,6 +123,9 @@ class TreeState:
         """Leaf ids by metadata key and value; made by the first ``where`` filter, then
         kept current (a reopen need not index metadata nobody filters on)."""
         self._depths: Counter[int] = Counter()
+        self._expiry: list[tuple[float, str]] = []
+        """(expires_at, leaf id) of every leaf that expires, sorted: the expired ones
+        are a prefix, found by bisection whatever the tree's size."""
         self.leaf_total = 0
         self._journal: deque[tuple[int, frozenset[str], frozenset[str]]] = deque(maxlen=JOURNAL_LENGTH)
         self._journal_floor = 0
@@ -143,9 +148,10 @@ class TreeState:
         """Apply a batch; return (nodes written, ids removed, whether it reset the tree).
 
         A batch from another incarnation of the namespace (it was deleted and made
-        again) resets the state first. Batches not newer than the state are ignored.
+        again), or a complete one (the store's log no longer reaches back to this
+        state), resets the state first. Batches not newer than the state are ignored.
         """
-        reset = batch.generation != self.generation
+        reset = batch.generation != self.generation or (batch.complete and bool(self.nodes))
         if reset:
             self.__init__(lexical=self._lexical is not None or self._lexical_build is not None)  # type: ignore[misc]
             self.generation = batch.generation
@@ -262,6 +268,8 @@ class TreeState:
         if not node.is_leaf:
             return
         self.leaf_total += 1
+        if node.expires_at is not None:
+            bisect.insort(self._expiry, (node.expires_at, node.id))
         self.leaves_by_text.setdefault(_text_of(node), []).append(node.id)
         if node.source_id is not None:
             self.leaves_by_source.setdefault(node.source_id, []).append(node.id)
@@ -276,6 +284,7 @@ class TreeState:
         self._depths.update(node.depth for node in members)
         leaves = [node for node in members if node.is_leaf]
         self.leaf_total += len(leaves)
+        self._expiry = sorted((node.expires_at, node.id) for node in leaves if node.expires_at is not None)
         by_text = self.leaves_by_text
         for node in leaves:
             key = (node.text, node.source_id)
@@ -301,6 +310,10 @@ class TreeState:
         if not node.is_leaf:
             return
         self.leaf_total -= 1
+        if node.expires_at is not None:
+            position = bisect.bisect_left(self._expiry, (node.expires_at, node.id))
+            if position < len(self._expiry) and self._expiry[position] == (node.expires_at, node.id):
+                del self._expiry[position]
         key = _text_of(node)
         same = self.leaves_by_text.get(key, [])
         if node.id in same:
@@ -342,16 +355,45 @@ class TreeState:
         return by_metadata.select(where)
 
     def duplicate_of(self, text: str, metadata: Mapping[str, Any], source_id: str | None) -> str | None:
-        """The id of the oldest leaf holding the same text, metadata and source id, if any."""
+        """The id of the oldest leaf holding the same text, metadata and source id, if
+        any (an expired one is no longer remembered, so it is none)."""
         same = self.leaves_by_text.get((text, source_id))
         if not same:
             return None
         wanted = content_key(text, metadata, source_id)
+        now = time.time()
         for leaf_id in same:
             node = self.nodes[leaf_id]
-            if content_key(node.text, node.metadata, node.source_id) == wanted:
+            if content_key(node.text, node.metadata, node.source_id) != wanted:
+                continue
+            if node.expires_at is None or node.expires_at > now:
                 return leaf_id
         return None
+
+    # -- expiry ----------------------------------------------------------------------
+
+    @property
+    def next_expiry(self) -> float | None:
+        """When the next leaf expires (POSIX seconds; ``None``: no leaf expires)."""
+        return self._expiry[0][0] if self._expiry else None
+
+    def expired(self, now: float) -> list[str]:
+        """Ids of the leaves whose expiry is ``now`` or earlier, soonest first."""
+        end = bisect.bisect_right(self._expiry, now, key=lambda entry: entry[0])
+        return [leaf_id for _, leaf_id in self._expiry[:end]]
+
+    def hidden(self, now: float) -> frozenset[str]:
+        """What no read may return at ``now``: the expired leaves and the summaries
+        every leaf of which has expired (they summarize nothing still remembered)."""
+        expired = self.expired(now)
+        if not expired:
+            return frozenset()
+        gone: Counter[str] = Counter()
+        for leaf_id in expired:
+            gone.update(node.id for node in self.path_to_root(leaf_id))
+        return frozenset(expired).union(
+            node_id for node_id, count in gone.items() if count >= self.nodes[node_id].leaf_count
+        )
 
     def children_of(self, node_id: str) -> list[Node]:
         """The node's children (the node objects as they are now, in order)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -52,6 +53,10 @@ class TreeStats:
     another writer changed the summaries they were rewriting meanwhile). ``stale``
     counts summaries waiting for a rewrite, ``pending`` those of them waiting for
     this memory's :meth:`~memtree.MemTree.flush`.
+    Expiry: ``expired`` counts the leaves this memory object's sweeps deleted
+    (:meth:`~memtree.MemTree.sweep_expired`, or a write's sweep on the way);
+    ``awaiting_sweep`` the stored leaves that have expired but are not swept yet
+    (no read returns them; ``leaves`` still counts them).
     The ``*_per_insert`` properties divide by ``inserts``.
     """
 
@@ -76,6 +81,8 @@ class TreeStats:
     embedding_tokens: int = 0
     retries: int = 0
     pending: int = 0
+    expired: int = 0
+    awaiting_sweep: int = 0
     depth_histogram: dict[int, int] = field(default_factory=dict)
     extra: dict[str, float] = field(default_factory=dict)
 
@@ -152,6 +159,7 @@ def tree_stats(state: TreeState, counters: dict[str, float], theta0: float, *, p
         "completion_tokens",
         "embedding_tokens",
         "retries",
+        "expired",
     }
     return TreeStats(
         nodes=leaves + summaries,
@@ -175,6 +183,8 @@ def tree_stats(state: TreeState, counters: dict[str, float], theta0: float, *, p
         embedding_tokens=int(counters.get("embedding_tokens", 0)),
         retries=int(counters.get("retries", 0)),
         pending=pending,
+        expired=int(counters.get("expired", 0)),
+        awaiting_sweep=len(state.expired(time.time())),
         depth_histogram=state.depth_histogram(),
         extra={name: value for name, value in counters.items() if name not in known},
     )

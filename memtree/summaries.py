@@ -31,6 +31,7 @@ from memtree.planning import (
     path_jobs,
     rebuild_job,
 )
+from memtree.summary_guard import SummaryTooLongError, cap_summary
 from memtree.text import count_words
 
 logger = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ class SummaryWriter:
         """
         if not jobs:
             return []
-        outcomes = yield from aggregations(jobs, self.calls.aggregator)
+        outcomes = yield from self._aggregate(jobs)
         written: list[Node] = []
         for job, outcome in zip(jobs, outcomes, strict=True):
             node = nodes[job.node_id]
@@ -102,6 +103,28 @@ class SummaryWriter:
                 node.stale = False
                 written.append(node)
         return written
+
+    def _aggregate(self, jobs: list[AggregationJob]) -> Generator[Request, Any, list[str | BaseException]]:
+        """Run jobs concurrently; every summary is held to ``config.summary_max_chars``
+        (cut at a sentence end, or rejected), whichever aggregator wrote it."""
+        outcomes = yield from aggregations(jobs, self.calls.aggregator)
+        return [self._capped(outcome) for outcome in outcomes]
+
+    def _capped(self, outcome: str | BaseException) -> str | BaseException:
+        if isinstance(outcome, BaseException):
+            return outcome
+        limit = self.config.summary_max_chars
+        cut = cap_summary(outcome, limit)
+        if cut is None:
+            self.calls.counters.add("summaries_rejected")
+            return SummaryTooLongError(
+                f"the summary has {len(outcome)} characters, over summary_max_chars={limit}, and no sentence "
+                "end within the cap to cut it at"
+            )
+        if cut is not outcome:
+            self.calls.counters.add("summaries_cut")
+            logger.info("a summary of %d characters was cut to %d (summary_max_chars)", len(outcome), len(cut))
+        return cut
 
     def _note_failure(self, node: Node, error: BaseException) -> None:
         logger.warning("aggregation failed for node %s; marked stale: %r", node.id, error)
@@ -182,7 +205,7 @@ class SummaryWriter:
                 AggregationJob(node_id, summary, chunks[node_id][step], count, centroid_of(nodes[node_id]))
                 for node_id, (summary, count) in progress.items()
             ]
-            outcomes = yield from aggregations(jobs, self.calls.aggregator)
+            outcomes = yield from self._aggregate(jobs)
             step += 1
             for job, outcome in zip(jobs, outcomes, strict=True):
                 if isinstance(outcome, BaseException):
@@ -225,7 +248,7 @@ class SummaryWriter:
             for node_id in level:
                 node = nodes[node_id]
                 kids = [nodes[child] for child in plan.children[node_id]]
-                node.text = "\n".join(kid.text for kid in kids)  # what it says if the job fails
+                node.text = placeholder_text([kid.text for kid in kids], self.config.summary_max_chars)  # if it fails
                 if any(kid.stale for kid in kids):
                     node.stale = True
                     continue
@@ -234,6 +257,26 @@ class SummaryWriter:
                 jobs.append(AggregationJob(node_id, "", texts, 0, centroid_of(node), vectors, node.leaf_count))
             written = yield from self.write_texts(jobs, nodes)
             yield from self.embed_summaries(written, (nodes[node_id] for node_id in level))
+
+    def defer_ancestors(self, plan: DeletePlan) -> None:
+        """A delete's ancestors marked stale for the background worker, without a model
+        call: each one's text becomes its children's texts (after the delete, deepest
+        first), held to ``summary_max_chars``, and its embedding its leaves'
+        centroid, so that nothing of the deleted leaf stays searchable while the
+        rewrite waits."""
+        rewritten: dict[str, Node] = {}
+        for depth in sorted({node.depth for node in plan.ancestors}, reverse=True):
+            level = {node.id: node for node in plan.ancestors if node.depth == depth}
+            for node in level.values():
+                kids = plan.child_nodes(node.id, rewritten)
+                node.timestamp = None
+                for kid in kids:
+                    node.timestamp = latest(node.timestamp, kid.timestamp)
+                node.text = placeholder_text([kid.text for kid in kids], self.config.summary_max_chars)
+                node.stale = True
+                node.embedding = None  # the old one was made from the deleted text too
+            self.centroid_embeddings(level.values())
+            rewritten.update(level)
 
     def rewrite_ancestors(self, plan: DeletePlan) -> Generator[Request, Any, None]:
         """Rewrite a delete's ancestors level by level, deepest first: each needs its
@@ -257,3 +300,15 @@ class SummaryWriter:
             for node_id in reads_stale:
                 level[node_id].stale = True
             rewritten.update(level)
+
+
+def placeholder_text(texts: list[str], limit: int) -> str:
+    """A stale summary's text until a model rewrites it: its children's texts, one
+    per line, cut at a sentence end (else a space, else anywhere) within ``limit``."""
+    joined = "\n".join(texts)
+    cut = cap_summary(joined, limit)
+    if cut is not None:
+        return cut
+    head = joined[:limit]
+    space = head.rfind(" ")
+    return head[:space] if space > 0 else head

@@ -210,3 +210,33 @@ def check_summary(
     if count_words(reply) >= inputs:
         return GuardVerdict("shorter", f"the reply has {count_words(reply)} words, its inputs {inputs}")
     return None
+
+
+class SummaryTooLongError(ModelResponseError):
+    """A summary longer than ``MemTreeConfig.summary_max_chars`` with no sentence end
+    within the cap to cut it at: stored as is, one runaway reply would crowd every
+    answer that retrieves it. The node stays stale (``repair()`` tries again)."""
+
+
+_CUT_POINT = re.compile(r"[.!?…][\"')\]]*(?=\s)|\n")
+
+
+def cap_summary(text: str, max_chars: int) -> str | None:
+    """``text`` if it has at most ``max_chars`` characters; else cut after the last
+    sentence end (``.``, ``!``, ``?``, ``…`` then a space, or a line break) that
+    keeps it within ``max_chars``; ``None`` when there is no such sentence end
+    (the caller rejects the reply). Applied to every aggregator's summary, model or
+    not, so a 100 KB reply never reaches the store.
+
+    Example::
+
+        cap_summary("One. Two three. Four five six.", 20)  # 'One. Two three.'
+    """
+    if len(text) <= max_chars:
+        return text
+    head = text[: max_chars + 1]  # a sentence end right at the cap still counts
+    ends = [match.end() for match in _CUT_POINT.finditer(head) if match.end() <= max_chars]
+    if not ends:
+        return None
+    cut = text[: ends[-1]].rstrip()
+    return cut or None

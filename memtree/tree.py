@@ -7,17 +7,21 @@ and leaves committed), reads and catching up with other writers to
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TextIO
 
 from memtree import backup, viz
 from memtree import update as updating
 from memtree.aggregate import Aggregator
+from memtree.background import CLOSE_SECONDS, remaining
 from memtree.config import AGGREGATION_MODES, Aggregation, MemTreeConfig
 from memtree.embed import Embedder, check_query_embedding
 from memtree.index import VectorIndex
-from memtree.inputs import TimeLike, make_item
+from memtree.inputs import TimeLike, TTLLike, expiry_of, make_item
 from memtree.integrity import integrity_problems
 from memtree.model_calls import ModelCalls
 from memtree.model_choice import choose_models
@@ -25,17 +29,23 @@ from memtree.node import LeafVersion, Node, RetrievedNode, Vector
 from memtree.replica import Replica
 from memtree.retrieval import answer, check_query
 from memtree.siblings import Siblings
+from memtree.state import TreeState
 from memtree.stats import Counters, TreeStats
-from memtree.store.base import Namespace, NamespaceKey, Store, namespace_key
+from memtree.store.base import CompactionReport, Namespace, NamespaceKey, Store, namespace_key
 from memtree.store.location import as_store, open_store
 from memtree.text import require_text
 from memtree.viz.picture import Direction
-from memtree.writer import DeferredAggregation, Writer, check_leaf_id
+from memtree.writer import DeferredAggregation, Writer, check_leaf_id, check_leaf_ids
 
 __all__ = ["AGGREGATION_MODES", "SIBLING_CACHE_SIZE", "Aggregation", "DeferredAggregation", "MemTree"]
 
 SIBLING_CACHE_SIZE = 256
 """Namespace handles :meth:`MemTree.sibling` keeps open per memory."""
+
+STALE_NAMED = 20
+"""Stale summaries :meth:`MemTree.close`'s warning names one by one (then a count)."""
+
+logger = logging.getLogger(__name__)
 
 
 class MemTree:
@@ -146,17 +156,49 @@ class MemTree:
             self.refresh(force=True)
         return existed
 
-    def close(self) -> None:
-        """Write pending summaries (here and in :meth:`sibling` namespaces; one that fails
-        stays stale), stop worker threads, close the store if :meth:`open` opened it."""
-        if not self._closed:
-            self._closed = True
-            self._siblings.close_all()
-            self._writer.stop()
-        self._calls.close()
+    def close(self, *, timeout: float | None = CLOSE_SECONDS) -> None:
+        """Write pending summaries (here and in :meth:`sibling` namespaces), stop worker
+        threads, close the store if :meth:`open` opened it.
+
+        Waits at most ``timeout`` seconds in all for the summaries (10 by default, as
+        interpreter exit does; ``None``: as long as the model takes), so a model or
+        embedder that hangs cannot hold the caller. Summaries not written by then, or
+        whose model call failed, stay stale in the store (every leaf is already
+        committed): one warning names them, and :meth:`repair` writes them later.
+        """
+        if timeout is not None and not timeout >= 0:
+            raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout}")
+        left = self._stop_writing(None if timeout is None else time.monotonic() + timeout)
+        if left:
+            shown = ", ".join(left[:STALE_NAMED])
+            more = f" and {len(left) - STALE_NAMED} more" if len(left) > STALE_NAMED else ""
+            logger.warning(
+                "close() left %d summaries stale (the model did not write them within %s): %s%s; "
+                "they stay searchable with their old text: call repair() later",
+                len(left),
+                "the time allowed" if timeout is None else f"{timeout:g} s",
+                shown,
+                more,
+            )
         if self._owns_store:
             self._owns_store = False
             self.store.close()
+
+    def _stop_writing(self, deadline: float | None) -> list[str]:
+        """Stop writing here and in the siblings, sharing one deadline; return the
+        stale summaries left behind, as ``namespace:id``."""
+        if self._closed:
+            self._calls.close(wait=False)  # a call still hanging from the first close is not waited for
+            return []
+        self._closed = True
+        left: list[str] = []
+        for sibling in self._siblings.handles():
+            left += sibling._stop_writing(deadline)
+        name = "/".join(self.namespace)
+        stale = self._writer.stop(remaining(deadline))
+        left += [f"{name}:{node_id}" for node_id in stale]
+        self._calls.close(wait=not stale)  # a thread still in a hanging model call is not waited for
+        return left
 
     def __enter__(self) -> MemTree:
         return self
@@ -172,13 +214,19 @@ class MemTree:
         timestamp: TimeLike | None = None,
         source_id: str | None = None,
         aggregation: Aggregation | None = None,
+        ttl: TTLLike | None = None,
+        expires_at: TimeLike | None = None,
     ) -> str:
         """Remember one text; return its leaf id (with ``config.deduplicate``, that of a
         stored leaf with the same text, metadata and source id). ``timestamp``: when the
         event happened; ``source_id``: your id for it. ``aggregation``: when the summaries
         above it are written (default ``config.aggregation``; in a :meth:`deferred`
-        block, at its end); ``"deferred"``/``"background"`` only embed it here."""
-        return self._writer.add(make_item(text, metadata, timestamp, source_id), aggregation)
+        block, at its end); ``"deferred"``/``"background"`` only embed it here.
+        ``ttl`` (seconds or a ``timedelta``) or ``expires_at`` (a moment): when the
+        memory expires; neither: ``config.default_ttl`` (``None``: never). An expired
+        leaf is never returned by any read; a sweep deletes it (:meth:`sweep_expired`)."""
+        expiry = expiry_of(ttl, expires_at, self.config.default_ttl)
+        return self._writer.add(make_item(text, metadata, timestamp, source_id, expiry), aggregation)
 
     async def aadd(
         self,
@@ -188,10 +236,13 @@ class MemTree:
         timestamp: TimeLike | None = None,
         source_id: str | None = None,
         aggregation: Aggregation | None = None,
+        ttl: TTLLike | None = None,
+        expires_at: TimeLike | None = None,
     ) -> str:
         """Async :meth:`add`: aggregations run on the event loop (``aaggregate``);
         in background mode the worker thread writes them."""
-        return await self._writer.aadd(make_item(text, metadata, timestamp, source_id), aggregation)
+        expiry = expiry_of(ttl, expires_at, self.config.default_ttl)
+        return await self._writer.aadd(make_item(text, metadata, timestamp, source_id, expiry), aggregation)
 
     def add_many(
         self,
@@ -202,19 +253,24 @@ class MemTree:
         source_ids: Sequence[str | None] | None = None,
         aggregation: Aggregation | None = None,
         bulk: bool = False,
+        ttl: TTLLike | None = None,
+        expires_at: TimeLike | None = None,
     ) -> list[str]:
         """Remember several texts in order, embedded in batches; one bad item stores
         nothing. ``"eager"`` rewrites each item's path as it goes (the paper);
         ``"deferred"`` commits every leaf, then rewrites each touched summary once;
         ``"background"`` commits the leaves and the worker writes the summaries. Left
         out: ``config.aggregation`` (``"deferred"`` there waits for :meth:`flush`).
+        ``ttl`` / ``expires_at``: when all of them expire, as in :meth:`add`.
 
         ``bulk=True`` (documents, not chat turns) groups the batch by clustering
         instead of routing each text: new subtrees under the root, at most 8
         children per summary, every summary written and embedded once, all committed
         in one transaction (:mod:`memtree.bulk`); ``aggregation`` then does not
         matter. Later inserts route into these subtrees as usual."""
-        return self._writer.add_many((texts, metadata, timestamps, source_ids), aggregation, self.deferred(), bulk=bulk)
+        expiry = expiry_of(ttl, expires_at, self.config.default_ttl)
+        given = (texts, metadata, timestamps, source_ids, expiry)
+        return self._writer.add_many(given, aggregation, self.deferred(), bulk=bulk)
 
     async def aadd_many(
         self,
@@ -225,11 +281,13 @@ class MemTree:
         source_ids: Sequence[str | None] | None = None,
         aggregation: Aggregation | None = None,
         bulk: bool = False,
+        ttl: TTLLike | None = None,
+        expires_at: TimeLike | None = None,
     ) -> list[str]:
         """Async :meth:`add_many`."""
-        return await self._writer.aadd_many(
-            (texts, metadata, timestamps, source_ids), aggregation, self.deferred(), bulk=bulk
-        )
+        expiry = expiry_of(ttl, expires_at, self.config.default_ttl)
+        given = (texts, metadata, timestamps, source_ids, expiry)
+        return await self._writer.aadd_many(given, aggregation, self.deferred(), bulk=bulk)
 
     def deferred(self) -> DeferredAggregation[MemTree]:
         """A block (``with`` or ``async with``) whose inserts store each leaf at once and
@@ -334,22 +392,54 @@ class MemTree:
         """Async :meth:`delete_many`."""
         return await self._writer.adelete(node_ids)
 
+    def sweep_expired(self) -> int:
+        """Delete every leaf whose expiry has passed, its ancestors rewritten as by
+        :meth:`delete_many`; return how many (``stats().extra["expired"]`` counts
+        them). Reads never return an expired leaf even before it is swept; writes
+        (:meth:`add`, :meth:`add_many`) and exports sweep on the way."""
+        return self._writer.sweep_expired()
+
+    async def asweep_expired(self) -> int:
+        """Async :meth:`sweep_expired`."""
+        return await self._writer.asweep_expired()
+
+    def set_expiry(
+        self, leaf_ids: Iterable[str], *, ttl: TTLLike | None = None, expires_at: TimeLike | None = None
+    ) -> int:
+        """Give stored leaves a new expiry: ``ttl`` seconds from now or ``expires_at``;
+        neither: they never expire (``config.default_ttl`` does not apply here).
+        Nothing else changes and no summary is rewritten. ``KeyError``: an unknown or
+        already expired leaf (nothing is changed then)."""
+        expiry = expiry_of(ttl, expires_at)
+        return self._writer.set_expiry(check_leaf_ids(leaf_ids), expiry)
+
+    async def aset_expiry(
+        self, leaf_ids: Iterable[str], *, ttl: TTLLike | None = None, expires_at: TimeLike | None = None
+    ) -> int:
+        """Async :meth:`set_expiry`."""
+        expiry = expiry_of(ttl, expires_at)
+        return await self._writer.aset_expiry(check_leaf_ids(leaf_ids), expiry)
+
     def update(
         self, leaf_id: str, text: str, *, metadata: Mapping[str, Any] | None = None, timestamp: TimeLike | None = None
     ) -> str:
         """Correct a leaf in place (same id; ``None`` keeps its metadata / timestamp);
         summaries above its old and new place are rewritten, :meth:`history` keeps the
-        version replaced (:mod:`memtree.update`)."""
+        version replaced (:mod:`memtree.update`); the leaf keeps its expiry."""
+        self.get(leaf_id)  # an expired leaf is gone: KeyError, as for an unknown id
         return updating.update(self._writer, leaf_id, text, metadata=metadata, timestamp=timestamp)
 
     async def aupdate(
         self, leaf_id: str, text: str, *, metadata: Mapping[str, Any] | None = None, timestamp: TimeLike | None = None
     ) -> str:
         """Async :meth:`update`."""
+        self.get(leaf_id)
         return await updating.aupdate(self._writer, leaf_id, text, metadata=metadata, timestamp=timestamp)
 
     def history(self, leaf_id: str) -> list[LeafVersion]:
-        """The earlier versions of a leaf that :meth:`update` replaced, oldest first."""
+        """The earlier versions of a leaf that :meth:`update` replaced, oldest first
+        (``KeyError`` for an expired leaf, as for an unknown one)."""
+        self.get(leaf_id)
         return updating.history(self._writer, leaf_id)
 
     def repair(self) -> int:
@@ -360,9 +450,22 @@ class MemTree:
         """Async :meth:`repair`."""
         return await self._writer.awrite(self._writer.procedures.repair)
 
+    def compact(self) -> CompactionReport:
+        """Drop the store's dead rows (tombstones of deleted nodes, in every namespace
+        of the store) and give their space back (SQLite ``VACUUM``, PostgreSQL
+        ``VACUUM``), safely while other processes read and write: each of them
+        reloads a compacted namespace whole on its next read, so none misses a
+        deletion. Returns what was dropped and the size before and after."""
+        report = self.store.compact()
+        self.refresh(force=True)
+        return report
+
     def export_jsonl(self, target: str | os.PathLike[str] | TextIO) -> int:
         """Write this namespace as a JSONL backup (:mod:`memtree.backup`: readable,
-        embeddings included, no pickle) to a path or stream; return the nodes written."""
+        embeddings included, no pickle) to a path or stream; return the nodes written.
+        Expired leaves are swept first, so a backup holds only what is remembered (a
+        leaf's expiry is kept in it)."""
+        self._sweep_before_showing()
         return backup.export_jsonl(self.store, self.namespace, target)
 
     def import_jsonl(self, source: str | os.PathLike[str] | TextIO, *, skip_bad: bool = False) -> int:
@@ -380,15 +483,21 @@ class MemTree:
         return self._replica.get_many(node_ids)
 
     def find(self, *, source_id: str) -> list[str]:
-        """Ids of the leaves stored with this ``source_id``, oldest first."""
-        return self._replica.read(lambda state: list(state.leaves_by_source.get(source_id, [])))
+        """Ids of the leaves stored with this ``source_id`` (and not expired), oldest first."""
+
+        def live_ids(state: TreeState) -> list[str]:
+            hidden = self._replica.hidden()
+            return [leaf for leaf in state.leaves_by_source.get(source_id, []) if leaf not in hidden]
+
+        return self._replica.read(live_ids)
 
     def leaf_ids_under(self, node_id: str) -> tuple[str, ...]:
-        """Ids of the leaves below a node."""
+        """Ids of the leaves below a node (not expired)."""
         return self._replica.leaf_ids_under(node_id)
 
     def walk(self) -> Iterator[Node]:
-        """Copies of every node, root first, in depth-first pre-order (a snapshot)."""
+        """Copies of every node, root first, in depth-first pre-order (a snapshot).
+        Expired leaves, and summaries of nothing but expired leaves, are left out."""
         return iter(self._replica.snapshot())
 
     __iter__ = walk
@@ -398,15 +507,18 @@ class MemTree:
         return sorted((node for node in self.walk() if node.is_leaf), key=lambda n: (n.created_at, n.id))
 
     def __len__(self) -> int:
-        """The number of leaves (texts remembered)."""
-        return self._replica.read(lambda state: state.leaf_total)
+        """The number of leaves (texts remembered, the expired ones not counted)."""
+        return self._replica.read(lambda state: self._replica.live_leaf_total())
 
     def to_dict(self) -> dict[str, Any]:
-        """The tree as nested dicts (id, text, depth, leaf_count, timestamp, metadata, children)."""
+        """The tree as nested dicts (id, text, depth, leaf_count, timestamp, metadata, children).
+        Like every picture below, it sweeps expired leaves first (:meth:`sweep_expired`)."""
+        self._sweep_before_showing()
         return self._replica.read(viz.to_dict)
 
     def format_tree(self, *, max_depth: int | None = None, width: int = 72) -> str:
         """An indented outline of the tree (depth, leaf count and a preview per node)."""
+        self._sweep_before_showing()
         return self._replica.read(viz.format_tree, max_depth=max_depth, width=width)
 
     def to_mermaid(
@@ -415,6 +527,7 @@ class MemTree:
         """The tree as a Mermaid ``flowchart``: boxes of a title over ``width`` characters
         wrapped at ``line_width``, "… N more below" past ``max_depth``."""
         options = {"max_depth": max_depth, "width": width, "line_width": line_width, "direction": direction}
+        self._sweep_before_showing()
         return self._replica.read(viz.to_mermaid, **options)
 
     def to_dot(
@@ -423,6 +536,7 @@ class MemTree:
         """The tree as a Graphviz DOT ``digraph`` (same boxes as :meth:`to_mermaid`;
         in SVG output each box's tooltip is its full text)."""
         options = {"max_depth": max_depth, "width": width, "line_width": line_width, "direction": direction}
+        self._sweep_before_showing()
         return self._replica.read(viz.to_dot, **options)
 
     def to_png(self, path: str | os.PathLike[str] | None = None, **options: Any) -> bytes:
@@ -449,6 +563,7 @@ class MemTree:
         box matches words (BM25); each of ``queries`` is answered by :meth:`retrieve`
         (``k``, ``mode``) so the page highlights the nodes this memory retrieves.
         ``max_depth`` leaves deeper nodes out. See :mod:`memtree.viz.html`."""
+        self._sweep_before_showing()
         answered = viz.answer_queries(self.retrieve, queries, k=k, mode=mode, shown_mode=self.config.mode)
         name = "/".join(self.namespace)
         options = {"expand_depth": expand_depth, "max_depth": max_depth, "k": k or self.config.k}
@@ -501,6 +616,15 @@ class MemTree:
     def refresh_interval(self) -> float:
         """Seconds a read may skip asking the store for other writers' commits."""
         return self._replica.refresh_interval
+
+    def _sweep_before_showing(self) -> None:
+        """Sweep expired leaves before a picture or a backup shows the whole tree
+        (their summaries' texts too must stop mentioning them). A store this process
+        may not write (read-only) cannot be swept: there the picture shows them."""
+        self._replica.maybe_refresh()
+        if self._replica.sweep_due():
+            with contextlib.suppress(PermissionError):
+                self.sweep_expired()
 
     def _given(self, query_embedding: Vector | Sequence[float]) -> Vector:
         return check_query_embedding(query_embedding, self._state.info.dimension)

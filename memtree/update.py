@@ -17,7 +17,9 @@ old text. A change of metadata or time alone moves nothing and rewrites no text.
 Failures follow inserts: the new embedding is computed before anything is written
 (a failure there changes nothing); a summary whose rewrite fails keeps its text and
 is marked stale (``repair()``), the leaf is updated all the same. Inside a
-``deferred()`` block the summaries are marked stale and rewritten by ``flush()``.
+``deferred()`` block the summaries are marked stale and rewritten by ``flush()``;
+with ``aggregation="background"`` they are marked stale the same way and the
+background worker rewrites them: the update waits for the new embedding only.
 """
 
 from __future__ import annotations
@@ -330,9 +332,13 @@ def update(
 ) -> str:
     """``MemTree.update`` (see there)."""
     change, retext = prepare(writer, leaf_id, text, metadata, timestamp)
-    defer = writer.is_deferring()
+    background = writer.in_background()
+    defer = writer.is_deferring() or background
     vector = writer.calls.drive(writer.procedures.embed([change.text]))[0] if retext else None
-    return writer.write(lambda: update_steps(writer, change, vector, defer=defer))
+    result = writer.write(lambda: update_steps(writer, change, vector, defer=defer))
+    if background:
+        writer.background.notify()
+    return result
 
 
 async def aupdate(
@@ -345,9 +351,13 @@ async def aupdate(
 ) -> str:
     """``MemTree.aupdate`` (see there)."""
     change, retext = prepare(writer, leaf_id, text, metadata, timestamp)
-    defer = writer.is_deferring()
+    background = writer.in_background()
+    defer = writer.is_deferring() or background
     vector = (await writer.calls.adrive(writer.procedures.embed([change.text])))[0] if retext else None
-    return await writer.awrite(lambda: update_steps(writer, change, vector, defer=defer))
+    result = await writer.awrite(lambda: update_steps(writer, change, vector, defer=defer))
+    if background:
+        writer.background.notify()
+    return result
 
 
 def history(writer: Writer, leaf_id: str) -> list[LeafVersion]:

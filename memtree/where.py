@@ -15,7 +15,9 @@ Only leaves carry the caller's metadata, so a ``where`` only ever matches leaves
 A leaf without the key fails every operator but ``$ne`` and ``$nin`` (as in
 LlamaIndex, LangGraph and MongoDB). Order operators compare numbers with numbers
 and strings with strings (ISO 8601 dates order correctly as strings); a value of
-another type (a bool, a list, a missing key) never satisfies them.
+another type (a bool, a list, a missing key) never satisfies them. An infinite
+bound is a number like any other (``{"$lt": float("inf")}`` holds for every
+number, as in LangGraph's stores); NaN, which orders with nothing, is refused.
 
 :class:`MetadataIndex` answers a ``where`` from per-key lookups (exact values in
 hash maps, ranges by bisection in sorted value lists), so a filtered query costs
@@ -174,7 +176,10 @@ def _parse_comparison(key: str, op: str, operand: Any, at: str) -> Compare:
         return Compare(key, op, tuple(operand))
     if op in _ORDER:
         if not _orderable(operand):
-            raise ValueError(f"{at}: {op} compares with a finite number or a string, got {operand!r}")
+            raise ValueError(
+                f"{at}: {op} compares with a finite number or a string, got {operand!r} "
+                "(float('inf') and float('-inf') are accepted as open bounds; NaN is not)"
+            )
         return Compare(key, op, operand)
     raise ValueError(
         f"{at}: unknown operator {op!r}; compare a key with {', '.join(COMPARISONS)} "
@@ -183,9 +188,10 @@ def _parse_comparison(key: str, op: str, operand: Any, at: str) -> Compare:
 
 
 def _orderable(value: Any) -> bool:
-    """Finite numbers (not bools) and strings: what order operators compare."""
+    """Numbers but NaN (not bools; infinities bound everything) and strings: what
+    order operators compare."""
     kind = type(value)
-    return kind is str or kind is int or (kind is float and math.isfinite(value))
+    return kind is str or kind is int or (kind is float and not math.isnan(value))
 
 
 # -- one leaf ----------------------------------------------------------------------------------

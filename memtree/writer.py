@@ -15,6 +15,7 @@ import asyncio
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
@@ -22,7 +23,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from memtree.background import BackgroundSummaries, KeptConflicting
+from memtree.background import BackgroundSummaries, KeptConflicting, remaining, run_bounded
 from memtree.config import AGGREGATION_MODES, MemTreeConfig
 from memtree.deferral import PendingSummaries
 from memtree.embed import Matrix
@@ -46,8 +47,10 @@ ItemLists = tuple[
     Sequence[Mapping[str, Any] | None] | None,
     Sequence[TimeLike | None] | None,
     Sequence[str | None] | None,
+    float | None,
 ]
-"""``add_many``'s texts, metadata, timestamps and source ids, not yet checked."""
+"""``add_many``'s texts, metadata, timestamps and source ids, not yet checked, and
+when all of them expire (checked: POSIX seconds, ``None``: never)."""
 
 
 class Writer:
@@ -74,6 +77,7 @@ class Writer:
 
     def add(self, item: Item, aggregation: str | None) -> str:
         mode = self.aggregation_mode(aggregation)
+        self.sweep_if_due()
         existing = self.stored_duplicate(item)
         if existing is not None:
             return existing
@@ -86,6 +90,7 @@ class Writer:
 
     async def aadd(self, item: Item, aggregation: str | None) -> str:
         mode = self.aggregation_mode(aggregation)
+        await self.asweep_if_due()
         existing = self.stored_duplicate(item)
         if existing is not None:
             return existing
@@ -101,6 +106,7 @@ class Writer:
     ) -> list[str]:
         mode = self.aggregation_mode(aggregation)
         items = make_items(*given)
+        self.sweep_if_due()
         stored = self._stored_mask(items)
         vectors = _fill_in(stored, self.calls.drive(self.procedures.embed(_unstored_texts(items, stored))))
         if bulk:
@@ -119,6 +125,7 @@ class Writer:
     ) -> list[str]:
         mode = self.aggregation_mode(aggregation)
         items = make_items(*given)
+        await self.asweep_if_due()
         stored = self._stored_mask(items)
         vectors = _fill_in(stored, await self.calls.adrive(self.procedures.embed(_unstored_texts(items, stored))))
         if bulk:
@@ -218,14 +225,56 @@ class Writer:
     def delete(self, node_ids: Iterable[str]) -> int:
         ids = check_leaf_ids(node_ids)
         if ids:
-            self.write(lambda: self.procedures.delete(ids))
+            background = self.in_background()
+            self.write(lambda: self.procedures.delete(ids, defer=background))
+            if background:
+                self.background.notify()
         return len(ids)
 
     async def adelete(self, node_ids: Iterable[str]) -> int:
         ids = check_leaf_ids(node_ids)
         if ids:
-            await self.awrite(lambda: self.procedures.delete(ids))
+            background = self.in_background()
+            await self.awrite(lambda: self.procedures.delete(ids, defer=background))
+            if background:
+                self.background.notify()
         return len(ids)
+
+    def sweep_expired(self) -> int:
+        """Delete every expired leaf (the summaries above rewritten as by a delete)."""
+        return self.write(self.procedures.sweep)
+
+    async def asweep_expired(self) -> int:
+        return await self.awrite(self.procedures.sweep)
+
+    def sweep_if_due(self) -> None:
+        """:meth:`sweep_expired` when a leaf this process knows of has expired: writes
+        sweep on the way, so expired memories do not wait for an explicit sweep. A
+        sweep that fails is logged and left for the next one; the write goes on."""
+        if self.replica.sweep_due():
+            try:
+                self.sweep_expired()
+            except Exception:  # the caller's write must not fail because an old memory could not go
+                logger.exception("sweeping expired memories failed; the next write or sweep_expired() retries")
+
+    async def asweep_if_due(self) -> None:
+        if self.replica.sweep_due():
+            try:
+                await self.asweep_expired()
+            except Exception:  # as in sweep_if_due
+                logger.exception("sweeping expired memories failed; the next write or sweep_expired() retries")
+
+    def set_expiry(self, leaf_ids: list[str], expires_at: float | None) -> int:
+        return self.write(lambda: self.procedures.set_expiry(leaf_ids, expires_at))
+
+    async def aset_expiry(self, leaf_ids: list[str], expires_at: float | None) -> int:
+        return await self.awrite(lambda: self.procedures.set_expiry(leaf_ids, expires_at))
+
+    def in_background(self) -> bool:
+        """Whether a delete or an update left to the configured mode hands its
+        summaries to the background worker (``aggregation="background"``, outside a
+        ``deferred()`` block), so that it never waits for a chat model."""
+        return self.aggregation_mode(None) == "background"
 
     def restore(self, nodes: list[Node], info: NamespaceInfo, versions: Sequence[LeafVersion] = ()) -> None:
         """Write a whole checked tree (and its leaves' history) into this (empty)
@@ -234,7 +283,7 @@ class Writer:
 
     def reinsert_leaf(self, leaf: Node) -> None:
         """Route a stored leaf in again with its own id, times and embedding."""
-        item = Item(leaf.text, dict(leaf.metadata), leaf.timestamp, leaf.source_id)
+        item = Item(leaf.text, dict(leaf.metadata), leaf.timestamp, leaf.source_id, leaf.expires_at)
         assert leaf.embedding is not None
         embedding = leaf.embedding
         self.write(lambda: self.procedures.insert(item, embedding, restore=leaf))
@@ -250,12 +299,23 @@ class Writer:
         summaries waiting for a flush (``state`` read under the replica's lock)."""
         return tree_stats(state, self.calls.counters.snapshot(), self.procedures.theta0(), pending=len(self.pending))
 
-    def stop(self) -> None:
-        """Stop the background worker and write the summaries still pending; one that
-        cannot be written stays stale for ``repair()`` (closing goes on)."""
-        self.background.stop()
+    def stop(self, timeout: float | None) -> list[str]:
+        """Stop the background worker and write the summaries still pending, waiting
+        at most ``timeout`` seconds in all (``None``: as long as it takes); return the
+        ids of the stale summaries if not everything pending could be written (they
+        wait for ``repair()``; closing goes on), else ``[]``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        done = self.background.stop(remaining(deadline))
+        if done and len(self.pending):  # writes that arrived while the worker stopped
+            done = run_bounded(self._flush_on_close, remaining(deadline), f"{self.background.name}-close")
+        if done and not len(self.pending):
+            return []
+        with self.replica.lock.read():
+            return sorted(node.id for node in self.replica.state.nodes.values() if node.stale)
+
+    def _flush_on_close(self) -> None:
         try:
-            self.flush()  # writes that arrived while the worker stopped
+            self.flush()
         except Exception:  # closing must go on; the summaries stay stale
             logger.exception("flushing pending summaries on close failed; they stay stale: call repair() later")
 
@@ -477,6 +537,7 @@ def make_items(
     metadata: Sequence[Mapping[str, Any] | None] | None,
     timestamps: Sequence[TimeLike | None] | None,
     source_ids: Sequence[str | None] | None,
+    expires_at: float | None = None,
 ) -> list[Item]:
     """Every item of an ``add_many`` checked before anything is stored."""
     if isinstance(texts, str) or not isinstance(texts, Sequence):
@@ -491,6 +552,7 @@ def make_items(
             metadata[i] if metadata is not None else None,
             timestamps[i] if timestamps is not None else None,
             source_ids[i] if source_ids is not None else None,
+            expires_at,
         )
         for i, text in enumerate(texts)
     ]

@@ -63,6 +63,22 @@ def locomo(
         bool, typer.Option("--qa/--no-qa", help="LLM reader + judge accuracy when a model is configured.")
     ] = True,
     qa_budget: Annotated[int, typer.Option("--qa-budget", help="Context words given to the QA reader.")] = 500,
+    keep_trees: Annotated[
+        Path | None,
+        typer.Option(
+            "--keep-trees",
+            help="Save every memtree tree built into this folder (SQLite + a JSON sidecar); trees already "
+            "there are read, so an interrupted run resumes. Keep it out of the repository (CC BY-NC data).",
+        ),
+    ] = None,
+    trees: Annotated[
+        Path | None,
+        typer.Option(
+            "--trees",
+            help="Score the memtree rows on trees saved by --keep-trees in this folder instead of building "
+            "them; a missing tree is an error.",
+        ),
+    ] = None,
     out: Annotated[Path, typer.Option("--out", help="Directory for the report.")] = Path("benchmarks/results"),
     name: Annotated[str, typer.Option("--name", help="File stem of the report.")] = "locomo",
 ) -> None:
@@ -91,7 +107,11 @@ def locomo(
         raptor=raptor,
         paper=paper,
         qa_budget=qa_budget,
+        keep_trees=str(keep_trees) if keep_trees is not None else None,
+        trees=str(trees) if trees is not None else None,
     )
+    if trees is not None and not trees.is_dir():
+        raise CliError(f"--trees {trees}: no such folder; build the trees first with --keep-trees {trees}")
     if questions is not None and questions <= 0:
         raise CliError(f"--questions must be a positive number, got {questions}")
     chosen = select_conversations(load_locomo(data), conversations)

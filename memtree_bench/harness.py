@@ -108,7 +108,7 @@ def run_locomo(
             method = factory()
             result = results.setdefault(position, MethodResult(method.name, variant=method.variant))
             try:
-                result.costs.append(method.ingest(conversation.turns))
+                result.costs.append(method.ingest(conversation.turns, conversation.sample_id))
                 advance(len(conversation.turns))
                 for question in conversation.questions:
                     start = time.perf_counter()

@@ -36,6 +36,8 @@ from memtree.embed import Embedder
 from memtree_bench.harness import MethodResult, ProgressFactory, run_locomo
 from memtree_bench.locomo import Conversation
 from memtree_bench.methods import BM25Baseline, FlatDense, MemTreeMethod, Method, RaptorMethod, TreeBuilder
+from memtree_bench.report import git_commit
+from memtree_bench.saved_trees import SavedTrees, TreeRecipe, model_file_sha256, model_name
 
 logger = logging.getLogger("memtree_bench")
 
@@ -56,6 +58,10 @@ class LocomoSettings:
     paper: bool = True
     qa_budget: int = 500
     extra_rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+    keep_trees: str | None = None
+    """A folder where every memtree tree built is saved (one already there is read)."""
+    trees: str | None = None
+    """A folder of saved trees to score instead of building any (a missing one is an error)."""
 
     def __post_init__(self) -> None:
         if self.embedder not in ("local", "openai", "hashing"):
@@ -66,6 +72,8 @@ class LocomoSettings:
             raise ValueError(f"unknown aggregation {self.aggregation!r}; choose eager or deferred")
         if not self.budgets or any(b <= 0 for b in self.budgets):
             raise ValueError(f"budgets must be positive word counts, got {list(self.budgets)}")
+        if self.keep_trees is not None and self.trees is not None and self.keep_trees != self.trees:
+            raise ValueError("--keep-trees and --trees name different folders; name one (--keep-trees also reads)")
 
 
 def make_embedder(kind: str) -> Embedder:
@@ -92,8 +100,15 @@ def make_aggregator_factory(kind: str, embedder: Embedder, llm: str | None = Non
     if kind == "llm":
         from memtree.models.resolve import resolve_chat_model
 
-        model = resolve_chat_model(llm or "openai")
-        return lambda: LLMAggregator(model).bound_to(embedder)
+        models: list[Any] = []
+
+        def model_aggregator() -> Aggregator:
+            # Loaded on first use: a run that only reads saved trees never loads the model.
+            if not models:
+                models.append(resolve_chat_model(llm or "openai"))
+            return LLMAggregator(models[0]).bound_to(embedder)
+
+        return model_aggregator
     return lambda: ExtractiveAggregator(embedder)
 
 
@@ -127,15 +142,30 @@ def method_factories(settings: LocomoSettings, embedder: Embedder) -> list[Calla
     """The rows of the report, in order. Rows that read the same tree share it."""
     aggregators = make_aggregator_factory(settings.aggregator, embedder, settings.llm)
     builders: dict[str, TreeBuilder] = {}
+    folder = settings.trees or settings.keep_trees
+    saved = SavedTrees(folder) if folder else None
+    facts: dict[str, Any] = {}
+    if saved is not None and settings.trees is None:
+        facts = {
+            "embedder": embedder.name,
+            "llm": settings.llm,
+            "model_sha256": model_file_sha256(settings.llm),
+            "memtree_commit": git_commit(),
+        }
 
     def builder(config: dict[str, Any]) -> TreeBuilder:
         key = repr(sorted(config.items()))
         if key not in builders:
+            recipe = TreeRecipe.of(config, settings.aggregator, model_name(settings.llm), settings.aggregation)
             builders[key] = TreeBuilder(
                 embedder,
                 config=MemTreeConfig(**config),
                 aggregator_factory=aggregators,
                 deferred=settings.aggregation == "deferred",
+                saved=saved,
+                recipe=recipe,
+                reuse_only=settings.trees is not None,
+                facts=facts,
             )
         return builders[key]
 

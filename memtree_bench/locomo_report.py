@@ -141,6 +141,7 @@ def locomo_markdown(payload: dict[str, Any], *, title: str = "LoCoMo retrieval b
     lines += ["## Tree shape, cost and latency (means over conversations; latencies over all inserts / queries)", ""]
     lines += cost_table(rows)
     lines += quality_table(rows)
+    lines += saved_tree_lines(rows)
     if payload.get("qa"):
         lines += qa_markdown(payload["qa"])
     return "\n".join(lines)
@@ -264,9 +265,23 @@ def results_json(results: Sequence[MethodResult], budgets: Sequence[int]) -> dic
             "summary_quality": r.quality(),
             "query_ms": {"p50": r.query_latency(0.5) * 1000, "p95": r.query_latency(0.95) * 1000},
             "questions": len(r.scores),
+            "saved_trees": [cost.saved_tree for cost in r.costs if cost.saved_tree],
         }
         for r in results
     }
+
+
+def saved_tree_lines(rows: dict[str, Any]) -> list[str]:
+    """The saved tree files the run read or wrote, with their sha256 (none: no lines)."""
+    seen: dict[str, str] = {}
+    for row in rows.values():
+        for tree in row.get("saved_trees", []):
+            seen.setdefault(tree["file"], tree["sha256"])
+    if not seen:
+        return []
+    lines = ["## Saved trees (kept out of the repository: derived from CC BY-NC data)", ""]
+    lines += _table(["file", "sha256"], [[name, digest] for name, digest in sorted(seen.items())])
+    return lines
 
 
 def plot_recall(report: dict[str, Any], budgets: Sequence[int], path: str | os.PathLike[str]) -> None:

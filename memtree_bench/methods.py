@@ -22,6 +22,7 @@ from memtree.embed import Embedder, Matrix
 from memtree.retrieval import DeliveredSentences
 from memtree.text import count_words
 from memtree_bench.locomo import Turn
+from memtree_bench.saved_trees import SavedTrees, TreeRecipe
 from memtree_bench.summary_quality import summary_quality
 
 _WORD = re.compile(r"\w+")
@@ -58,6 +59,8 @@ class IngestCost:
     embedding_calls: int = 0
     aggregation_calls: int = 0
     shape: dict[str, float] = field(default_factory=dict)
+    saved_tree: dict[str, str] = field(default_factory=dict)
+    """The saved tree this cost came from or went to (``file``, ``sha256``); empty when none."""
     quality: dict[str, float] = field(default_factory=dict)
     """What a tree's summaries are like (:func:`~memtree_bench.summary_quality.summary_quality`),
     and how many model summaries the guards checked and replaced; empty without summaries."""
@@ -70,8 +73,9 @@ class Method(ABC):
     variant: bool = False
 
     @abstractmethod
-    def ingest(self, turns: Sequence[Turn]) -> IngestCost:
-        """Take a whole conversation, turn by turn (or all at once for offline methods)."""
+    def ingest(self, turns: Sequence[Turn], conversation: str | None = None) -> IngestCost:
+        """Take a whole conversation, turn by turn (or all at once for offline methods).
+        ``conversation`` names it (a saved tree is found by that name)."""
 
     @abstractmethod
     def ranked_texts(self, question: str, words: int) -> list[str]:
@@ -91,7 +95,7 @@ class FlatDense(Method):
         self._texts: list[str] = []
         self._matrix: np.ndarray = np.zeros((0, 0), dtype=np.float32)
 
-    def ingest(self, turns: Sequence[Turn]) -> IngestCost:
+    def ingest(self, turns: Sequence[Turn], conversation: str | None = None) -> IngestCost:
         cost = IngestCost()
         rows = []
         for turn in turns:
@@ -130,7 +134,7 @@ class BM25Baseline(Method):
         self._texts: list[str] = []
         self._bm25: Any = None
 
-    def ingest(self, turns: Sequence[Turn]) -> IngestCost:
+    def ingest(self, turns: Sequence[Turn], conversation: str | None = None) -> IngestCost:
         from rank_bm25 import BM25Okapi
 
         start = time.perf_counter()
@@ -149,7 +153,12 @@ class BM25Baseline(Method):
 class TreeBuilder:
     """Builds memtree's tree for a conversation once, for every row that only
     retrieves differently from it (defaults, traversal, the paper's dense ranking):
-    they then share the tree, its costs and its shape."""
+    they then share the tree, its costs and its shape.
+
+    With ``saved`` (a folder of :class:`~memtree_bench.saved_trees.SavedTrees`) and
+    the tree's ``recipe``, a tree already saved there is read instead of built, and
+    one that is built is saved; ``reuse_only`` makes a missing tree an error
+    instead of a build (``--trees``: score saved trees, never spend a model's hour)."""
 
     def __init__(
         self,
@@ -158,22 +167,40 @@ class TreeBuilder:
         config: MemTreeConfig | None = None,
         aggregator_factory: Callable[[], Aggregator] | None = None,
         deferred: bool = False,
+        saved: SavedTrees | None = None,
+        recipe: TreeRecipe | None = None,
+        reuse_only: bool = False,
+        facts: dict[str, Any] | None = None,
     ) -> None:
+        if saved is not None and recipe is None:
+            raise ValueError("a TreeBuilder that saves or reads saved trees needs the trees' recipe")
         self.embedder = embedder
-        self.config = config or MemTreeConfig()
+        self.config = config or (recipe.config if recipe else MemTreeConfig())
         self.aggregator_factory = aggregator_factory
         self.deferred = deferred
+        self.saved = saved
+        self.recipe = recipe
+        self.reuse_only = reuse_only
+        self.facts = facts or {}
         self.memory: Any = None
         self.cost = IngestCost()
         self._turns: Sequence[Turn] | None = None
 
-    def build(self, turns: Sequence[Turn]) -> tuple[Any, IngestCost]:
-        """The memory of these turns, built on first request."""
+    def build(self, turns: Sequence[Turn], conversation: str | None = None) -> tuple[Any, IngestCost]:
+        """The memory of these turns, built (or read from the saved trees) on first request."""
         if self._turns is turns and self.memory is not None:
             return self.memory, self.cost
         from memtree.tree import MemTree
 
         self.close()
+        saved, recipe = self.saved, self.recipe
+        if (
+            saved is not None
+            and recipe is not None
+            and conversation is not None
+            and (self.reuse_only or saved.has(conversation, recipe))
+        ):
+            return self._read_saved(turns, conversation)
         aggregator = self.aggregator_factory() if self.aggregator_factory else None
         self.memory = MemTree(embedder=self.embedder, aggregator=aggregator, config=self.config)
         self.cost = IngestCost()
@@ -198,6 +225,34 @@ class TreeBuilder:
             "summaries_checked": float(stats.extra.get("summaries_checked", 0)),
             "summary_fallbacks": float(stats.extra.get("summary_fallbacks", 0)),
         }
+        self._turns = turns
+        if self.saved is not None and self.recipe is not None and conversation is not None:
+            sidecar = self.saved.save(self.memory, conversation, len(turns), self.recipe, self._facts_of_build())
+            self.cost.saved_tree = {"file": sidecar["file"], "sha256": sidecar["tree_sha256"]}
+        return self.memory, self.cost
+
+    def _facts_of_build(self) -> dict[str, Any]:
+        return {
+            **self.facts,
+            "insert_seconds": self.cost.insert_seconds,
+            "embedding_calls": self.cost.embedding_calls,
+            "aggregation_calls": self.cost.aggregation_calls,
+            "shape": self.cost.shape,
+            "quality": self.cost.quality,
+        }
+
+    def _read_saved(self, turns: Sequence[Turn], conversation: str) -> tuple[Any, IngestCost]:
+        assert self.saved is not None and self.recipe is not None
+        facts = self.saved.load_sidecar(conversation, self.recipe, len(turns))
+        self.memory = self.saved.open(conversation, self.recipe, self.embedder)
+        self.cost = IngestCost(
+            insert_seconds=list(facts["insert_seconds"]),
+            embedding_calls=int(facts["embedding_calls"]),
+            aggregation_calls=int(facts["aggregation_calls"]),
+            shape=dict(facts["shape"]),
+            quality=dict(facts["quality"]),
+            saved_tree={"file": facts["file"], "sha256": facts["tree_sha256"]},
+        )
         self._turns = turns
         return self.memory, self.cost
 
@@ -241,8 +296,8 @@ class MemTreeMethod(Method):
         self.retrieve_options = retrieve_options or {}
         self.memory: Any = None
 
-    def ingest(self, turns: Sequence[Turn]) -> IngestCost:
-        self.memory, cost = self.builder.build(turns)
+    def ingest(self, turns: Sequence[Turn], conversation: str | None = None) -> IngestCost:
+        self.memory, cost = self.builder.build(turns, conversation)
         return cost
 
     def ranked_texts(self, question: str, words: int) -> list[str]:
@@ -264,7 +319,7 @@ class RaptorMethod(Method):
         self.aggregator_factory = aggregator_factory
         self.tree: Any = None
 
-    def ingest(self, turns: Sequence[Turn]) -> IngestCost:
+    def ingest(self, turns: Sequence[Turn], conversation: str | None = None) -> IngestCost:
         from memtree_bench.raptor import RaptorTree
 
         start = time.perf_counter()

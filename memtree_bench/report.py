@@ -50,7 +50,7 @@ def machine_info(command: Sequence[str] | None = None, *, extra_versions: Iterab
         "numpy": np.__version__,
         "faiss": faiss.__version__,
         "memtree": memtree.__version__,
-        "memtree commit": _git_commit(),
+        "memtree commit": git_commit(),
         "load": load_average(),
     }
     for name in extra_versions:
@@ -150,7 +150,9 @@ def _total_ram() -> str:
     return "unknown"
 
 
-def _git_commit() -> str:
+def git_commit() -> str:
+    """The checkout's short commit, ``-dirty`` when tracked files differ from it."""
+
     def git(*arguments: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             ["git", "-C", str(REPOSITORY), *arguments], capture_output=True, text=True, timeout=10, check=False

@@ -263,8 +263,8 @@ def test_bad_input_is_refused_clearly() -> None:
         store.put(("langgraph", "x"), "k", {"a": 1})
     with pytest.raises(InvalidNamespaceError, match="periods"):
         store.batch([GetOp(("a.b",), "k")])
-    with pytest.raises(NotImplementedError, match="TTL is not supported"):
-        store.put(("n",), "k", {"a": 1}, ttl=5)
+    with pytest.raises(ValueError, match="ttl must be a positive number of minutes"):
+        store.put(("n",), "k", {"a": 1}, ttl=0)
     with pytest.raises(TypeError, match="JSON-serializable"):
         store.put(("n",), "k", {"when": datetime.now()})
     with pytest.raises(ValueError, match="NUL character"):
@@ -280,8 +280,8 @@ def test_bad_input_is_refused_clearly() -> None:
     with pytest.raises(ValueError) as unknown:
         MemTreeStore(hashing_memory(), index={"dims": 64, "feilds": ["text"], "distance": "cosine"})
     assert str(unknown.value) == (
-        "unknown index key(s) ['distance', 'feilds']; MemTreeStore accepts ['dims', 'embed', 'fields'] "
-        "(as LangGraph's IndexConfig: dims, embed, fields)"
+        "unknown index key(s) ['distance', 'feilds']; MemTreeStore accepts ['dims', 'embed', 'fields', "
+        "'distance_type'] (as LangGraph's IndexConfig: dims, embed, fields; and distance_type as PostgresStore's)"
     )
     with pytest.raises(ValueError, match="index dims must be a positive int"):
         MemTreeStore(hashing_memory(), index={"dims": 0})

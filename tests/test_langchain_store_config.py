@@ -223,13 +223,14 @@ def test_from_conn_string_on_sqlite(tmp_path: Path) -> None:
         pass
     assert not (tmp_path / "never.db").exists()  # a bad index fails before a file is made
     with (
-        pytest.raises(NotImplementedError, match="does not expire items"),
+        pytest.raises(TypeError, match="ttl must be a TTLConfig dict"),
         MemTreeStore.from_conn_string(
             tmp_path / "ttl.db",
             ttl=5,  # type: ignore[arg-type]
         ),
     ):
         pass
+    assert not (tmp_path / "ttl.db").exists()
 
 
 def test_from_conn_string_on_postgresql(postgres_dsn: str) -> None:

@@ -17,6 +17,7 @@ from memtree import HashingEmbedder, IncompatibleStoreError, MemTree, MemTreeCon
 from memtree.store import MemoryBackend, as_store, migrations, sqlite
 from memtree.store.codec import CorruptDataError
 from memtree.store.migrations import Migration
+from memtree.store.sqlite import SQLITE_MIGRATIONS
 
 CONFIG = MemTreeConfig(theta0=0.2)
 CHILD_ENV = {
@@ -68,7 +69,10 @@ def test_a_newer_schema_is_refused_untouched(tmp_path: Path) -> None:
         connection.execute("INSERT INTO memtree_schema VALUES (99, 'from the future', 0)")
     connection.close()
     before = fingerprint(tmp_path)
-    with pytest.raises(IncompatibleStoreError, match=r"schema version 99.*only knows versions up to 2.*upgrade"):
+    latest = SQLITE_MIGRATIONS[-1].version
+    with pytest.raises(
+        IncompatibleStoreError, match=rf"schema version 99.*only knows versions up to {latest}.*upgrade"
+    ):
         open_memory(path)
     assert fingerprint(tmp_path) == before
 
@@ -332,7 +336,7 @@ def test_a_wal_index_locked_by_another_process_is_read_from_a_copy(tmp_path: Pat
         with pytest.raises(sqlite3.OperationalError, match="locking protocol"):
             in_place.execute("PRAGMA page_count").fetchone()
         in_place.close()
-        assert sqlite.inspect(path, sqlite.SQLITE_MIGRATIONS) == 2
+        assert sqlite.inspect(path, sqlite.SQLITE_MIGRATIONS) == sqlite.SQLITE_MIGRATIONS[-1].version
         assert child.stdin is not None
         child.stdin.close()
     with open_memory(path) as memory:
@@ -357,7 +361,8 @@ def test_a_new_file_is_a_wal_database_with_a_schema_version(tmp_path: Path) -> N
     with sqlite3.connect(path) as connection:
         assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert connection.execute("PRAGMA application_id").fetchone()[0] == sqlite.APPLICATION_ID
-        assert connection.execute("SELECT version FROM memtree_schema ORDER BY version").fetchall() == [(1,), (2,)]
+        versions = connection.execute("SELECT version FROM memtree_schema ORDER BY version").fetchall()
+        assert versions == [(1,), (2,), (3,)]
     connection.close()
 
 
@@ -374,8 +379,9 @@ def test_migrations_run_once_in_order_and_keep_the_data(tmp_path: Path, monkeypa
     path = tmp_path / "memory.db"
     with open_memory(path) as memory:
         leaf = memory.add("kept across the upgrade", metadata={"k": 1})
+    latest = sqlite.SQLITE_MIGRATIONS[-1].version
     upgrade = Migration(
-        3, "index leaves by source id", ("CREATE INDEX memtree_nodes_source ON memtree_nodes (source_id)",)
+        latest + 1, "index leaves by source id", ("CREATE INDEX memtree_nodes_source ON memtree_nodes (source_id)",)
     )
     monkeypatch.setattr(sqlite, "SQLITE_MIGRATIONS", (*sqlite.SQLITE_MIGRATIONS, upgrade))
     for _ in range(2):  # the second open finds nothing to do
@@ -383,12 +389,12 @@ def test_migrations_run_once_in_order_and_keep_the_data(tmp_path: Path, monkeypa
             assert memory.get(leaf).metadata == {"k": 1} and memory.check_integrity() == []
     with sqlite3.connect(path) as connection:
         versions = connection.execute("SELECT version FROM memtree_schema ORDER BY version").fetchall()
-        assert [row[0] for row in versions] == [1, 2, 3]
+        assert [row[0] for row in versions] == list(range(1, latest + 2))
         indexes = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
         assert "memtree_nodes_source" in indexes
     connection.close()
     monkeypatch.undo()  # an older memtree meets the upgraded file
-    with pytest.raises(IncompatibleStoreError, match="version 3"):
+    with pytest.raises(IncompatibleStoreError, match=f"version {latest + 1}"):
         open_memory(path)
 
 

@@ -257,14 +257,16 @@ def test_an_old_sqlite_file_gains_the_history_table(tmp_path: Path) -> None:
         leaf = memory.add("kept across the upgrade")
     with sqlite3.connect(path) as connection:  # what memtree with schema version 1 left
         connection.execute("DROP TABLE memtree_versions")
-        connection.execute("DELETE FROM memtree_schema WHERE version = 2")
+        connection.execute("ALTER TABLE memtree_nodes DROP COLUMN expires_at")  # schema version 3
+        connection.execute("DELETE FROM memtree_schema WHERE version >= 2")
     connection.close()
     with MemTree.open(path, embedder=HashingEmbedder(32)) as memory:
         assert memory.history(leaf) == []
         memory.update(leaf, "changed after the upgrade")
         assert [v.text for v in memory.history(leaf)] == ["kept across the upgrade"]
     with sqlite3.connect(path) as connection:
-        assert [row[0] for row in connection.execute("SELECT version FROM memtree_schema ORDER BY version")] == [1, 2]
+        versions = [row[0] for row in connection.execute("SELECT version FROM memtree_schema ORDER BY version")]
+        assert versions == [1, 2, 3]
     connection.close()
 
 

@@ -197,3 +197,16 @@ def test_the_index_selects_what_the_one_leaf_rule_keeps(
     live.update({f"m{i}": {**m, "x": i} for i, m in enumerate(leaves[:4])})
     selection = index.select(parsed)
     assert {leaf for leaf in live if leaf in selection} == {leaf for leaf, m in live.items() if matches(m, parsed)}
+
+
+@pytest.mark.parametrize("mode", ["collapsed", "traversal"])
+def test_an_infinite_bound_keeps_every_number_and_nan_is_refused(mode: str) -> None:
+    memory = build()
+    everyone = {"Ana", "Ben", "Caro", "Dan", "Eve"}
+    assert names(memory, {"age": {"$lt": float("inf")}}, mode=mode) == everyone
+    assert names(memory, {"age": {"$gt": float("-inf")}}, mode=mode) == everyone
+    assert names(memory, {"age": {"$gt": float("inf")}}, mode=mode) == set()
+    assert names(memory, {"city": {"$lt": float("inf")}}, mode=mode) == set()  # strings are not numbers
+    assert matches({"age": 3}, parse_where({"age": {"$lte": float("inf"), "$gte": float("-inf")}}))
+    with pytest.raises(ValueError, match="NaN is not"):
+        memory.retrieve("anything", where={"age": {"$lt": float("nan")}})

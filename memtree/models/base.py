@@ -44,6 +44,7 @@ class RemoteEmbedder(Embedder):
     retry: RetryPolicy = RetryPolicy()
     handles_timeout: bool = False
     batch_size: int = 256
+    call_timeout = None  # each request is bounded under ``retry`` instead
 
     @abstractmethod
     def _embed_batch(self, texts: list[str], timeout: float | None) -> EmbeddingBatch:

@@ -3,6 +3,7 @@
 from memtree.store.base import (
     DEFAULT_NAMESPACE,
     ChangeBatch,
+    CompactionReport,
     Namespace,
     NamespaceInfo,
     NamespaceKey,
@@ -21,6 +22,7 @@ from memtree.store.sqlite import SQLiteBackend
 __all__ = [
     "DEFAULT_NAMESPACE",
     "ChangeBatch",
+    "CompactionReport",
     "CorruptDataError",
     "IncompatibleStoreError",
     "MemoryBackend",

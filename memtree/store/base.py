@@ -133,8 +133,13 @@ class ChangeBatch:
     """Nodes written and ids deleted after some sequence number, up to ``seq``.
 
     ``generation`` identifies the namespace's current incarnation: if it differs
-    from the one a memory loaded, the namespace was deleted meanwhile and the memory
-    must start over from an empty tree.
+    from the one a memory loaded, the namespace was deleted (or compacted) meanwhile
+    and the memory must start over from an empty tree.
+
+    ``complete`` says ``nodes`` is the whole tree, not the changes after ``since``:
+    the store no longer holds what changed since then (a bounded log dropped it), so
+    the reader must start over from this batch, as after a new generation, rather
+    than apply it on top of what it had and keep nodes deleted meanwhile.
     """
 
     nodes: list[Node]
@@ -142,6 +147,7 @@ class ChangeBatch:
     seq: int
     generation: str
     info: NamespaceInfo
+    complete: bool = False
 
 
 @dataclass
@@ -157,6 +163,18 @@ class NamespaceSnapshot:
     changes: ChangeBatch
     records: dict[str, dict[str, JSONDict]]
     history: list[LeafVersion] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CompactionReport:
+    """What :meth:`Store.compact` did: dead rows dropped (deleted nodes' tombstones),
+    in how many namespaces, and the store's size on disk before and after (bytes;
+    ``None`` where the store cannot tell, as in memory)."""
+
+    rows_dropped: int = 0
+    namespaces: int = 0
+    bytes_before: int | None = None
+    bytes_after: int | None = None
 
 
 class WriteTransaction(ABC):
@@ -249,6 +267,12 @@ class Store(ABC):
             if self.head(namespace) == (changes.seq, changes.generation):
                 break
         return NamespaceSnapshot(changes, records, history)
+
+    def compact(self) -> CompactionReport:
+        """Drop what the store keeps only for readers catching up (tombstones of
+        deleted nodes) and give the space back, safely while others read and write.
+        A store that keeps no such rows has nothing to do (this default)."""
+        return CompactionReport()
 
     def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release connections and files."""

@@ -35,8 +35,10 @@ NODE_COLUMNS = (
     "stale",
     "embedding",
     "leaf_sum",
+    "expires_at",
 )
-"""Columns read back for a node, in order (``event_time`` holds ``Node.timestamp``)."""
+"""Columns read back for a node, in order (``event_time`` holds ``Node.timestamp``;
+``expires_at``, schema version 3, ``Node.expires_at``)."""
 
 WRITTEN_COLUMNS = NODE_COLUMNS[2:]
 """Columns written for a live node, after ``ns``, ``id``, ``seq`` and ``deleted``."""
@@ -74,6 +76,7 @@ def node_values(node: Node) -> tuple[Any, ...]:
         node.stale,
         vector_bytes(node.embedding),
         vector_bytes(node.leaf_sum),
+        node.expires_at,
     )
 
 
@@ -113,6 +116,8 @@ def decode_rows(rows: Sequence[Sequence[Any]], dimension: int | None) -> tuple[l
             row[11],
             None if row[14] is None else vector(row[14], VECTOR_DTYPE),
             bool(row[12]),
+            [],
+            row[15],
         )
         for row, values in zip(live, metadata, strict=True)
     ]

@@ -1,12 +1,15 @@
-"""Which store a location names: a PostgreSQL DSN or a SQLite file path."""
+"""Which store a location names: a PostgreSQL DSN, ``":memory:"`` or a SQLite file path."""
 
 from __future__ import annotations
 
 import os
 
 from memtree.store.base import Store
+from memtree.store.memory import MemoryBackend
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+IN_MEMORY = ":memory:"
+"""The location of a store that lives in this process (SQLite's spelling)."""
 
 
 def is_postgres_dsn(location: str | os.PathLike[str]) -> bool:
@@ -16,9 +19,12 @@ def is_postgres_dsn(location: str | os.PathLike[str]) -> bool:
 
 def open_store(location: str | os.PathLike[str]) -> Store:
     """Open the store at ``location``: a PostgreSQL DSN opens a :class:`PostgresBackend`,
+    ``":memory:"`` (SQLite's name for a database in memory) a :class:`MemoryBackend`,
     anything else is a SQLite file path (created if missing)."""
     if not isinstance(location, (str, os.PathLike)):
         raise TypeError(f"location must be a file path or a postgresql:// DSN, got {type(location).__name__}")
+    if location == IN_MEMORY:
+        return MemoryBackend()
     if is_postgres_dsn(location):
         from memtree.store.postgres import PostgresBackend
 

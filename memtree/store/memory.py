@@ -1,4 +1,11 @@
-"""An in-process store: for tests and throwaway memories; gone when the process ends."""
+"""An in-process store: for tests and throwaway memories; gone when the process ends.
+
+Each namespace keeps a log of its last commits (which ids each wrote and deleted),
+so a memory sharing the store catches up by reading only the tail. The log is
+bounded (``log_limit``): a memory that fell further behind than the log reaches is
+sent the whole tree, marked complete, and starts over from it, so a long-running
+process with heavy churn does not keep every commit it ever made.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +29,9 @@ from memtree.store.base import (
     new_generation,
 )
 
+LOG_LIMIT = 1024
+"""Commits a namespace's log keeps at least (at most twice that) for readers to catch up."""
+
 
 @dataclass
 class _Namespace:
@@ -29,7 +39,9 @@ class _Namespace:
     seq: int = 0
     nodes: dict[str, Node] = field(default_factory=dict)
     log: list[tuple[int, list[str], list[str]]] = field(default_factory=list)
-    """(seq, ids written, ids deleted) per commit: catching up reads only the tail."""
+    """(seq, ids written, ids deleted) per recent commit: catching up reads only the tail."""
+    log_floor: int = 0
+    """The last sequence number dropped from ``log``: a reader behind it reloads in full."""
     info: NamespaceInfo = field(default_factory=NamespaceInfo)
     records: dict[str, dict[str, JSONDict]] = field(default_factory=dict)
     history: dict[str, list[LeafVersion]] = field(default_factory=dict)
@@ -42,10 +54,15 @@ class MemoryBackend(Store):
     durable stores, so the engine behaves identically on every store.
 
     Several memories in one process may share one ``MemoryBackend``; writers to a
-    namespace are serialized by a per-namespace lock.
+    namespace are serialized by a per-namespace lock. Each namespace remembers
+    between ``log_limit`` and twice that many recent commits for the others to
+    catch up with; one that fell further behind reloads the whole tree.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, log_limit: int = LOG_LIMIT) -> None:
+        if isinstance(log_limit, bool) or not isinstance(log_limit, int) or log_limit < 1:
+            raise ValueError(f"log_limit must be an integer >= 1, got {log_limit!r}")
+        self.log_limit = log_limit
         self._namespaces: dict[NamespaceKey, _Namespace] = {}
         self._data_lock = threading.Lock()  # short critical sections only
 
@@ -137,7 +154,8 @@ def _holds_data(space: _Namespace) -> bool:
 
 
 def _changes(space: _Namespace, since: int) -> ChangeBatch:
-    if since <= 0:
+    complete = 0 < since < space.log_floor  # the commits since then were dropped from the log
+    if since <= 0 or complete:
         nodes = [_detached(node) for node in space.nodes.values()]
         deleted: list[str] = []
     else:
@@ -149,7 +167,16 @@ def _changes(space: _Namespace, since: int) -> ChangeBatch:
             deleted_ids.update(dict.fromkeys(gone))
         nodes = [_detached(space.nodes[i]) for i in written if i in space.nodes]
         deleted = [i for i in deleted_ids if i not in space.nodes]
-    return ChangeBatch(nodes, deleted, space.seq, space.generation, copy.deepcopy(space.info))
+    return ChangeBatch(nodes, deleted, space.seq, space.generation, copy.deepcopy(space.info), complete)
+
+
+def _trim_log(space: _Namespace, limit: int) -> None:
+    """Keep the last ``limit`` commits once the log holds twice that (dropping half
+    at once costs O(1) a commit, amortized); readers behind the floor reload whole."""
+    if len(space.log) > 2 * limit:
+        cut = len(space.log) - limit
+        space.log_floor = space.log[cut - 1][0]
+        del space.log[:cut]
 
 
 def _detached(node: Node) -> Node:
@@ -190,6 +217,7 @@ class _MemoryTransaction(WriteTransaction):
             for version in kept:
                 space.history.setdefault(version.leaf_id, []).append(version)
             space.log.append((seq, [node.id for node in staged], list(deletions)))
+            _trim_log(space, self._store.log_limit)
             if info is not None:
                 space.info = copy.deepcopy(info)
             space.seq = seq

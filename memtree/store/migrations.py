@@ -123,6 +123,15 @@ def schema_v2(types: ColumnTypes) -> tuple[str, ...]:
     )
 
 
+SCHEMA_V3_DESCRIPTION = "leaf expiry: when a leaf stops being remembered (MemTree.add(ttl=...))"
+
+
+def schema_v3(types: ColumnTypes) -> tuple[str, ...]:
+    """Version 3: ``memtree_nodes.expires_at`` (POSIX seconds; NULL: never), so an
+    expiry survives a restart and every process hides the same leaves."""
+    return (f"ALTER TABLE memtree_nodes ADD COLUMN expires_at {types.real}",)
+
+
 def check_migrations(migrations: Sequence[Migration]) -> None:
     """Versions must be 1, 2, 3, … in order (a programming error otherwise)."""
     versions = [migration.version for migration in migrations]

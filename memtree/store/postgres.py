@@ -26,12 +26,14 @@ from memtree.store.migrations import (
     SCHEMA_TABLE,
     SCHEMA_V1_DESCRIPTION,
     SCHEMA_V2_DESCRIPTION,
+    SCHEMA_V3_DESCRIPTION,
     TABLES,
     ColumnTypes,
     IncompatibleStoreError,
     Migration,
     schema_v1,
     schema_v2,
+    schema_v3,
 )
 from memtree.store.sql import NAMESPACE_ID, SQLBackend
 
@@ -54,6 +56,7 @@ POSTGRES_TYPES = ColumnTypes(
 POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, SCHEMA_V1_DESCRIPTION, schema_v1(POSTGRES_TYPES)),
     Migration(2, SCHEMA_V2_DESCRIPTION, schema_v2(POSTGRES_TYPES)),
+    Migration(3, SCHEMA_V3_DESCRIPTION, schema_v3(POSTGRES_TYPES)),
 )
 
 
@@ -193,11 +196,30 @@ class PostgresBackend(SQLBackend):
         finally:
             self._pool.putconn(connection)
 
+    def _reclaim_space(self) -> None:
+        """Plain ``VACUUM (ANALYZE)``: the dead rows' space is reused by later writes
+        and readers and writers never wait for it. (``VACUUM FULL`` would return it
+        to the operating system but locks the tables against readers: leave it to a
+        maintenance window.)"""
+        with self._pool.connection() as connection:  # autocommit: VACUUM refuses a transaction
+            for table in _TABLES:
+                connection.execute(f"VACUUM (ANALYZE) {table}")
+
+    def _size_bytes(self) -> int | None:
+        """The memtree tables with their indexes and TOAST data."""
+        with self._read_session() as connection:
+            query = " + ".join(f"pg_total_relation_size('{table}')" for table in _TABLES)
+            return int(connection.execute(f"SELECT {query}").fetchone()[0])
+
     def close(self) -> None:
         """Close the pool's connections."""
         if not self._closed:
             self._closed = True
             self._pool.close()
+
+
+_TABLES = ("memtree_nodes", "memtree_versions", "memtree_records", "memtree_namespaces")
+"""memtree's tables, as compaction vacuums and measures them."""
 
 
 def _lock_key(namespace: NamespaceKey) -> int:

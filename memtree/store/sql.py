@@ -11,7 +11,10 @@ Tables (created by each backend's migrations, same columns on both):
   So "what changed after ``since``" is one index range scan on ``(ns, seq)``, and
   a process catches up with other writers without reloading anything else.
   Tombstones (an id and a number each) stay, so a process that last looked long
-  ago still learns of every deletion; they go when the namespace is deleted.
+  ago still learns of every deletion; they go when the namespace is deleted, or
+  with :meth:`SQLBackend.compact`, which drops them and gives the namespace a new
+  ``generation``: a process that had read it before reloads it whole (it could no
+  longer learn of those deletions from the rows).
 * ``memtree_records``: JSON records by (namespace, kind, key); ``pos`` keeps the
   order they were first written.
 * ``memtree_versions`` (schema version 2): the leaf versions ``MemTree.update``
@@ -37,6 +40,7 @@ from typing import Any
 from memtree.node import JSONDict, LeafVersion, Node
 from memtree.store.base import (
     ChangeBatch,
+    CompactionReport,
     NamespaceInfo,
     NamespaceKey,
     NamespaceSnapshot,
@@ -76,7 +80,7 @@ UPSERT_NODE = (
 )
 TOMBSTONE = (
     "UPDATE memtree_nodes SET seq = ?, deleted = TRUE, parent = NULL, text = '', metadata = '{}', "
-    "source_id = NULL, embedding = NULL, leaf_sum = NULL WHERE ns = ? AND id = ?"
+    "source_id = NULL, embedding = NULL, leaf_sum = NULL, expires_at = NULL WHERE ns = ? AND id = ?"
 )
 COMMITTED = "UPDATE memtree_namespaces SET seq = ?, dimension = ?, embedder = ?, settings = ? WHERE id = ?"
 HOLDS_DATA = (
@@ -89,6 +93,12 @@ LIST_NAMESPACES = (
     "OR EXISTS (SELECT 1 FROM memtree_records r WHERE r.ns = n.id)"
 )
 DELETE_NODES = "DELETE FROM memtree_nodes WHERE ns = ?"
+WITH_TOMBSTONES = (
+    "SELECT n.name FROM memtree_namespaces n "
+    "WHERE EXISTS (SELECT 1 FROM memtree_nodes d WHERE d.ns = n.id AND d.deleted)"
+)
+DROP_TOMBSTONES = "DELETE FROM memtree_nodes WHERE ns = ? AND deleted"
+NEW_GENERATION = "UPDATE memtree_namespaces SET generation = ? WHERE id = ?"
 DELETE_ALL_RECORDS = "DELETE FROM memtree_records WHERE ns = ?"
 DELETE_NAMESPACE = "DELETE FROM memtree_namespaces WHERE id = ?"
 DELETE_ALL_VERSIONS = "DELETE FROM memtree_versions WHERE ns = ?"
@@ -154,6 +164,15 @@ class SQLBackend(Store):
     @abstractmethod
     def _close_write(self, connection: Any, commit: bool) -> None:
         """Commit or roll back a transaction from :meth:`_open_write` and release it."""
+
+    def _reclaim_space(self) -> None:
+        """Give the space of deleted rows back (SQLite: ``VACUUM``; PostgreSQL: plain
+        ``VACUUM``, which readers and writers do not wait for). Runs outside any
+        transaction, after the tombstones are gone."""
+
+    def _size_bytes(self) -> int | None:
+        """The store's size on disk, if the backend can tell."""
+        return None
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -283,6 +302,33 @@ class SQLBackend(Store):
             for query in (DELETE_NODES, DELETE_ALL_RECORDS, DELETE_ALL_VERSIONS, DELETE_NAMESPACE):
                 connection.execute(self.sql(query), (ns_id,))
             return existed
+
+    def compact(self) -> CompactionReport:
+        """Drop every tombstone and reclaim the space (see the module docstring).
+
+        Each namespace is compacted in its own write transaction, under its writer
+        lock, so writers wait at most for one namespace's ``DELETE``; readers never
+        wait. The namespace's new generation makes a process that had read it reload
+        it whole on its next refresh, so none misses a deletion whose tombstone went.
+        """
+        self._check_usable()
+        before = self._size_bytes()
+        with self._read_session() as connection:
+            names = [row[0] for row in connection.execute(WITH_TOMBSTONES).fetchall()]
+        dropped = namespaces = 0
+        for name in names:
+            namespace = decode_namespace(name)
+            with self._write_session(namespace) as connection:
+                row = self._namespace_row(connection, namespace)
+                if row is None:  # deleted meanwhile
+                    continue
+                count = connection.execute(self.sql(DROP_TOMBSTONES), (row[0],)).rowcount
+                if count:
+                    connection.execute(self.sql(NEW_GENERATION), (new_generation(), row[0]))
+                    dropped += count
+                    namespaces += 1
+        self._reclaim_space()
+        return CompactionReport(dropped, namespaces, before, self._size_bytes())
 
     def put_records(self, namespace: NamespaceKey, kind: str, records: Mapping[str, JSONDict | None]) -> None:
         encoded = encode_records(kind, records)

@@ -48,11 +48,13 @@ from memtree.store.base import NamespaceKey
 from memtree.store.migrations import (
     SCHEMA_V1_DESCRIPTION,
     SCHEMA_V2_DESCRIPTION,
+    SCHEMA_V3_DESCRIPTION,
     ColumnTypes,
     IncompatibleStoreError,
     Migration,
     schema_v1,
     schema_v2,
+    schema_v3,
 )
 from memtree.store.sql import SQLBackend
 from memtree.store.sqlite_inspect import APPLICATION_ID, inspect, schema_version
@@ -78,6 +80,7 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
         (*schema_v1(SQLITE_TYPES), f"PRAGMA application_id = {APPLICATION_ID}"),
     ),
     Migration(2, SCHEMA_V2_DESCRIPTION, schema_v2(SQLITE_TYPES)),
+    Migration(3, SCHEMA_V3_DESCRIPTION, schema_v3(SQLITE_TYPES)),
 )
 
 
@@ -241,6 +244,26 @@ class SQLiteBackend(SQLBackend):
         finally:
             self._writer_lock.release()
 
+    # -- compaction ----------------------------------------------------------------------
+
+    def _reclaim_space(self) -> None:
+        """``VACUUM`` rewrites the file without the free pages, then a checkpoint moves
+        it out of the write-ahead log and truncates the log. In WAL mode readers keep
+        reading their snapshot meanwhile; other writers wait as for any write
+        (``busy_timeout``)."""
+        if not self._writer_lock.acquire(timeout=self.busy_timeout):
+            raise TimeoutError(f"{self!r}: another thread held the write lock for more than {self.busy_timeout}s")
+        try:
+            self._check_usable()
+            self._writer.execute("VACUUM")
+            self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        finally:
+            self._writer_lock.release()
+
+    def _size_bytes(self) -> int | None:
+        """The file and its write-ahead log."""
+        return sum(part.stat().st_size for part in (self.path, wal_path(self.path)) if part.exists())
+
     # -- closing -----------------------------------------------------------------------
 
     def close(self) -> None:
@@ -319,6 +342,9 @@ class ReadOnlySQLiteBackend(SQLiteBackend):
                 f"{self.path} has memtree schema version {current}, older than this memtree's; upgrading it is a "
                 "write, so open it once with write access (any memtree command run by its owner upgrades it)"
             )
+
+    def _reclaim_space(self) -> None:
+        raise ReadOnlyMemoryError(f"{self.path} is open read-only; compacting it needs write access")
 
     def _open_write(self, namespace: NamespaceKey | None) -> sqlite3.Connection:
         raise ReadOnlyMemoryError(

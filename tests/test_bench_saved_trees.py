@@ -1,0 +1,107 @@
+"""`memtree bench locomo --keep-trees / --trees`: trees built once (a local model takes
+half an hour a conversation) and scored again in seconds, never silently mismatched."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from memtree.aggregate import ExtractiveAggregator
+from memtree.embed import HashingEmbedder
+from memtree.tree import MemTree
+from memtree_bench.locomo import load_locomo
+from memtree_bench.methods import TreeBuilder
+from memtree_bench.saved_trees import SavedTrees, TreeRecipe, model_name
+from tests.cli_runner import memtree, ok, refused
+from tests.test_bench_locomo import small_locomo  # noqa: F401 - the fixture
+
+RUN = ("--embedder", "hashing", "--budgets", "20,1000", "--no-paper", "--no-raptor", "--no-qa")
+
+
+def test_kept_trees_score_exactly_as_the_run_that_built_them(small_locomo: Path, tmp_path: Path) -> None:  # noqa: F811
+    trees = tmp_path / "trees"
+    ok(memtree("bench", "locomo", "--data", small_locomo, *RUN, "--keep-trees", trees,
+               "--out", tmp_path, "--name", "built", embedder=None))  # fmt: skip
+    saved = sorted(p.name for p in trees.iterdir())
+    # Two trees (the defaults' and the flat one), each a SQLite file and its sidecar, nothing half-written.
+    assert len(saved) == 4 and all(name.startswith("tiny-1__") for name in saved)
+    sidecars = [json.loads(p.read_text()) for p in sorted(trees.glob("*.json"))]
+    for sidecar in sidecars:
+        tree = trees / f"tiny-1__{sidecar['recipe_key']}.db"
+        assert sidecar["tree_sha256"] == hashlib.sha256(tree.read_bytes()).hexdigest()
+        assert sidecar["conversation"] == "tiny-1" and sidecar["turns"] == 6
+        assert sidecar["recipe"]["aggregator"] == "extractive" and sidecar["memtree_commit"]
+        assert len(sidecar["insert_seconds"]) == 6 and "theta0" in sidecar["config"]
+    ok(memtree("bench", "locomo", "--data", small_locomo, *RUN, "--trees", trees,
+               "--out", tmp_path, "--name", "read", embedder=None))  # fmt: skip
+    built = json.loads((tmp_path / "built.json").read_text())["results"]
+    read = json.loads((tmp_path / "read.json").read_text())["results"]
+    for row in ("flat hybrid", "memtree", "memtree, leaves only", "memtree traversal"):
+        for key in ("recall", "recall_by_category", "answer_recall", "shape", "insert_ms", "saved_trees"):
+            assert read[row][key] == built[row][key], (row, key)
+    assert read["memtree"]["saved_trees"] and read["flat dense"]["saved_trees"] == []
+    markdown = (tmp_path / "read.md").read_text()
+    assert "## Saved trees" in markdown and sidecars[0]["tree_sha256"] in markdown
+
+
+def test_trees_refuses_a_missing_tree_or_another_slice(small_locomo: Path, tmp_path: Path) -> None:  # noqa: F811
+    refused(
+        memtree("bench", "locomo", "--data", small_locomo, *RUN, "--trees", tmp_path / "none", embedder=None),
+        "no such folder; build the trees first with --keep-trees",
+    )
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    refused(
+        memtree("bench", "locomo", "--data", small_locomo, *RUN, "--trees", empty, embedder=None),
+        "no saved tree for conversation tiny-1",
+    )
+    trees = tmp_path / "trees"
+    ok(memtree("bench", "locomo", "--data", small_locomo, *RUN, "--keep-trees", trees, "--sessions", "1",
+               "--out", tmp_path, embedder=None))  # fmt: skip
+    refused(
+        memtree("bench", "locomo", "--data", small_locomo, *RUN, "--trees", trees, "--out", tmp_path, embedder=None),
+        "holds 3 turns of conversation tiny-1, but this run reads 6",
+    )
+
+
+def test_a_saved_tree_is_read_without_its_summary_writer(small_locomo: Path, tmp_path: Path) -> None:  # noqa: F811
+    (conversation,) = load_locomo(small_locomo)
+    embedder = HashingEmbedder(64)
+    writers: list[str] = []
+
+    def counted_writer() -> ExtractiveAggregator:
+        writers.append("made")
+        return ExtractiveAggregator(embedder)
+
+    recipe = TreeRecipe.of({}, "llm", model_name("llama-cpp:/models/qwen.gguf"), "eager")
+    assert recipe.describe()["model"] == "llama-cpp:qwen.gguf"  # the file's name, not where it lies
+    saved = SavedTrees(tmp_path)
+    first = TreeBuilder(embedder, aggregator_factory=counted_writer, saved=saved, recipe=recipe)
+    memory, cost = first.build(conversation.turns, conversation.sample_id)
+    leaves = sorted(leaf.text for leaf in memory.leaves())
+    nodes = sorted((node.id, node.text) for node in memory.walk())
+    first.close()
+    again = TreeBuilder(embedder, aggregator_factory=counted_writer, saved=saved, recipe=recipe, reuse_only=True)
+    reread, reread_cost = again.build(conversation.turns, conversation.sample_id)
+    assert writers == ["made"]  # the model (here a stand-in) is never needed to read a saved tree
+    assert sorted(leaf.text for leaf in reread.leaves()) == leaves
+    assert sorted((node.id, node.text) for node in reread.walk()) == nodes  # the same tree, summaries and all
+    assert reread_cost.shape == cost.shape and reread_cost.insert_seconds == cost.insert_seconds
+    again.close()
+
+
+def test_a_failed_save_leaves_no_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    memory = MemTree(embedder=HashingEmbedder(32))
+    memory.add("Ana adopted a grey cat named Miso.")
+    recipe = TreeRecipe.of({}, "extractive", None, "eager")
+
+    def broken_import(self: MemTree, source: object, *, skip_bad: bool = False) -> int:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(MemTree, "import_jsonl", broken_import)
+    with pytest.raises(OSError, match="disk full"):
+        SavedTrees(tmp_path).save(memory, "c1", 1, recipe, {})
+    assert list(tmp_path.iterdir()) == []  # no half tree a later run would take for a finished one
