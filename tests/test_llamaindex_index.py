@@ -312,13 +312,14 @@ def test_models_switched_off_on_settings_give_the_offline_defaults(
     switch_off_settings_models(monkeypatch)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-not-used")  # switched off means offline, not the OpenAI default
     with caplog.at_level(logging.INFO, logger="llamaindex_memtree.settings"):
-        index = MemTreeIndex.from_documents(documents()[:3], transformations=[sentence_splitter()])
+        index = MemTreeIndex.from_documents(documents(), transformations=[sentence_splitter()])
         MemTreeIndex([])  # a second memory: the choice is logged once
     memory = index.memory
     assert type(memory.embedder).__name__ == "LocalEmbedder" and memory.dimension == 384
     assert type(memory.aggregator).__name__ == "ExtractiveAggregator" and memory.stats().llm_calls == 0
     stats = memory.stats()
-    assert stats.leaves == 6 and stats.summaries > 0 and stats.max_depth >= 2  # not the flat tree of 1-dim vectors
+    # 14 sentences: more than one summary's worth (a first batch is grouped by clustering)
+    assert stats.leaves == 14 and stats.summaries > 0 and stats.max_depth >= 2
     leaf_sentences = {fold(s) for leaf in memory.leaves() for s in split_sentences(leaf.text)}
     assert all_sentences(memory) == leaf_sentences  # summaries are extractive, not an echoed prompt
     messages = [record.getMessage() for record in caplog.records]
