@@ -7,6 +7,7 @@ whose text says to import this package). :func:`open_memory` opens a durable
 memory with LlamaIndex's ``Settings`` models.
 """
 
+from llamaindex_memtree.filters import UnsupportedFilterError
 from llamaindex_memtree.index import MemTreeIndex
 from llamaindex_memtree.memory import MemTreeMemoryBlock
 from llamaindex_memtree.persist import TreeSnapshotStore
@@ -21,5 +22,6 @@ __all__ = [
     "MemTreeMemoryBlock",
     "MemTreeRetriever",
     "TreeSnapshotStore",
+    "UnsupportedFilterError",
     "open_memory",
 ]

@@ -1,10 +1,13 @@
 """LlamaIndex ``MetadataFilters`` as the engine's filters.
 
 Conditions become the engine's ``where`` (:mod:`memtree.where`) one to one:
-``==``, ``!=``, ``>``, ``>=``, ``<``, ``<=``, ``in`` and ``nin`` on a metadata key,
-joined by ``AND``, ``OR`` or ``NOT`` (none of them), nested as deep as LlamaIndex
-nests them. The engine evaluates them on its metadata index; nothing is filtered
-here.
+every ``FilterOperator`` LlamaIndex has (``==``, ``!=``, ``>``, ``>=``, ``<``,
+``<=``, ``in``, ``nin``, ``any``, ``all``, ``contains``, ``text_match``,
+``text_match_insensitive``, ``is_empty``) on a metadata key, joined by ``AND``,
+``OR`` or ``NOT`` (none of them), nested as deep as LlamaIndex nests them, with
+the meaning LlamaIndex's own ``SimpleVectorStore`` gives them. The engine
+evaluates them on its metadata index; nothing is filtered here. An operator a
+later LlamaIndex adds raises :class:`UnsupportedFilterError` naming those.
 
 Conditions on the index's ``timestamp_key`` mean the event time, not the raw
 metadata value: at the top level of an ``AND`` they become the engine's
@@ -32,10 +35,21 @@ OPERATORS: dict[FilterOperator, str] = {
     FilterOperator.LTE: "$lte",
     FilterOperator.IN: "$in",
     FilterOperator.NIN: "$nin",
+    FilterOperator.ANY: "$any",
+    FilterOperator.ALL: "$all",
+    FilterOperator.CONTAINS: "$contains",
+    FilterOperator.TEXT_MATCH: "$text_match",
+    FilterOperator.TEXT_MATCH_INSENSITIVE: "$text_match_insensitive",
+    FilterOperator.IS_EMPTY: "$empty",
 }
 """LlamaIndex's operators the engine applies, and their ``where`` names."""
 
-_SUPPORTED = ", ".join(repr(op.value) for op in OPERATORS)
+
+class UnsupportedFilterError(ValueError):
+    """A ``MetadataFilter`` operator memtree does not apply (one added to LlamaIndex
+    after this adapter); the message lists those it does."""
+
+
 _TIME_OPERATORS = (FilterOperator.EQ, FilterOperator.GT, FilterOperator.GTE, FilterOperator.LT, FilterOperator.LTE)
 
 TimeRange = tuple[float | None, float | None]
@@ -55,8 +69,8 @@ class EngineFilters:
 def translate_filters(filters: MetadataFilters | None, timestamp_key: str | None = None) -> EngineFilters:
     """The engine's filters for LlamaIndex ``filters``.
 
-    Raises ``ValueError`` naming an operator the engine does not apply (``any``,
-    ``all``, ``contains``, ``text_match``…), a value of the wrong kind, or a
+    Raises :class:`UnsupportedFilterError` naming an operator the engine does not
+    apply (none of LlamaIndex's today), ``ValueError`` for a value of the wrong kind, or a
     condition on ``timestamp_key`` that cannot become a time range (under ``OR`` /
     ``NOT`` or a nested group, or with ``!=`` / ``in`` / ``nin``).
 
@@ -126,9 +140,12 @@ def _part(item: MetadataFilter | MetadataFilters, timestamp_key: str | None) -> 
         )
     op = OPERATORS.get(item.operator)
     if op is None:
-        raise ValueError(
-            f"memtree filters support the operators {_SUPPORTED}; got {item.operator.value!r} for key {item.key!r}"
+        raise UnsupportedFilterError(
+            f"memtree filters support the operators {', '.join(repr(known.value) for known in OPERATORS)}; "
+            f"got {item.operator.value!r} for key {item.key!r}"
         )
+    if item.operator == FilterOperator.IS_EMPTY:
+        return {item.key: {op: True}}  # LlamaIndex's is_empty takes no value
     return {item.key: {op: item.value}}
 
 

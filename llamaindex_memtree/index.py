@@ -16,15 +16,21 @@ import os
 from collections.abc import Sequence
 from typing import Any, cast
 
+from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.callbacks.base import CallbackManager
+from llama_index.core.chat_engine.types import BaseChatEngine, ChatMode
+from llama_index.core.constants import DEFAULT_SIMILARITY_TOP_K
 from llama_index.core.data_structs.data_structs import IndexStruct
 from llama_index.core.indices.base import BaseIndex
 from llama_index.core.indices.registry import INDEX_STRUCT_TYPE_TO_INDEX_CLASS
 from llama_index.core.ingestion import arun_transformations, run_transformations
+from llama_index.core.llms.utils import LLMType, resolve_llm
 from llama_index.core.schema import BaseNode, Document, IndexNode, TransformComponent
+from llama_index.core.settings import Settings
 from llama_index.core.storage.docstore.types import RefDocInfo
 from llama_index.core.storage.storage_context import StorageContext
 
+from llamaindex_memtree.budget import context_budget
 from llamaindex_memtree.engines import engine_options
 from llamaindex_memtree.nodes import holds, leaf_item, without_empty_documents, without_empty_nodes
 from llamaindex_memtree.persist import attach_snapshot, check_embedder, new_snapshot_key, restore_snapshot
@@ -440,16 +446,47 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
                 info[ref_node.node_id] = ref_doc_info
         return info
 
+    def as_query_engine(self, llm: LLMType | None = None, **kwargs: Any) -> BaseQueryEngine:
+        """A query engine over :meth:`as_retriever` (same options), answering with
+        ``llm`` (default ``Settings.llm``).
+
+        Without ``token_budget``, the retrieved context is capped at half of what
+        ``llm`` can read (:func:`~llamaindex_memtree.budget.context_budget`), so it
+        fits one LLM call: no refine step, whatever ``similarity_top_k``.
+        """
+        resolved = resolve_llm(llm, callback_manager=self._callback_manager) if llm else Settings.llm
+        return super().as_query_engine(llm=resolved, **self._fitted(resolved, kwargs))
+
+    def as_chat_engine(
+        self, chat_mode: ChatMode = ChatMode.BEST, llm: LLMType | None = None, **kwargs: Any
+    ) -> BaseChatEngine:
+        """A chat engine over :meth:`as_retriever` (same options); without
+        ``token_budget`` the context is capped for ``llm`` as in :meth:`as_query_engine`."""
+        resolved = resolve_llm(llm, callback_manager=self._callback_manager) if llm else Settings.llm
+        return super().as_chat_engine(chat_mode=chat_mode, llm=resolved, **self._fitted(resolved, kwargs))
+
+    def _fitted(self, llm: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """``kwargs`` with a ``token_budget`` that fits ``llm``'s window, unless the
+        caller chose one (the memory's own budget wins when smaller)."""
+        if "token_budget" in kwargs:
+            return kwargs
+        budget = context_budget(llm)
+        configured = self._memory.config.token_budget
+        if budget is None or (configured is not None and configured < budget):
+            return kwargs
+        return {**kwargs, "token_budget": budget}
+
     def as_retriever(
         self,
         mode: str | None = None,
-        similarity_top_k: int | None = None,
+        similarity_top_k: int = DEFAULT_SIMILARITY_TOP_K,
         token_budget: int | None = None,
         **kwargs: Any,
     ) -> MemTreeRetriever:
         """A :class:`MemTreeRetriever` over this index's tree (options there:
         ``leaves_only``, ``filters``, ``time_range``, ``min_score``, ``verbose``,
-        ``callback_manager``).
+        ``callback_manager``). ``similarity_top_k`` defaults to LlamaIndex's own
+        default (2), as ``VectorStoreIndex``'s does.
 
         ``as_query_engine`` and ``as_chat_engine`` pass their own keyword arguments
         here too (``response_mode``, ``system_prompt``…); those are accepted and

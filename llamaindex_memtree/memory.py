@@ -15,6 +15,7 @@ from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage, TextBlock
 from llama_index.core.bridge.pydantic import Field, field_validator
+from llama_index.core.constants import DEFAULT_SIMILARITY_TOP_K
 from llama_index.core.memory.memory import BaseMemoryBlock
 
 from llamaindex_memtree.settings import memory_from_settings, open_memory
@@ -31,7 +32,8 @@ class MemTreeMemoryBlock(BaseMemoryBlock[str]):
     Each message flushed from short-term memory becomes one leaf,
     ``"<role>: <text>"``, with metadata ``role`` and ``session_id``. Reading the
     block retrieves, for the text of the last ``retrieval_context_window``
-    messages (the current input last), up to ``similarity_top_k`` memories scoring
+    messages (the current input last), up to ``similarity_top_k`` memories (2 by
+    default, as for LlamaIndex's ``VectorMemoryBlock``) scoring
     at least ``min_score`` whose joined text fits ``token_limit`` tokens (counted by
     the memory's ``config.token_counter``), one per line.
 
@@ -56,7 +58,9 @@ class MemTreeMemoryBlock(BaseMemoryBlock[str]):
     name: str = Field(default="MemTreeMemory", description="The name of the memory block.")
     memory: MemTree = Field(default_factory=memory_from_settings, description="The tree that holds the memories.")
     token_limit: int = Field(default=500, gt=0, description="Most tokens this block returns.")
-    similarity_top_k: int = Field(default=10, gt=0, description="Most memories this block returns.")
+    similarity_top_k: int = Field(
+        default=DEFAULT_SIMILARITY_TOP_K, gt=0, description="Most memories this block returns (as VectorMemoryBlock)."
+    )
     mode: str | None = Field(default=None, description="'collapsed' or 'traversal'; None: the memory's default.")
     retrieval_context_window: int = Field(default=1, gt=0, description="Latest messages the query is made of.")
     min_score: float | None = Field(default=None, description="Least similarity a memory needs; None: the memory's.")

@@ -31,7 +31,7 @@ from memtree.node import time_text
 
 logger = logging.getLogger(__name__)
 
-RESULT_METADATA_KEYS: tuple[str, ...] = ("memtree_id", "depth", "is_leaf", "timestamp", "leaf_ids")
+RESULT_METADATA_KEYS: tuple[str, ...] = ("memtree_id", "depth", "is_leaf", "timestamp", "leaf_ids", "memtree_score")
 """Metadata keys every retrieved node carries (they replace same-named keys of the
 node's own metadata in the returned copy; the stored node is untouched)."""
 
@@ -93,15 +93,29 @@ def holds(leaf: Node, item: Item) -> bool:
 
 def result_metadata(hit: RetrievedNode) -> dict[str, Any]:
     """The tree's view of a result: its memtree id, depth, kind, event time (ISO 8601,
-    ``None``, or the raw number when no date can show it) and the memtree ids of the
-    leaves below it."""
+    ``None``, or the raw number when no date can show it), the memtree ids of the
+    leaves below it and the engine's ranking score (hybrid, see :func:`result_score`)."""
     return {
         "memtree_id": hit.id,
         "depth": hit.depth,
         "is_leaf": hit.is_leaf,
         "timestamp": time_text(hit.timestamp),
         "leaf_ids": list(hit.leaf_ids),
+        "memtree_score": hit.score,
     }
+
+
+def result_score(hit: RetrievedNode) -> float:
+    """The score LlamaIndex sees: the cosine of the node with the query.
+
+    The engine ranks by a hybrid score (cosine and BM25 mixed, summaries
+    discounted) on another scale; LlamaIndex's ``SimilarityPostprocessor`` and
+    every ``similarity_cutoff`` tuned on a ``VectorStoreIndex`` compare cosines, so
+    the cosine is what keeps their meaning here. The order stays the engine's:
+    scores need not decrease down the list (the hybrid score is in the node's
+    ``memtree_score`` metadata).
+    """
+    return hit.similarity if hit.similarity is not None else hit.score
 
 
 def to_node_with_score(
@@ -133,4 +147,4 @@ def to_node_with_score(
     node.metadata.update(extra)
     for excluded in (node.excluded_llm_metadata_keys, node.excluded_embed_metadata_keys):
         excluded.extend(key for key in RESULT_METADATA_KEYS if key not in excluded)
-    return NodeWithScore(node=node, score=hit.score)
+    return NodeWithScore(node=node, score=result_score(hit))

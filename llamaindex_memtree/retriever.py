@@ -12,6 +12,7 @@ from typing import Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks.base import CallbackManager
+from llama_index.core.constants import DEFAULT_SIMILARITY_TOP_K
 from llama_index.core.schema import NodeWithScore, QueryBundle
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index.core.vector_stores.types import MetadataFilters
@@ -25,21 +26,30 @@ from memtree.inputs import TimeLike, to_time_range
 class MemTreeRetriever(BaseRetriever):
     """Retrieve leaves and summaries of a :class:`~memtree.MemTree` for a query.
 
-    ``similarity_top_k`` is the number of results, ``mode`` ``"collapsed"`` (every
-    node scored at once) or ``"traversal"`` (beam descent), ``token_budget`` caps the
-    tokens of the joined results (the last one is cut to fit). ``filters`` are
-    LlamaIndex ``MetadataFilters`` (operators ``==``, ``!=``, ``>``, ``>=``, ``<``,
-    ``<=``, ``in``, ``nin``; conditions ``AND``, ``OR``, ``NOT``, nested), kept as the
-    engine's ``where`` (they keep leaves whose metadata pass);
+    ``similarity_top_k`` is the number of results (LlamaIndex's default, 2, as for
+    ``VectorIndexRetriever``; ``None``: the memory's ``config.k``), ``mode``
+    ``"collapsed"`` (every node scored at once) or ``"traversal"`` (beam descent),
+    ``token_budget`` caps the tokens of the joined results (the last one is cut to
+    fit). ``filters`` are LlamaIndex ``MetadataFilters`` (every ``FilterOperator``;
+    conditions ``AND``, ``OR``, ``NOT``, nested), kept as the engine's ``where``
+    (they keep leaves whose metadata pass);
     ``time_range=(start, end)`` keeps nodes whose event time lies inside, and so do
     top-level ``AND`` conditions on ``timestamp_key`` (the index's, when the
     retriever comes from ``MemTreeIndex.as_retriever``), compared as times. Unset
     options take the memory's ``config`` defaults.
 
+    Results come in the engine's order (its hybrid ranking: cosine and BM25 mixed,
+    summaries discounted), and each ``NodeWithScore.score`` is the node's plain
+    cosine with the query, as a ``VectorStoreIndex`` with the same embedder reports
+    it: a ``SimilarityPostprocessor(similarity_cutoff=...)`` tuned there keeps the
+    same meaning here. Scores therefore need not decrease down the list; the
+    ranking score is in the node's ``memtree_score`` metadata, and ``min_score``
+    cuts on it (not on the cosine).
+
     Leaves come back as their original nodes when ``docstore`` holds them, summaries
     as ``TextNode`` s whose ``CHILD`` relationships name the nodes they summarize.
-    Every result's metadata has ``memtree_id``, ``depth``, ``is_leaf``, ``timestamp``
-    and ``leaf_ids``.
+    Every result's metadata has ``memtree_id``, ``depth``, ``is_leaf``, ``timestamp``,
+    ``leaf_ids`` and ``memtree_score``.
 
     Example::
 
@@ -52,7 +62,7 @@ class MemTreeRetriever(BaseRetriever):
         self,
         memory: MemTree,
         *,
-        similarity_top_k: int | None = None,
+        similarity_top_k: int | None = DEFAULT_SIMILARITY_TOP_K,
         mode: str | None = None,
         token_budget: int | None = None,
         leaves_only: bool = False,

@@ -91,6 +91,8 @@ class MemTreeConfig:
     k: int = 10
     token_budget: int | None = None
     retrieve_threshold: float | None = None
+    min_similarity: float | None = None
+    same_subject: float | None = None
     lexical_weight: float = 0.3
     mode: RetrievalMode = "collapsed"
     beam: int = 3
@@ -113,6 +115,10 @@ class MemTreeConfig:
         _check_range("near_duplicate", self.near_duplicate, -1.0, 1.0)
         if self.retrieve_threshold is not None:
             _check_range("retrieve_threshold", self.retrieve_threshold, -1.0, 1.0)
+        if self.min_similarity is not None:
+            _check_range("min_similarity", self.min_similarity, -1.0, 1.0)
+        if self.same_subject is not None:
+            _check_range("same_subject", self.same_subject, -1.0, 1.0)
         _check_range("lexical_weight", self.lexical_weight, 0.0, 10.0)
         _check_range("calibration_quantile", self.calibration_quantile, 0.0, 1.0)
         if not math.isfinite(self.decay):

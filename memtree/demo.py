@@ -12,6 +12,7 @@ from datetime import datetime
 from importlib import resources
 from typing import Any, TextIO
 
+from memtree.config import MemTreeConfig
 from memtree.digest import DigestAggregator
 from memtree.tree import MemTree
 
@@ -39,14 +40,23 @@ def load_demo_conversation() -> tuple[list[Turn], list[str]]:
     return turns, list(raw["questions"])
 
 
+DEMO_CONFIG = MemTreeConfig(theta0=0.5, threshold_depth=3)
+"""Routing for a tree a person would draw from 69 turns: with the defaults (θ0 "auto",
+the threshold normalized by the tree's current depth) the demo's tree is 10 levels
+deep and 13 of the root's 19 children are single turns; with θ0 0.5 and the
+threshold normalized by a fixed depth of 3 (so it reaches its 0.99 cap below depth
+4 and deep chains stop) it is 5 levels deep with 6 topics under the root, 2 of them
+single turns. The engine's defaults stay as measured on LoCoMo."""
+
+
 def demo_memory(llm: Any = None) -> MemTree:
     """The demo's memory: offline defaults, with digest summaries so that each
     summary reads as a topic heading (dates, people, distinctive terms) a person
     can scan, rather than glued sentence fragments. With ``llm`` (anything
     ``MemTree(llm=...)`` takes) the model writes the summaries instead."""
     if llm is not None:
-        return MemTree(llm=llm)
-    return MemTree(aggregator=DigestAggregator())
+        return MemTree(llm=llm, config=DEMO_CONFIG)
+    return MemTree(aggregator=DigestAggregator(), config=DEMO_CONFIG)
 
 
 def run_demo(memory: MemTree, out: TextIO, *, k: int = 4, token_budget: int = 160, max_depth: int = 3) -> None:
@@ -67,7 +77,9 @@ def run_demo(memory: MemTree, out: TextIO, *, k: int = 4, token_budget: int = 16
     print(memory.format_tree(max_depth=max_depth, width=90), file=out)
     for question in questions:
         print(f"\nQ: {question}", file=out)
-        for hit in memory.retrieve(question, k=k, token_budget=token_budget):
+        # the relevance gate leaves out filler turns ("Did everything go smoothly?")
+        # that only rank because little else is left
+        for hit in memory.retrieve(question, k=k, token_budget=token_budget, min_similarity=memory.relevance_floor):
             kind = "leaf" if hit.is_leaf else f"summary of {len(hit.leaf_ids)}"
             body = " / ".join(line for line in hit.context.splitlines() if line.strip())
             print(f"  [{hit.score:.2f} · depth {hit.depth} · {kind}] {body}", file=out)

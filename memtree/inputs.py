@@ -115,12 +115,13 @@ def _too_deep(value: object) -> bool:
     return False
 
 
-def to_min_score(value: object) -> float:
-    """A caller's ``min_score`` as a float; NaN would silently keep everything."""
+def to_min_score(value: object, name: str = "min_score") -> float:
+    """A caller's ``min_score`` (or another score floor, ``name``) as a float; NaN
+    would silently keep everything."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"min_score must be a number, got {type(value).__name__}")
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
     if math.isnan(value):
-        raise ValueError("min_score is NaN, which no score can be compared with; pass a number or None")
+        raise ValueError(f"{name} is NaN, which no score can be compared with; pass a number or None")
     return float(value)
 
 

@@ -142,6 +142,13 @@ class RetrievedNode:
     context built from the results above it: its text without the sentences an
     earlier result already contributed (summaries repeat their leaves' sentences).
     Budgets are charged on ``context``; join the ``context`` fields to build a prompt.
+
+    ``score`` is what the results are ranked by: hybrid by default (cosine and
+    BM25 mixed, summaries discounted; see :mod:`memtree.retrieval`), so it is on
+    another scale than a vector store's. ``similarity`` is the plain cosine of the
+    node's embedding with the query's, what a vector store with the same embedder
+    would report for this node; adapters hand it to frameworks whose cut-offs
+    (LlamaIndex's ``similarity_cutoff``) are tuned on cosine.
     """
 
     id: str
@@ -154,6 +161,7 @@ class RetrievedNode:
     leaf_ids: tuple[str, ...]
     source_id: str | None = None
     context: str = ""
+    similarity: float | None = None
 
     @property
     def time(self) -> datetime | None:

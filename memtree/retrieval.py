@@ -9,6 +9,11 @@ because names, places and dates are what small embedding models blur
 summaries (:data:`SUMMARY_WEIGHT`). Packing walks the ranking best first and applies
 the caller's ``min_score`` (if any), ``k``, sentence de-duplication and the token budget.
 
+Each result also carries its plain cosine with the query (``similarity``), computed
+once for the ``k`` results: the hybrid ``score`` is on another scale, and callers
+that port a cut-off tuned on a vector store (LlamaIndex's ``similarity_cutoff``)
+need the cosine.
+
 A retrieval fills what was asked: ``k`` results, or the token budget, whenever
 enough nodes pass the filters (:func:`retrieve`). Nothing is cut by score unless
 the caller sets a ``min_score``. Traversal lists the nodes its beam kept, then the
@@ -78,6 +83,32 @@ def first_limit(k: int) -> int:
     de-duplication skips some, so a few more than ``k`` (``MemTree.retrieve`` asks
     again for four times as many when these run out)."""
     return k * 4 + 16
+
+
+RELEVANCE_FLOOR = 0.3
+"""The relevance gate's floor for all-MiniLM-L6-v2 (the offline default embedder):
+the cosine similarity to the query below which a result is not relevant
+(``retrieve(min_similarity=...)``; :func:`relevance_floor` hands it out).
+
+It is a cosine, not a hybrid score: the hybrid score's BM25 part is relative to the
+query's best word match, which gets the full share however unrelated the query.
+Calibrated by benchmarks/relevance_gate.py (benchmarks/results/relevance_gate.md):
+the highest floor that keeps the evidence of 95% of the LoCoMo questions (of
+conversations 0-4) that get some with the agent middleware's retrieval."""
+
+CALIBRATED_FLOORS: dict[str, float] = {"all-minilm-l6-v2": RELEVANCE_FLOOR}
+"""Relevance floors measured per embedding model (lower-case model name). Another
+model scores on another scale; add it here after running benchmarks/relevance_gate.py
+with it."""
+
+
+def relevance_floor(embedder_name: str) -> float | None:
+    """The calibrated relevance floor of the embedder called ``embedder_name`` (its
+    ``Embedder.name``, e.g. ``LocalEmbedder(sentence-transformers/all-MiniLM-L6-v2)``),
+    or ``None`` when none was measured for that model: no gate is better than a
+    floor on the wrong scale, which could drop every relevant memory."""
+    name = embedder_name.lower()
+    return next((floor for model, floor in CALIBRATED_FLOORS.items() if model in name), None)
 
 
 OVERLAP_MIN_NODES = 8192
@@ -275,27 +306,177 @@ def retrieve(
     lexical: LexicalQuery | None = None,
 ) -> list[RetrievedNode]:
     """Rank and pack until ``k`` results or the budget are reached, or every node
-    that passes the filters (and ``min_score``) was considered.
+    that passes the filters (and ``min_score``, ``min_similarity``) was considered;
+    then, with ``packing.same_subject``, put the newer of same-subject leaves first
+    (:func:`newer_first`).
 
     Collapsed ranking asks for :func:`first_limit` nodes, then four times as many
     while de-duplication leaves the results short. Traversal packs its own ranking
     first (:func:`rank_traversal`) and, if that runs out, goes on with the other
     nodes in collapsed order."""
+    results = _ranked_and_packed(index, state, query, mode, beam, packing, filters, lexical)
+    if packing.same_subject is not None:
+        newer_first(index, state, results, packing.same_subject)
+    return results
+
+
+def _ranked_and_packed(
+    index: VectorIndex,
+    state: TreeState,
+    query: Vector,
+    mode: str,
+    beam: int,
+    packing: Packing,
+    filters: Filters,
+    lexical: LexicalQuery | None,
+) -> list[RetrievedNode]:
     lead: Ranked = []
     if mode == "traversal":
         lead = rank_traversal(index, state, query, beam, filters, lexical)
-        results, exhausted = pack(state, lead, packing, filters.hidden)
+        results, exhausted = pack(state, _gated(index, state, query, lead, packing), packing, filters.hidden)
         if not exhausted:
-            return results
+            return with_similarities(index, query, results)
     taken = {node_id for node_id, _ in lead}
     limit = first_limit(packing.k)
     while True:
         ranked = rank_collapsed(index, state, query, limit, filters, lexical)
         combined = [*lead, *(pair for pair in ranked if pair[0] not in taken)] if lead else ranked
-        results, exhausted = pack(state, combined, packing, filters.hidden)
-        if not exhausted or len(ranked) < limit:
-            return results
+        results, exhausted = pack(state, _gated(index, state, query, combined, packing), packing, filters.hidden)
+        if not exhausted or len(ranked) < limit or _gate_closed(ranked, packing, lexical):
+            return with_similarities(index, query, results)
         limit *= 4
+
+
+def _gate_closed(ranked: Ranked, packing: Packing, lexical: LexicalQuery | None) -> bool:
+    """Whether no node ranked below ``ranked`` could pass ``min_score`` or
+    ``min_similarity``, so asking for more is pointless (a gate that lets nothing
+    through must not widen the search to the whole memory).
+
+    A hybrid score ``s`` bounds the cosine: ``cosine <= s * (1 + w)`` for a leaf, and
+    ``/ SUMMARY_WEIGHT`` more for a summary, since the BM25 part is never negative."""
+    if not ranked:
+        return True
+    last = ranked[-1][1]
+    if packing.min_score is not None and last < packing.min_score:
+        return True
+    if packing.min_similarity is None:
+        return False
+    if lexical is None or lexical.weight <= 0:
+        return last < packing.min_similarity
+    widest = last * (1.0 + lexical.weight)
+    return max(widest, widest / SUMMARY_WEIGHT) < packing.min_similarity
+
+
+def _gated(index: VectorIndex, state: TreeState, query: Vector, ranked: Ranked, packing: Packing) -> Ranked:
+    """``ranked`` without the nodes below ``min_score`` or ``min_similarity``."""
+    if packing.min_score is not None:
+        ranked = [pair for pair in ranked if pair[1] >= packing.min_score]
+    if packing.min_similarity is not None and ranked:
+        cosines = index.score(query, [node_id for node_id, _ in ranked]).tolist()
+        ranked = [pair for pair, cosine in zip(ranked, cosines, strict=True) if cosine >= packing.min_similarity]
+    return ranked
+
+
+SIBLINGS = 1.0
+"""``same_subject`` that links only siblings (and identical texts): the tree's own
+grouping, which costs LoCoMo the least (benchmarks/results/knowledge_updates.md)."""
+
+SIBLING_SIMILARITY = 0.4
+"""The least cosine similarity a sibling (or a summary above a leaf) needs to count
+as about the leaf's subject: routing groups by a threshold learnt from the
+embedder, and a small or young tree can group loosely. 0.4 is below the similarity
+of 33 of the 34 pairs of benchmarks/data/knowledge_updates.json (all-MiniLM-L6-v2)."""
+
+RECENCY_MARGIN = 0.3
+"""How far below an older memory's score a newer one about the same subject may
+score and still be put above it (:func:`newer_first`): a tie-break, not a re-sort."""
+
+
+def newer_first(
+    index: VectorIndex,
+    state: TreeState,
+    results: list[RetrievedNode],
+    same_subject: float,
+    margin: float = RECENCY_MARGIN,
+) -> None:
+    """Put (in place) a newer memory about the same subject just above an older one.
+
+    For each leaf among the results, best first, the best-ranked result below it
+    that is newer, scores at most ``margin`` below it and is about the same subject
+    moves to just above it. About the same subject: a leaf that is its sibling under
+    one summary (routing put them together: each was the other's closest match) or
+    whose own cosine similarity with it reaches ``same_subject``; or a summary above
+    it whose ``context`` quotes a newer leaf of its subtree (an LLM summary quotes
+    none and never moves); a sibling or summary must also have a cosine of at least
+    :data:`SIBLING_SIMILARITY` with the leaf. So "I moved to Porto" comes before the older "I live in
+    Lisbon" when the question's words favour Lisbon.
+
+    Only the order changes: the results are those packing chose (a newer fact
+    outside them is not pulled in), each keeps its own ``score`` and ``context``,
+    and a result moves once at most.
+    """
+    if len(results) < 2:
+        return
+    leaves = [i for i, result in enumerate(results) if result.is_leaf]
+    if not leaves:
+        return
+    vectors = index.vectors([result.id for result in results])
+    cosines = vectors @ vectors.T
+    when = {i: _when(state, results[i].id) for i in leaves}
+    quoted: dict[int, list[str]] = {}
+    order = list(range(len(results)))
+    moved: set[int] = set()
+    for older in leaves:
+        parent = state.nodes[results[older].id].parent
+        for newer in range(older + 1, len(results)):
+            if newer in moved or results[newer].score < results[older].score - margin:
+                continue
+            candidate = results[newer]
+            cosine = float(cosines[older, newer])
+            time: float | None
+            if candidate.is_leaf:
+                sibling = parent != ROOT_ID and state.nodes[candidate.id].parent == parent
+                same = cosine >= same_subject or (sibling and cosine >= SIBLING_SIMILARITY)
+                time = when[newer]
+            else:  # a summary stands for the newest leaf it quotes about this one's subject
+                same = results[older].id in candidate.leaf_ids
+                if same and newer not in quoted:
+                    quoted[newer] = _quoted_leaves(state, candidate)
+                close = [leaf for leaf in quoted.get(newer, []) if leaf != results[older].id]
+                if close:
+                    near = (index.vectors(close) @ vectors[older]).tolist()
+                    close = [leaf for leaf, c in zip(close, near, strict=True) if c >= SIBLING_SIMILARITY]
+                time = max((_when(state, leaf) for leaf in close), default=None)
+            if same and time is not None and time > when[older]:
+                order.remove(newer)
+                order.insert(order.index(older), newer)
+                moved.add(newer)
+                break
+    results[:] = [results[i] for i in order]
+
+
+def _when(state: TreeState, node_id: str) -> float:
+    """When a leaf's memory happened: its event time, else when it was stored."""
+    node = state.nodes[node_id]
+    return node.timestamp if node.timestamp is not None else node.created_at
+
+
+def _quoted_leaves(state: TreeState, result: RetrievedNode) -> list[str]:
+    """The leaves below a summary whose sentences its ``context`` quotes."""
+    quoted = {fold(sentence) for sentence in split_sentences(result.context)}
+    return [
+        leaf_id
+        for leaf_id in result.leaf_ids
+        if any(fold(sentence) in quoted for sentence in split_sentences(state.nodes[leaf_id].text))
+    ]
+
+
+def with_similarities(index: VectorIndex, query: Vector, results: list[RetrievedNode]) -> list[RetrievedNode]:
+    """The results with their ``similarity``: each node's cosine with the query, in
+    one product over the ``k`` results (the ranking's ``score`` is hybrid, on
+    another scale; callers porting a cut-off tuned on a vector store need this)."""
+    cosines = index.score(query, [result.id for result in results]).tolist()
+    return [replace(result, similarity=cosine) for result, cosine in zip(results, cosines, strict=True)]
 
 
 def _allowed(state: TreeState, node_id: str, filters: Filters, selection: Selection | None) -> bool:
@@ -324,6 +505,12 @@ class Packing:
     """The lowest score a result may have; ``None``: no cut."""
     drop_repeated_sentences: bool
     count_tokens: Callable[[str], int]
+    min_similarity: float | None = None
+    """The relevance gate: the lowest cosine similarity to the query a result may
+    have (whatever its hybrid score); ``None``: no gate."""
+    same_subject: float | None = None
+    """Leaves this similar to each other (or siblings) come newest first
+    (:func:`newer_first`); ``None``: ranking order kept."""
 
 
 class DeliveredSentences:
@@ -367,8 +554,6 @@ def pack(
     delivered = DeliveredSentences()
     used = 0
     for node_id, score in ranked:
-        if packing.min_score is not None and score < packing.min_score:
-            return results, False
         node = state.nodes[node_id]
         context = node.text
         if packing.drop_repeated_sentences:
@@ -449,6 +634,8 @@ def check_query(
     time_range: tuple[TimeLike | None, TimeLike | None] | None,
     min_score: float | None,
     lexical_weight: float | None,
+    min_similarity: float | None = None,
+    same_subject: float | None = None,
 ) -> Query:
     """``MemTree.retrieve``'s arguments with the config's defaults filled in; a bad
     value raises naming the argument and what it accepts."""
@@ -463,7 +650,16 @@ def check_query(
     if mode not in RETRIEVAL_MODES:
         raise ValueError(f"unknown mode {mode!r}; choose one of: {', '.join(RETRIEVAL_MODES)}")
     threshold = config.retrieve_threshold if min_score is None else to_min_score(min_score)  # None: no cut
-    packing = Packing(k, budget, threshold, config.drop_repeated_sentences, config.token_counter)
+    floor = config.min_similarity if min_similarity is None else to_min_score(min_similarity, "min_similarity")
+    packing = Packing(
+        k,
+        budget,
+        threshold,
+        config.drop_repeated_sentences,
+        config.token_counter,
+        min_similarity=floor,
+        same_subject=config.same_subject if same_subject is None else _checked_same_subject(same_subject),
+    )
     filters = Filters(leaves_only, parse_where(where), to_time_range(time_range))
     weight = config.lexical_weight if lexical_weight is None else lexical_weight
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight <= 10:
@@ -474,6 +670,13 @@ def check_query(
             "open it with MemTreeConfig(lexical_weight=...) > 0 to use hybrid retrieval"
         )
     return Query(query, mode, packing, filters, float(weight))
+
+
+def _checked_same_subject(value: object) -> float:
+    similarity = to_min_score(value, "same_subject")
+    if not -1.0 <= similarity <= 1.0:
+        raise ValueError(f"same_subject is a cosine similarity between -1 and 1, got {similarity}")
+    return similarity
 
 
 def answer(replica: Replica, query: Query, vector: Vector, beam: int) -> list[RetrievedNode]:

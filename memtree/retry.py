@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from memtree import model_usage as usage
+from memtree.text import preview
 
 logger = logging.getLogger(__name__)
 
@@ -504,5 +505,4 @@ def _count_overrunning(what: str, change: int) -> None:
 
 
 def _short(error: BaseException, width: int = 160) -> str:
-    text = " ".join(str(error).split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return preview(str(error), width)

@@ -108,9 +108,21 @@ def fold(text: str) -> str:
 
 
 def preview(text: str, width: int = 80) -> str:
-    """One line of at most ``width`` characters."""
+    """One line of at most ``width`` characters, cut at a word boundary and ended
+    with "…" when it is shortened ("14 January…", never "14 Januar…").
+
+    A single word longer than half the line is cut inside, so a long URL or
+    identifier still shows its start rather than nothing."""
     flat = _SPACE.sub(" ", text).strip()
-    return flat if len(flat) <= width else flat[: max(1, width - 1)].rstrip() + "…"
+    if len(flat) <= width:
+        return flat
+    room = max(1, width - 1)
+    head = flat[:room]
+    if flat[room] != " ":  # the cut falls inside a word: end at the last whole one
+        space = head.rfind(" ")
+        if space >= room // 2:
+            head = head[:space]
+    return head.rstrip(" ,;:·–—-") + "…"
 
 
 def tokenize_words(text: str) -> list[str]:

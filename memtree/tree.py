@@ -27,7 +27,7 @@ from memtree.model_calls import ModelCalls
 from memtree.model_choice import choose_models
 from memtree.node import LeafVersion, Node, RetrievedNode, Vector
 from memtree.replica import Replica
-from memtree.retrieval import answer, check_query
+from memtree.retrieval import answer, check_query, relevance_floor
 from memtree.siblings import Siblings
 from memtree.state import TreeState
 from memtree.stats import Counters, TreeStats
@@ -323,6 +323,8 @@ class MemTree:
         min_score: float | None = None,
         query_embedding: Vector | Sequence[float] | None = None,
         lexical_weight: float | None = None,
+        min_similarity: float | None = None,
+        same_subject: float | None = None,
     ) -> list[RetrievedNode]:
         """The nodes most relevant to ``query``, best first. ``mode``: ``"collapsed"``
         (every node scored) or ``"traversal"`` (beam descent). ``token_budget`` caps
@@ -330,9 +332,19 @@ class MemTree:
         (``{"speaker": "Leo"}``, ``{"age": {"$gte": 30}}``, ``$and``/``$or``/``$not``:
         :mod:`memtree.where`); ``time_range=(start, end)`` by event time.
         ``query_embedding``: the query's vector from this embedder, if you have it.
-        ``lexical_weight`` overrides the config's BM25 share (``0``: cosine alone)."""
+        ``lexical_weight`` overrides the config's BM25 share (``0``: cosine alone).
+        ``min_similarity`` is the relevance gate: results whose cosine similarity to
+        the query is below it are left out, so an unrelated query gets nothing
+        (:data:`memtree.retrieval.RELEVANCE_FLOOR` is the calibrated value;
+        ``min_score`` instead cuts on the hybrid ``score``, which is relative to the
+        best word match and so no measure of relevance by itself).
+        ``same_subject`` (a cosine; ``memtree.retrieval.SIBLINGS``: siblings only)
+        puts a newer memory about the same subject just above an older one
+        (:func:`memtree.retrieval.newer_first`); ``None``: the config's, off by default."""
         options = (k, token_budget, mode, leaves_only, where, time_range, min_score, lexical_weight)
-        checked = check_query(self.config, self._state, query, *options)
+        checked = check_query(
+            self.config, self._state, query, *options, min_similarity=min_similarity, same_subject=same_subject
+        )
         self._replica.maybe_refresh()
         vector = self._writer.embed_query(query) if query_embedding is None else self._given(query_embedding)
         return answer(self._replica, checked, vector, self.config.beam)
@@ -350,13 +362,25 @@ class MemTree:
         min_score: float | None = None,
         query_embedding: Vector | Sequence[float] | None = None,
         lexical_weight: float | None = None,
+        min_similarity: float | None = None,
+        same_subject: float | None = None,
     ) -> list[RetrievedNode]:
         """Async :meth:`retrieve`."""
         options = (k, token_budget, mode, leaves_only, where, time_range, min_score, lexical_weight)
-        checked = check_query(self.config, self._state, query, *options)
+        checked = check_query(
+            self.config, self._state, query, *options, min_similarity=min_similarity, same_subject=same_subject
+        )
         await asyncio.to_thread(self._replica.maybe_refresh)
         vector = await self._writer.aembed_query(query) if query_embedding is None else self._given(query_embedding)
         return answer(self._replica, checked, vector, self.config.beam)
+
+    @property
+    def relevance_floor(self) -> float | None:
+        """The relevance gate calibrated for this memory's embedder: pass it as
+        ``retrieve(min_similarity=memory.relevance_floor)`` to get no results for a
+        query nothing stored is about (``None``: no floor measured for this model;
+        see :func:`memtree.retrieval.relevance_floor`)."""
+        return relevance_floor(self.embedder.name)
 
     def embed_query(self, query: str) -> Vector:
         """The vector :meth:`retrieve` would compute for ``query`` (checked, unit

@@ -8,20 +8,29 @@ stores share, so adapters translate their frameworks' filters into it one to one
   value must equal as a whole);
 * ``{"age": {"$gte": 30, "$lt": 40}}``: operators on one key, all must hold:
   ``$eq``, ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``, ``$in``, ``$nin``;
+* ``{"tags": {"$contains": "dog"}}``: operators on what a value holds
+  (:data:`CONTAINMENT`): a list value holds the operand (``$contains``), one of the
+  operand's values (``$any``) or all of them (``$all``); a string value holds the
+  operand string (``$text_match``, or ``$text_match_insensitive`` ignoring case);
+  ``{"$empty": True}``: the key is missing, ``None``, ``""`` or ``[]``
+  (``False``: it has any other value). These are the operators LlamaIndex's
+  ``FilterOperator`` has beyond the comparisons, with its simple vector store's
+  meaning;
 * ``{"$and": [...]}``, ``{"$or": [...]}``, ``{"$not": {...}}``: conditions
   combined; several keys in one dict are joined by AND.
 
 Only leaves carry the caller's metadata, so a ``where`` only ever matches leaves.
-A leaf without the key fails every operator but ``$ne`` and ``$nin`` (as in
-LlamaIndex, LangGraph and MongoDB). Order operators compare numbers with numbers
+A leaf without the key fails every operator but ``$ne``, ``$nin`` and ``$empty: True``
+(as in LlamaIndex, LangGraph and MongoDB). Order operators compare numbers with numbers
 and strings with strings (ISO 8601 dates order correctly as strings); a value of
 another type (a bool, a list, a missing key) never satisfies them. An infinite
 bound is a number like any other (``{"$lt": float("inf")}`` holds for every
 number, as in LangGraph's stores); NaN, which orders with nothing, is refused.
 
 :class:`MetadataIndex` answers a ``where`` from per-key lookups (exact values in
-hash maps, ranges by bisection in sorted value lists), so a filtered query costs
-what its matches cost, not a pass over every leaf. :func:`matches` is the same
+hash maps, ranges by bisection in sorted value lists, containment by a pass over
+the key's distinct values), so a filtered query costs what its matches cost, not a
+pass over every leaf. :func:`matches` is the same
 rule for one leaf's metadata, the definition the index is tested against.
 """
 
@@ -38,8 +47,14 @@ from typing import Any, TypeAlias
 COMPARISONS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin")
 """Operators on one metadata key."""
 
+CONTAINMENT = ("$contains", "$any", "$all", "$text_match", "$text_match_insensitive", "$empty")
+"""Operators on what one metadata value holds (list elements, a substring) or
+whether it is empty; the LangGraph store's filters do not take them."""
+
 COMBINATIONS = ("$and", "$or", "$not")
 """Operators that combine conditions."""
+
+_KEY_OPERATORS = ", ".join((*COMPARISONS, *CONTAINMENT))
 
 _ORDER: dict[str, Callable[[Any, Any], bool]] = {
     "$gt": operator.gt,
@@ -181,10 +196,46 @@ def _parse_comparison(key: str, op: str, operand: Any, at: str) -> Compare:
                 "(float('inf') and float('-inf') are accepted as open bounds; NaN is not)"
             )
         return Compare(key, op, operand)
+    if op in CONTAINMENT:
+        return _parse_containment(key, op, operand, at)
     raise ValueError(
-        f"{at}: unknown operator {op!r}; compare a key with {', '.join(COMPARISONS)} "
+        f"{at}: unknown operator {op!r}; compare a key with {_KEY_OPERATORS} "
         f"and combine conditions with {', '.join(COMBINATIONS)}"
     )
+
+
+def _parse_containment(key: str, op: str, operand: Any, at: str) -> Compare:
+    if op in ("$any", "$all"):
+        if isinstance(operand, (str, bytes, Mapping)) or not isinstance(operand, Iterable):
+            raise ValueError(f"{at}: {op} takes a list of values, got {operand!r}")
+        return Compare(key, op, tuple(operand))
+    if op in ("$text_match", "$text_match_insensitive") and not isinstance(operand, str):
+        raise ValueError(f"{at}: {op} takes a string to find in the value, got {operand!r}")
+    if op == "$empty" and not isinstance(operand, bool):
+        raise ValueError(f"{at}: $empty takes True (missing or empty) or False (has a value), got {operand!r}")
+    return Compare(key, op, operand)
+
+
+def is_empty(value: Any) -> bool:
+    """What ``$empty`` calls empty: ``None``, ``""`` or ``[]`` (a missing key too)."""
+    return value is None or value == "" or (isinstance(value, (list, tuple)) and not value)
+
+
+def _holds(value: Any, op: str, operand: Any) -> bool:
+    """A containment operator on a present value (see :data:`CONTAINMENT`)."""
+    if op == "$empty":
+        return is_empty(value) == operand
+    if op in ("$text_match", "$text_match_insensitive"):
+        if not isinstance(value, str):
+            return False
+        return operand in value if op == "$text_match" else operand.casefold() in value.casefold()
+    if not isinstance(value, (list, tuple)):
+        return False
+    elements = {metadata_key(element) for element in value}
+    if op == "$contains":
+        return metadata_key(operand) in elements
+    wanted = [metadata_key(element) for element in operand]
+    return any(w in elements for w in wanted) if op == "$any" else all(w in elements for w in wanted)
 
 
 def _orderable(value: Any) -> bool:
@@ -213,9 +264,11 @@ def satisfies(value: Any, op: str, operand: Any) -> bool:
         return metadata_key(value) in {metadata_key(item) for item in operand}
     if op == "$nin":
         return metadata_key(value) not in {metadata_key(item) for item in operand}
+    if op in CONTAINMENT:
+        return _holds(value, op, operand)
     compare = _ORDER.get(op)
     if compare is None:
-        raise ValueError(f"unknown operator {op!r}; use one of: {', '.join(COMPARISONS)}")
+        raise ValueError(f"unknown operator {op!r}; use one of: {_KEY_OPERATORS}")
     if not (_orderable(value) and _orderable(operand)) or (type(value) is str) != (type(operand) is str):
         return False
     return compare(value, operand)
@@ -227,7 +280,7 @@ def matches(metadata: Mapping[str, Any], where: Where | None) -> bool:
         return True
     if isinstance(where, Compare):
         if where.key not in metadata:
-            return where.op in ("$ne", "$nin")
+            return where.op in ("$ne", "$nin") or (where.op == "$empty" and where.operand is True)
         return satisfies(metadata[where.key], where.op, where.operand)
     if isinstance(where, AllOf):
         return all(matches(metadata, part) for part in where.parts)
@@ -392,11 +445,23 @@ class MetadataIndex:
             return Selection(found, negated=op == "$ne")
         if op in ("$in", "$nin"):
             return Selection(self._union(values, map(metadata_key, where.operand)), negated=op == "$nin")
+        if op in CONTAINMENT:
+            return self._containing(values, where)
         ordered = self._ordered.get(where.key)
         if ordered is None:
             ordered = _Ordered(values)
             self._ordered[where.key] = ordered  # one assignment: concurrent readers see all or nothing
         return Selection(self._union(values, ordered.value_keys(op, where.operand)))
+
+    def _containing(self, values: Mapping[Hashable, set[str]], where: Compare) -> Selection:
+        """A containment operator, by one pass over the key's distinct values.
+        ``$empty: True`` also keeps leaves without the key: it is every leaf but
+        those with a non-empty value."""
+        if where.op == "$empty":
+            filled = [value_key for value_key in values if not is_empty(_value_of(value_key))]
+            return Selection(self._union(values, filled), negated=where.operand is True)
+        chosen = [value_key for value_key in values if _holds(_value_of(value_key), where.op, where.operand)]
+        return Selection(self._union(values, chosen))
 
     @staticmethod
     def _union(values: Mapping[Hashable, set[str]], value_keys: Iterable[Hashable]) -> frozenset[str]:
@@ -404,3 +469,12 @@ class MetadataIndex:
         if len(groups) == 1:
             return frozenset(groups[0])
         return frozenset().union(*groups)
+
+
+def _value_of(value_key: Hashable) -> Any:
+    """The metadata value a :func:`metadata_key` stands for (equal values alike)."""
+    if isinstance(value_key, str):
+        return value_key
+    assert isinstance(value_key, tuple)
+    kind, payload = value_key
+    return json.loads(payload) if kind == "json" else payload

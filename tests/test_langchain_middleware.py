@@ -329,3 +329,33 @@ def test_eager_summaries_are_written_inside_the_turn() -> None:
 def test_an_unknown_aggregation_choice_fails_at_construction() -> None:
     with pytest.raises(ValueError, match="aggregation must be one of: eager, deferred, background; got 'lazy'"):
         MemTreeMemoryMiddleware(memory=hashing_memory(), aggregation="lazy")  # type: ignore[arg-type]
+
+
+def test_an_unrelated_question_gets_no_memory_section() -> None:
+    memory = seeded()
+    middleware = MemTreeMemoryMiddleware(memory=memory, record=False, min_similarity=0.4)
+    agent = create_agent(
+        scripted("51.", "Pepper."), tools=[], system_prompt="You are Maya's assistant.", middleware=[middleware]
+    )
+    recorder = PromptRecorder()
+    agent.invoke({"messages": [HumanMessage("What is 17 times 3?")]}, config={"callbacks": [recorder]})
+    assert system_text(recorder) == "You are Maya's assistant."  # no memory section, not even its header
+    agent.invoke({"messages": [HumanMessage("What is my greyhound called?")]}, config={"callbacks": [recorder]})
+    assert "User: My greyhound is called Pepper." in system_text(recorder, call=1)
+
+
+def test_the_gate_defaults_to_the_floor_calibrated_for_the_memory_s_embedder() -> None:
+    memory = seeded()
+    asked: list[object] = []
+    original = memory.retrieve
+
+    def recording(query: str, **options: object) -> list[RetrievedNode]:
+        asked.append(options.get("min_similarity"))
+        return original(query, **options)  # type: ignore[arg-type]
+
+    memory.retrieve = recording  # type: ignore[method-assign]
+    agent = create_agent(scripted("ok"), tools=[], middleware=[MemTreeMemoryMiddleware(memory=memory, record=False)])
+    agent.invoke({"messages": [HumanMessage("What is 17 times 3?")]})
+    assert asked == [memory.relevance_floor]  # None for the hashing embedder: no floor on a scale never measured
+    with pytest.raises(ValueError, match="min_similarity"):
+        MemTreeMemoryMiddleware(memory=memory, min_similarity=float("nan"))
