@@ -16,7 +16,6 @@ from __future__ import annotations
 import bisect
 import gc
 import json
-import threading
 import time
 from collections import Counter, deque
 from collections.abc import Iterator, Mapping
@@ -54,43 +53,6 @@ def _text_of(node: Node) -> TextKey:
     return (node.text, node.source_id)
 
 
-LEXICAL_BUILD_THREAD_FROM = 4096
-"""Nodes from which a reopen builds the BM25 index on a helper thread (it is the
-largest part of a reopen: about a third at 100k nodes)."""
-
-
-class _LexicalBuild:
-    """The BM25 index of a reopened tree's texts, built on a daemon thread while the
-    caller goes on (its next step is often embedding a query, which releases the
-    GIL). :meth:`result` waits for it; a build that failed is made again there."""
-
-    def __init__(self, ids: list[str], texts: list[str]) -> None:
-        self._ids, self._texts = ids, texts
-        self._index: LexicalIndex | None = None
-        self._thread = threading.Thread(target=self._build, name="memtree-bm25-build", daemon=True)
-        self._thread.start()
-
-    def _build(self) -> None:
-        try:
-            index = LexicalIndex()
-            index.upsert_many(self._ids, self._texts)
-            self._index = index
-        except BaseException:  # noqa: BLE001 - result() builds it again, raising there
-            self._index = None
-
-    def result(self) -> LexicalIndex:
-        self._thread.join()
-        if self._index is None:
-            self._build_inline()
-        assert self._index is not None
-        return self._index
-
-    def _build_inline(self) -> None:
-        index = LexicalIndex()
-        index.upsert_many(self._ids, self._texts)
-        self._index = index
-
-
 class TreeView(Protocol):
     """What routing and planning read of a tree: nodes by id (each with its children
     list) and the tree's depth. A :class:`TreeState` is one; ``MemTree.update``
@@ -107,9 +69,7 @@ class TreeState:
     """Nodes by id with children lists, plus the lookups above."""
 
     def __init__(self, *, lexical: bool = True) -> None:
-        self._lexical: LexicalIndex | None = LexicalIndex() if lexical else None
-        self._lexical_build: _LexicalBuild | None = None
-        self._lexical_lock = threading.Lock()
+        self.lexical: LexicalIndex | None = LexicalIndex() if lexical else None
         self.nodes: dict[str, Node] = {}
         self.seq = 0
         self.generation: str | None = None
@@ -132,18 +92,6 @@ class TreeState:
 
     # -- applying changes ---------------------------------------------------------
 
-    @property
-    def lexical(self) -> LexicalIndex | None:
-        """The BM25 index of every node's text (``None`` when switched off). After a
-        reopen it is built on a helper thread; the first caller waits for it."""
-        if self._lexical_build is not None:
-            with self._lexical_lock:
-                build = self._lexical_build
-                if build is not None:
-                    self._lexical = build.result()
-                    self._lexical_build = None
-        return self._lexical
-
     def apply(self, batch: ChangeBatch) -> tuple[list[Node], list[str], bool]:
         """Apply a batch; return (nodes written, ids removed, whether it reset the tree).
 
@@ -153,7 +101,7 @@ class TreeState:
         """
         reset = batch.generation != self.generation or (batch.complete and bool(self.nodes))
         if reset:
-            self.__init__(lexical=self._lexical is not None or self._lexical_build is not None)  # type: ignore[misc]
+            self.__init__(lexical=self.lexical is not None)  # type: ignore[misc]
             self.generation = batch.generation
             self._journal_floor = batch.seq
         elif batch.seq <= self.seq:
@@ -173,17 +121,12 @@ class TreeState:
         if self.lexical is not None and removed:
             self.lexical.remove_many(removed)
         moved: list[tuple[Node, str | None]] = []
-        written_texts = True
         loaded = {node.id: node for node in batch.nodes} if not self.nodes else {}
         written = [node for node in batch.nodes if not node.is_root]
         if loaded and len(loaded) == len(batch.nodes):  # the first batch (a reopen): all new
             self.nodes = loaded
             self._index_all(batch.nodes)
             moved = [(node, None) for node in batch.nodes]
-            if self._lexical is not None and len(written) >= LEXICAL_BUILD_THREAD_FROM:
-                self._lexical_build = _LexicalBuild([node.id for node in written], [node.text for node in written])
-                self._lexical = None
-                written_texts = False
         else:
             for node in batch.nodes:
                 old = self.nodes.get(node.id)
@@ -194,7 +137,7 @@ class TreeState:
                 self._index(node)
                 if old is None or old.parent != node.parent:
                     moved.append((node, old.parent if old is not None else None))
-        if written_texts and self.lexical is not None and written:
+        if self.lexical is not None and written:
             # One call for the whole batch: a reopen indexes every text in bulk.
             self.lexical.upsert_many([node.id for node in written], [node.text for node in written])
         self._place(moved)

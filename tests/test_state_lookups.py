@@ -5,15 +5,12 @@ batch by a reopen, or has its metadata index made late by the first ``where`` fi
 from __future__ import annotations
 
 import math
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from memtree import HashingEmbedder, MemTree, MemTreeConfig
-from memtree import state as state_module
-from memtree.lexical import LexicalIndex
 from memtree.state import metadata_key
 
 CONFIG = MemTreeConfig(theta0=0.2)
@@ -115,45 +112,3 @@ def test_a_reopened_state_equals_the_one_built_insert_by_insert(tmp_path: Path, 
             loaded.leaf_total,
             None if loaded.lexical is None else loaded.lexical.scores("Jon dance pottery day"),
         ) == expected
-
-
-@pytest.mark.parametrize("thread_from", [1, 10**9])
-def test_a_reopen_s_bm25_index_is_the_same_built_on_a_thread_or_not(
-    tmp_path: Path, thread_from: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(state_module, "LEXICAL_BUILD_THREAD_FROM", thread_from)
-    path = tmp_path / "memory.db"
-    with MemTree.open(path, embedder=HashingEmbedder(64), config=MemTreeConfig(theta0=0.2)) as memory:
-        memory.add_many([text for text, _ in notes(0, 30)])
-        expected = memory._state.lexical.scores("Jon dance pottery day")  # type: ignore[union-attr]
-        hits = [hit.id for hit in memory.retrieve("Jon dance pottery", k=5)]
-    with MemTree.open(path, embedder=HashingEmbedder(64), config=MemTreeConfig(theta0=0.2)) as memory:
-        assert [hit.id for hit in memory.retrieve("Jon dance pottery", k=5)] == hits
-        assert memory._state.lexical.scores("Jon dance pottery day") == expected  # type: ignore[union-attr]
-
-
-def test_a_reopen_returns_before_its_bm25_index_is_built_and_a_query_waits(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The BM25 index is the largest part of a reopen; it is built on a helper
-    thread, and the first query that needs it waits for it."""
-    path = tmp_path / "memory.db"
-    with MemTree.open(path, embedder=HashingEmbedder(64)) as memory:
-        memory.add_many([text for text, _ in notes(0, 20)])
-        hits = [hit.id for hit in memory.retrieve("Jon dance pottery", k=5)]
-    monkeypatch.setattr(state_module, "LEXICAL_BUILD_THREAD_FROM", 1)
-    release = threading.Event()
-    original = LexicalIndex.upsert_many
-
-    def held(self: LexicalIndex, ids: Any, texts: Any) -> None:
-        if threading.current_thread().name == "memtree-bm25-build":
-            assert release.wait(30)
-        original(self, ids, texts)
-
-    monkeypatch.setattr(LexicalIndex, "upsert_many", held)
-    with MemTree.open(path, embedder=HashingEmbedder(64)) as memory:  # returns while the build is held
-        assert memory._state._lexical_build is not None
-        assert memory.stats().leaves == 20
-        release.set()
-        assert [hit.id for hit in memory.retrieve("Jon dance pottery", k=5)] == hits
-        assert memory._state._lexical_build is None
