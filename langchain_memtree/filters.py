@@ -28,17 +28,25 @@ OPERATORS = COMPARISONS
 
 def check_filter(filter: Mapping[str, Any] | None) -> None:
     """Raise ``ValueError`` for an unknown ``$`` operator anywhere in ``filter``, or an
-    operand of the wrong kind (``$in`` without a list, ``$gt`` with a list)."""
+    operand of the wrong kind (``$in`` without a list, ``$gt`` with a list), and
+    ``TypeError`` for a key that is not text."""
     if filter is None:
         return
     if not isinstance(filter, Mapping):
         raise TypeError(f"filter must be a dict of field values, got {type(filter).__name__}")
     for field, value in filter.items():
+        _check_key(field)
         if isinstance(value, Mapping):
             for key, operand in value.items():
+                _check_key(key)
                 if key.startswith("$"):
                     _check_operator(field, key, operand)
             check_filter({k: v for k, v in value.items() if not k.startswith("$")})
+
+
+def _check_key(key: object) -> None:
+    if not isinstance(key, str):
+        raise TypeError(f"filter keys must be str, got {key!r} ({type(key).__name__}); keys name fields of the value")
 
 
 def _check_operator(field: str, op: str, operand: Any) -> None:
@@ -46,6 +54,8 @@ def _check_operator(field: str, op: str, operand: Any) -> None:
         raise ValueError(f"unsupported filter operator {op!r}; use one of: {', '.join(OPERATORS)}")
     if op in ("$in", "$nin") and (isinstance(operand, (str, bytes, Mapping)) or not isinstance(operand, list | tuple)):
         raise ValueError(f"filter {field!r}: {op} takes a list of values, got {operand!r}")
+    if op in ("$gt", "$gte", "$lt", "$lte") and isinstance(operand, (list, tuple, Mapping)):
+        raise ValueError(f"filter {field!r}: {op} compares with one value, got {operand!r}")
 
 
 def matches(value: Mapping[str, Any], filter: Mapping[str, Any] | None) -> bool:

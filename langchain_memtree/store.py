@@ -20,8 +20,11 @@ than as leaves without embeddings: a node without a vector would break the
 engine's rule that every node can be routed and ranked, and every reader of the
 tree would have to skip it.
 
-The records are the truth and the tree is the index: a put writes the record
-first, then adds or removes only the leaves whose text changed.
+The records are the truth and the tree is the index: a put or delete commits the
+record and every change of the item's leaves (only the leaves whose text changed)
+in one transaction (``MemTree.replace_source``), so a crash never leaves them
+apart. :meth:`MemTreeStore.repair` reconciles files written before that from the
+records.
 
 Operations in a batch run in order. Puts and deletes are serialized within a
 process; the store's own locks serialize writers to one tree across processes.
@@ -68,7 +71,9 @@ from langchain_memtree.middleware import MemTreeMemoryMiddleware
 from langchain_memtree.ttl import Sweeper, check_ttl_config, check_ttl_minutes, expiry_fields, is_expired, refreshable
 from memtree import MemTree
 from memtree.config import Aggregation, RetrievalMode
+from memtree.source_leaves import SOURCES
 from memtree.store import Namespace, NamespaceKey, namespace_key
+from memtree.text import unstorable
 
 logger = logging.getLogger(__name__)
 
@@ -254,6 +259,84 @@ class MemTreeStore(BaseStore):
             )
         return MemTreeMemoryMiddleware(memory=self._base, namespace=self._key(namespace_key(namespace)), **options)
 
+    def check(self) -> list[str]:
+        """Every problem of this store's trees, described (empty: sound); reads only.
+
+        Per namespace: the tree's invariants, items whose leaves differ from what
+        their put wrote (:meth:`MemTree.check_integrity`) and, in files written
+        before a put committed item and leaves together, items whose leaves differ
+        from their record and leaves of items that no longer exist.
+        """
+        problems: list[str] = []
+        for namespace, memory in self._namespaces():
+            label = "/".join(namespace[len(self.prefix) :])
+            found = memory.check_integrity() + [problem for problem, _ in self._unmanaged(namespace, memory)]
+            problems += [f"{label}: {problem}" for problem in found]
+        return problems
+
+    def repair(self) -> int:
+        """Bring every tree in step with the item records, the truth, and rewrite
+        stale summaries; return how many items and summaries were fixed.
+
+        An item whose leaves differ from its record (a file from before puts were
+        atomic, interrupted between the two) gets the leaves its record calls for;
+        leaves of a deleted item are removed. Example: ``store.repair()`` once after
+        upgrading, then ``store.check() == []``.
+        """
+        fixed = 0
+        for namespace, memory in self._namespaces():
+            for _, fix in self._unmanaged(namespace, memory):
+                if fix is not None:
+                    key, texts = fix
+                    record = self._records.get_records(namespace, ITEMS, [key]).get(key) or {}
+                    memory.replace_source(
+                        key,
+                        [text for _, text in texts],
+                        metadata=[{"path": path} for path, _ in texts],
+                        expires_at=record.get("expires_at"),
+                    )
+                    fixed += 1
+            fixed += memory.repair()
+        return fixed
+
+    def _namespaces(self) -> Iterator[tuple[NamespaceKey, MemTree]]:
+        for namespace in self._records.list_namespaces(self.prefix):
+            if len(namespace) > len(self.prefix):
+                yield namespace, self._memories.sibling(namespace)
+
+    def _unmanaged(
+        self, namespace: NamespaceKey, memory: MemTree
+    ) -> list[tuple[str, tuple[str, list[tuple[str, str]]] | None]]:
+        """Problems of the items no manifest covers (written before puts were atomic),
+        each with its fix: (key, the texts its leaves must hold), or ``None`` when
+        the record cannot tell (a put that named its own fields)."""
+        items = self._records.get_records(namespace, ITEMS)
+        managed = self._records.get_records(namespace, SOURCES)
+        held: dict[str, list[tuple[str, str]]] = {}
+        for leaf in memory.leaves():
+            if leaf.source_id is not None and isinstance(leaf.metadata.get("path"), str):
+                held.setdefault(leaf.source_id, []).append((leaf.metadata["path"], leaf.text))
+        out: list[tuple[str, tuple[str, list[tuple[str, str]]] | None]] = []
+        now = time.time()
+        for key, record in items.items():
+            if key in managed or is_expired(record, now):
+                continue  # check_integrity compares it with its manifest; an expired item is gone
+            count = int(record.get("vectors", 0))
+            wanted = _texts(record["value"], self._paths) if count and self.index is not None else []
+            leaves = sorted(held.get(key, []))
+            if sorted(wanted) == leaves:
+                continue
+            problem = f"item {key!r}: its record calls for {count} leaves, the tree holds {len(leaves)} that differ"
+            if len(wanted) != count:
+                out.append((problem + " (put with other fields: repair() cannot tell which; put it again)", None))
+            else:
+                out.append((problem + "; repair() rewrites them from the record", (key, wanted)))
+        for key in sorted(set(held) - set(items) - set(managed)):
+            out.append(
+                (f"{len(held[key])} leaves of item {key!r}, which no longer exists; repair() removes them", (key, []))
+            )
+        return out
+
     # -- the LangGraph interface --------------------------------------------------
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
@@ -339,16 +422,15 @@ class MemTreeStore(BaseStore):
             "vectors": len(texts),
             **expiry,
         }
-        yield Call(self._records, "put_records", (key, ITEMS, {op.key: record}))
-        yield from _reindex_steps(memory, op.key, texts, now, expiry["expires_at"])
+        yield from _replace_steps(memory, op.key, texts, now, record, expiry["expires_at"])
 
     def _delete_steps(self, op: PutOp) -> Procedure[None]:
         key = self._key(op.namespace)
         memory = yield Call(self._memories, "sibling", (key,))
         old = yield Call(self._records, "get_records", (key, ITEMS, [op.key]))
-        if op.key in old:
-            yield Call(self._records, "put_records", (key, ITEMS, {op.key: None}))
-        yield from _reindex_steps(memory, op.key, [], None)
+        leaf_ids = yield Call(memory, "find", kwargs={"source_id": op.key})
+        if op.key in old or leaf_ids:
+            yield from _replace_steps(memory, op.key, [], None, None)
         leaves = yield Call(memory, "__len__")
         if leaves == 0:  # only then can the namespace be empty: check its items
             rest = yield Call(self._records, "get_records", (key, ITEMS))
@@ -356,9 +438,6 @@ class MemTreeStore(BaseStore):
                 yield Call(memory, "delete_namespace")
 
     def _search_steps(self, op: SearchOp) -> Procedure[list[SearchItem]]:
-        check_filter(op.filter)
-        if op.limit < 0 or op.offset < 0:
-            raise ValueError(f"limit and offset must be >= 0, got limit={op.limit}, offset={op.offset}")
         wanted = op.offset + op.limit
         if wanted == 0:
             return []
@@ -549,56 +628,38 @@ class MemTreeStore(BaseStore):
         return (*self.prefix, *namespace)
 
 
-def _reindex_steps(
+def _replace_steps(
     memory: MemTree,
     key: str,
     texts: list[tuple[str, str]],
     moment: datetime | None,
+    record: dict[str, Any] | None,
     expires_at: float | None = None,
 ) -> Procedure[None]:
-    """Make the item's leaves exactly ``texts``, expiring at ``expires_at``.
+    """Make the item's leaves exactly ``texts`` and its record ``record`` (``None``:
+    deleted) in one transaction (:meth:`MemTree.replace_source`), so a crash leaves
+    both as they were or both as put. The leaves expire at ``expires_at``
+    with the record.
 
     A leaf whose text is unchanged stays as it is. A changed text at a path the
-    item already had corrects that path's leaf in place (``MemTree.update``: the
-    leaf keeps its id, is routed again if its meaning moved, and its earlier text
-    stays in ``history``), so ``put`` on an existing key is an update, not a
-    delete and a new memory. Leaves no text needs any more are removed; texts at
-    new paths are added.
+    item already had corrects that path's leaf in place (the leaf keeps its id, is
+    routed again if its meaning moved, and its earlier text stays in ``history``),
+    so ``put`` on an existing key is an update, not a delete and a new memory.
+    Leaves no text needs any more are removed; texts at new paths are added.
     """
-    leaf_ids = yield Call(memory, "find", kwargs={"source_id": key})
-    kept: set[tuple[str, str]] = set()
-    stale: dict[str, str] = {}  # leaf id -> its path, for leaves whose text is no longer wanted
-    for leaf_id in leaf_ids:
-        node = yield Call(memory, "get", (leaf_id,))
-        pair = (node.metadata.get("path"), node.text)
-        if pair in texts and pair not in kept:
-            kept.add(pair)
-        else:
-            stale[leaf_id] = pair[0]
-    missing = [pair for pair in dict.fromkeys(texts) if pair not in kept]
-    corrections: list[tuple[str, str, str]] = []  # (leaf id, path, new text)
-    for path, text in missing:
-        leaf_id = next((stale_id for stale_id, stale_path in stale.items() if stale_path == path), None)
-        if leaf_id is not None:
-            del stale[leaf_id]
-            corrections.append((leaf_id, path, text))
-    for leaf_id in stale:
-        with contextlib.suppress(KeyError):  # another writer removed it first
-            yield Call(memory, "delete", (leaf_id,))
-    corrected: set[tuple[str, str]] = set()
-    for leaf_id, path, text in corrections:
-        try:
-            yield Call(memory, "update", (leaf_id, text), {"metadata": {"path": path}, "timestamp": moment})
-        except KeyError:  # another writer removed it first: add the text as a new leaf below
-            continue
-        corrected.add((path, text))
     if expires_at is not None and expires_at <= time.time():
-        return  # the item expired while it was being written: nothing to index
-    for path, text in missing:
-        if (path, text) not in corrected:
-            options = {"metadata": {"path": path}, "timestamp": moment, "source_id": key, "expires_at": expires_at}
-            yield Call(memory, "add", (text,), options)
-    yield from _expire_leaves_steps(memory, key, expires_at)
+        texts = []  # the item expired while it was being written: nothing to index
+    yield Call(
+        memory,
+        "replace_source",
+        (key, [text for _, text in texts]),
+        {
+            "metadata": [{"path": path} for path, _ in texts],
+            "timestamp": moment,
+            "records": {ITEMS: {key: record}},
+            "expires_at": expires_at,
+        },
+    )
 
 
 def _set_expiry_steps(memory: MemTree, leaf_ids: list[str], expires_at: float) -> Procedure[None]:
@@ -614,19 +675,6 @@ def _set_expiry_steps(memory: MemTree, leaf_ids: list[str], expires_at: float) -
             leaf_ids = list((yield Call(memory, "get_many", (leaf_ids,))))
 
 
-def _expire_leaves_steps(memory: MemTree, key: str, expires_at: float | None) -> Procedure[None]:
-    """Give the item's leaves the item's expiry (kept and corrected leaves keep their
-    old one otherwise), so the tree stops showing them when the item expires."""
-    leaf_ids = yield Call(memory, "find", kwargs={"source_id": key})
-    if not leaf_ids:
-        return
-    nodes = yield Call(memory, "get_many", (leaf_ids,))
-    wrong = [leaf_id for leaf_id, node in nodes.items() if node.expires_at != expires_at]
-    if not wrong or (expires_at is not None and expires_at <= time.time()):
-        return
-    yield Call(memory, "set_expiry", (wrong,), {"expires_at": expires_at})
-
-
 def _texts(value: Mapping[str, Any], paths: list[Path]) -> list[tuple[str, str]]:
     """(path label, text) for every non-empty text at the paths, as LangGraph names them."""
     out: list[tuple[str, str]] = []
@@ -639,19 +687,54 @@ def _texts(value: Mapping[str, Any], paths: list[Path]) -> list[tuple[str, str]]
 
 
 def _checked_ops(ops: Iterable[Op]) -> list[Op]:
+    """Every operation of a batch checked before any runs, so a bad one applies
+    nothing (LangGraph's own stores also check every op before writing any)."""
     checked = list(ops)
     for op in checked:
         if not isinstance(op, (GetOp, SearchOp, ListNamespacesOp, PutOp)):
             raise TypeError(f"unknown store operation {type(op).__name__}")
+        if isinstance(op, ListNamespacesOp):
+            _check_listing(op)
+            continue
+        namespace = op.namespace_prefix if isinstance(op, SearchOp) else op.namespace
+        if not isinstance(namespace, tuple):
+            raise InvalidNamespaceError(
+                f"a namespace is a tuple of labels, got the {type(namespace).__name__} {namespace!r}; "
+                f"write ({namespace!r},) for a namespace of one label"
+            )
         validate_op_namespace(op)
+        for label in namespace:
+            _check_text(label, "namespace label", InvalidNamespaceError)
+        if isinstance(op, SearchOp):
+            check_filter(op.filter)
+            if op.limit < 0 or op.offset < 0:
+                raise ValueError(f"limit and offset must be >= 0, got limit={op.limit}, offset={op.offset}")
+            continue
+        if not isinstance(op.key, str):
+            raise TypeError(f"item keys must be str, got {type(op.key).__name__}")
+        _check_text(op.key, "item key", ValueError)
         if isinstance(op, PutOp):
             if op.namespace and op.namespace[0] == "langgraph":
                 raise InvalidNamespaceError(f'Root label for namespace cannot be "langgraph". Got: {op.namespace}')
             if op.ttl is not None and op.value is not None:
                 check_ttl_minutes(op.ttl)
-            if not isinstance(op.key, str):
-                raise TypeError(f"item keys must be str, got {type(op.key).__name__}")
+            if op.value is not None:
+                _checked_value(op.value)
     return checked
+
+
+def _check_listing(op: ListNamespacesOp) -> None:
+    for name in ("limit", "offset", "max_depth"):
+        number = getattr(op, name)
+        if number is not None and (not isinstance(number, int) or number < 0):
+            raise ValueError(f"list_namespaces: {name} must be >= 0, got {number!r}")
+
+
+def _check_text(text: str, what: str, error: type[ValueError]) -> None:
+    """A namespace label or item key the durable stores can hold: no NUL, valid Unicode."""
+    problem = unstorable(text)
+    if problem:
+        raise error(f"{what} {text!r} {problem}; remove it (SQLite and PostgreSQL cannot store it)")
 
 
 def _checked_value(value: Any) -> dict[str, Any]:
@@ -659,25 +742,21 @@ def _checked_value(value: Any) -> dict[str, Any]:
         raise TypeError(f"item values must be dicts, got {type(value).__name__}")
     try:
         text = json.dumps(dict(value), ensure_ascii=False, allow_nan=False)
+    except RecursionError:
+        raise ValueError(
+            "item value is nested too deeply to store as JSON; flatten it (a few hundred levels at most)"
+        ) from None
     except (TypeError, ValueError) as error:
         raise TypeError(f"item values must be JSON-serializable: {error}") from None
-    if _has_nul(value):
-        raise ValueError("item value contains a NUL character (\\x00), which durable stores cannot hold; remove it")
+    problem = unstorable(value)
+    if problem:
+        raise ValueError(f"item value {problem}; fix the text before storing")
     try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise ValueError(f"item value is not valid Unicode ({error.reason}); fix the text before storing") from None
-    return json.loads(text)  # type: ignore[no-any-return]
-
-
-def _has_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, Mapping):
-        return any(_has_nul(key) or _has_nul(item) for key, item in value.items())
-    if isinstance(value, (list, tuple)):
-        return any(_has_nul(item) for item in value)
-    return False
+        return json.loads(text)  # type: ignore[no-any-return]
+    except RecursionError:  # json.dumps nests deeper than json.loads reads back
+        raise ValueError(
+            "item value is nested too deeply to store as JSON; flatten it (a few hundred levels at most)"
+        ) from None
 
 
 def _item(

@@ -11,6 +11,7 @@ Entry points
   tree             MemTree: the public API, a facade delegating each operation in one step
   siblings         the handles a memory keeps open to other namespaces of its store (sibling())
   backup           JSONL export and import of one namespace (no pickle, no re-embedding)
+  source_leaves    replace_source: a source's leaves and the caller's records in one transaction; manifests
   update           MemTree.update: correct a leaf in place (same id), the versions it replaced kept
 Writing
   writer           where a text enters once and leaves committed: entry points, optimistic commit loop

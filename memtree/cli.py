@@ -13,7 +13,7 @@ from pathlib import Path
 
 import typer
 
-from memtree.commands import add, backup, compact, query, repair, show, stats
+from memtree.commands import add, backup, check, compact, query, repair, show, stats
 from memtree.commands.bench import add_bench
 from memtree.commands.common import CliError, LlmOption, cli_errors, parse_llm, set_verbose
 from memtree.commands.files import os_problem, output_problem
@@ -69,6 +69,7 @@ app.command()(stats.stats)
 app.command()(backup.export)
 app.command(name="import")(backup.import_)
 app.command()(repair.repair)
+app.command()(check.check)
 app.command()(compact.compact)
 add_bench(app)
 

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from memtree.index import VectorIndex
 from memtree.node import ROOT_ID, LeafVersion, Node
 from memtree.state import TreeState, paused_gc
-from memtree.store.base import ChangeBatch, NamespaceInfo, NamespaceKey, Store, WriteTransaction
+from memtree.store.base import ChangeBatch, NamespaceInfo, NamespaceKey, RecordChanges, Store, WriteTransaction
 
 R = TypeVar("R")
 
@@ -148,6 +148,32 @@ class Replica:
     ) -> None:
         """Commit atomically, then show the same change to this process's tree."""
         seq = transaction.commit(upserts, deletions, info, versions)
+        self._show(seq, upserts, deletions, info)
+
+    def stage(
+        self,
+        transaction: WriteTransaction,
+        upserts: list[Node],
+        deletions: list[str],
+        info: NamespaceInfo | None = None,
+        versions: Sequence[LeafVersion] = (),
+        records: RecordChanges | None = None,
+    ) -> None:
+        """Stage one batch of a transaction that holds several and show it to this
+        process's tree at once, so the next batch is planned on top of it. If the
+        transaction then fails, :meth:`reload` forgets what was shown."""
+        seq = transaction.stage(upserts, deletions, info, versions, records)
+        self._show(seq, upserts, deletions, info)
+
+    def reload(self) -> None:
+        """Forget this process's tree and read it again from the store (after a
+        transaction whose staged batches were shown here failed to commit)."""
+        with self._sync_lock, self.lock.write():
+            self.state.__init__(lexical=self.state.lexical is not None)  # type: ignore[misc]
+            self.index = None
+        self.refresh(force=True)
+
+    def _show(self, seq: int, upserts: list[Node], deletions: list[str], info: NamespaceInfo | None) -> None:
         batch = ChangeBatch(
             nodes=[node.copy() for node in upserts],
             deleted=list(deletions),

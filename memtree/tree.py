@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TextIO
 
-from memtree import backup, viz
+from memtree import backup, source_leaves, viz
 from memtree import update as updating
 from memtree.aggregate import Aggregator
 from memtree.background import CLOSE_SECONDS, remaining
@@ -31,7 +31,7 @@ from memtree.retrieval import answer, check_query, relevance_floor
 from memtree.siblings import Siblings
 from memtree.state import TreeState
 from memtree.stats import Counters, TreeStats
-from memtree.store.base import CompactionReport, Namespace, NamespaceKey, Store, namespace_key
+from memtree.store.base import CompactionReport, Namespace, NamespaceKey, RecordChanges, Store, namespace_key
 from memtree.store.location import as_store, open_store
 from memtree.text import require_text
 from memtree.viz.picture import Direction
@@ -466,13 +466,79 @@ class MemTree:
         self.get(leaf_id)
         return updating.history(self._writer, leaf_id)
 
+    def replace_source(
+        self,
+        source_id: str,
+        texts: Sequence[str],
+        *,
+        metadata: Sequence[Mapping[str, Any] | None] | None = None,
+        timestamp: TimeLike | None = None,
+        records: RecordChanges | None = None,
+        aggregation: Aggregation | None = None,
+        ttl: TTLLike | None = None,
+        expires_at: TimeLike | None = None,
+    ) -> list[str]:
+        """Make the leaves stored under ``source_id`` exactly ``texts`` (``metadata[i]``
+        each; ``[]``: none), committed in ONE transaction with ``records`` (kind ->
+        key -> dict, ``None`` deletes): a crash leaves both as before or both as
+        after. A leaf already holding a text (and its metadata) stays; one with the
+        same metadata is corrected in place; others are deleted. Returns the leaf
+        ids in order. ``ttl`` / ``expires_at``: when the leaves expire, as in
+        :meth:`add` (kept leaves take it too). :meth:`repair` restores the leaves
+        from what this wrote (:mod:`memtree.source_leaves`). Example::
+
+            memory.replace_source("note-7", ["Alice's PIN is 4921."], records={"notes": {"note-7": {"v": 1}}})
+            memory.replace_source("note-7", [], records={"notes": {"note-7": None}})  # forget both at once
+        """
+        return source_leaves.replace_source(
+            self._writer,
+            source_id,
+            texts,
+            metadata=metadata,
+            timestamp=timestamp,
+            records=records,
+            aggregation=aggregation,
+            expires_at=expiry_of(ttl, expires_at, self.config.default_ttl),
+        )
+
+    async def areplace_source(
+        self,
+        source_id: str,
+        texts: Sequence[str],
+        *,
+        metadata: Sequence[Mapping[str, Any] | None] | None = None,
+        timestamp: TimeLike | None = None,
+        records: RecordChanges | None = None,
+        aggregation: Aggregation | None = None,
+        ttl: TTLLike | None = None,
+        expires_at: TimeLike | None = None,
+    ) -> list[str]:
+        """Async :meth:`replace_source` (new texts embedded on the event loop)."""
+        return await source_leaves.areplace_source(
+            self._writer,
+            source_id,
+            texts,
+            metadata=metadata,
+            timestamp=timestamp,
+            records=records,
+            aggregation=aggregation,
+            expires_at=expiry_of(ttl, expires_at, self.config.default_ttl),
+        )
+
     def repair(self) -> int:
-        """Rewrite every stale summary (deepest first); return how many were fixed."""
-        return self._writer.write(self._writer.procedures.repair)
+        """Rewrite every stale summary (deepest first), and restore the leaves of any
+        source whose leaves differ from what :meth:`replace_source` last wrote for it;
+        return how many summaries and sources were fixed."""
+        fixed = self._writer.write(self._writer.procedures.repair)
+        return fixed + source_leaves.reconcile(self._writer, self._manifests)
 
     async def arepair(self) -> int:
         """Async :meth:`repair`."""
-        return await self._writer.awrite(self._writer.procedures.repair)
+        fixed = await self._writer.awrite(self._writer.procedures.repair)
+        return fixed + await asyncio.to_thread(source_leaves.reconcile, self._writer, self._manifests)
+
+    def _manifests(self) -> dict[str, Any]:
+        return self.store.get_records(self.namespace, source_leaves.SOURCES)
 
     def compact(self) -> CompactionReport:
         """Drop the store's dead rows (tombstones of deleted nodes, in every namespace
@@ -600,8 +666,15 @@ class MemTree:
         return self._replica.read(self._writer.stats)
 
     def check_integrity(self) -> list[str]:
-        """Every broken invariant of the tree and its index, described (empty: sound)."""
-        return self._replica.read(lambda state: integrity_problems(state, self._index, self.config.depth_cap))
+        """Every broken invariant of the tree and its index, and every source whose
+        leaves differ from what :meth:`replace_source` wrote, described (empty: sound)."""
+        manifests = self._manifests()
+
+        def problems(state: TreeState) -> list[str]:
+            found = integrity_problems(state, self._index, self.config.depth_cap)
+            return found + source_leaves.source_problems(state, manifests)
+
+        return self._replica.read(problems)
 
     @property
     def dimension(self) -> int | None:

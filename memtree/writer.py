@@ -35,7 +35,7 @@ from memtree.procedures import Procedures
 from memtree.replica import Replica
 from memtree.state import ContentKey, TreeState, content_key
 from memtree.stats import TreeStats, tree_stats
-from memtree.store.base import NamespaceInfo, NamespaceKey, Store, WriteTransaction
+from memtree.store.base import NamespaceInfo, NamespaceKey, RecordChanges, Store, WriteTransaction
 
 logger = logging.getLogger(__name__)
 
@@ -410,6 +410,39 @@ class Writer:
         finally:
             transaction.rollback()
 
+    def write_together(self, plan: Callable[[Staging], T], records: RecordChanges | None = None) -> T:
+        """Several write procedures and record changes committed as ONE transaction.
+
+        ``plan`` runs under the store's writer lock, after catching up: each
+        procedure it hands to :meth:`Staging.run` is planned on the tree the ones
+        before it left, its model calls made there and then (so the lock waits for
+        them; deferred and background summaries make none), and its batch staged.
+        ``records`` are committed with them, in the same transaction. Other
+        processes see all of it or, if this process dies or anything raises first,
+        none of it; this process's tree is then read again from the store.
+        """
+        store, namespace = self.replica.store, self.replica.namespace
+        self.replica.maybe_refresh()
+        staging: Staging | None = None
+        try:
+            with store.write(namespace) as transaction:
+                self.replica.catch_up(transaction.read_changes)
+                staging = Staging(self, transaction)
+                result = plan(staging)
+                if records:
+                    self.replica.stage(transaction, [], [], records=records)
+                transaction.commit_staged()
+        except BaseException:
+            if staging is not None and staging.staged:
+                for prepared in staging.staged:
+                    prepared.abandon()
+                self.replica.reload()
+            raise
+        for prepared in staging.staged:
+            if prepared.committed is not None:
+                prepared.committed()
+        return result
+
     def _commit_prepared(self, transaction: WriteTransaction, prepared: PreparedWrite[Any]) -> bool:
         """Catch up under the lock and commit ``prepared`` if it still holds; ``False``
         (and the plan abandoned) if another write changed what it depends on."""
@@ -466,6 +499,27 @@ async def _begin_in_thread(store: Store, namespace: NamespaceKey) -> WriteTransa
         if opened is not None:
             opened.rollback()
         raise
+
+
+class Staging:
+    """The procedures of one :meth:`Writer.write_together`, staged one after another."""
+
+    def __init__(self, writer: Writer, transaction: WriteTransaction) -> None:
+        self.writer = writer
+        self.transaction = transaction
+        self.staged: list[PreparedWrite[Any]] = []
+
+    def run(self, procedure: Steps[PreparedWrite[T]]) -> T:
+        """Plan ``procedure`` on the tree as staged so far, make its model calls and
+        stage its batch; return its result (committed only with the rest)."""
+        replica = self.writer.replica
+        prepared = self.writer.calls.drive(procedure)
+        if prepared.empty:
+            return prepared.result
+        self.staged.append(prepared)
+        info = prepared.info(replica.state.info) if prepared.info is not None else None
+        replica.stage(self.transaction, prepared.upserts, prepared.deletions, info, prepared.versions)
+        return prepared.result
 
 
 class DeferredAggregation(Generic[M]):

@@ -143,7 +143,7 @@ def test_index_embed_takes_a_langchain_embeddings_and_dims_is_checked() -> None:
         "embedding dimension 64 does not match the store's index dims 384; "
         "set index['dims'] to the model's size or use a model of that size"
     )
-    assert wrong.get(("n",), "k") is not None  # the item itself is kept: records are written first
+    assert wrong.get(("n",), "k") is None  # a put is one transaction: nothing of it is stored
 
 
 def test_index_embed_takes_sync_and_async_functions() -> None:

@@ -300,6 +300,7 @@ def open_memory(
     create: bool = False,
     writes: bool = False,
     llm: str | None = None,
+    read_only: bool = False,
 ) -> Iterator[MemTree]:
     """The memory at ``db`` (closed afterwards), writing summaries with ``llm`` (an
     ``--llm`` value) when given.
@@ -311,10 +312,11 @@ def open_memory(
     that only reads refuses an empty (0-byte) file, which opening would turn into a
     memory, and opens a read-only file read-only (see
     :mod:`memtree.store.sqlite`), so it works and leaves nothing behind.
-    SQLite's errors inside the block are reported naming ``db``.
+    SQLite's errors inside the block are reported naming ``db``. ``read_only``
+    opens a SQLite file read-only whatever its permissions (a command that must
+    never write, such as ``check``).
     """
     key = parse_namespace(namespace)
-    read_only = False
     if not is_postgres(db):
         path = Path(db)
         if not create and not path.exists():
@@ -333,7 +335,7 @@ def open_memory(
         unwritable = write_problem(path)
         if unwritable and (create or writes):
             raise CliError(needs_write_access(unwritable) if path.exists() else unwritable)
-        read_only = unwritable is not None
+        read_only = read_only or unwritable is not None
     chosen = parse_embedder(embedder)
     options: dict[str, Any] = {"namespace": key}
     if chosen is not None:

@@ -165,6 +165,10 @@ class NamespaceSnapshot:
     history: list[LeafVersion] = field(default_factory=list)
 
 
+RecordChanges = Mapping[str, Mapping[str, JSONDict | None]]
+"""Record writes by kind, then key: a dict writes the record, ``None`` deletes it."""
+
+
 @dataclass(frozen=True)
 class CompactionReport:
     """What :meth:`Store.compact` did: dead rows dropped (deleted nodes' tombstones),
@@ -178,28 +182,63 @@ class CompactionReport:
 
 
 class WriteTransaction(ABC):
-    """An exclusive write to one namespace, open until committed or rolled back."""
+    """An exclusive write to one namespace, open until committed or rolled back.
+
+    A transaction holds one or more change batches: :meth:`stage` writes one under
+    the next sequence number, :meth:`commit_staged` makes every staged batch visible
+    at once (or none, if the process dies first). :meth:`commit` is the common case
+    of a single batch. Records staged with a batch commit with it, so a record and
+    the tree change it describes are never seen apart.
+    """
 
     @abstractmethod
     def read_changes(self, since: int) -> ChangeBatch:
         """What other writers committed after ``since`` (read inside the lock)."""
 
     @abstractmethod
+    def stage(
+        self,
+        upserts: Sequence[Node],
+        deletions: Sequence[str],
+        info: NamespaceInfo | None = None,
+        versions: Sequence[LeafVersion] = (),
+        records: RecordChanges | None = None,
+    ) -> int:
+        """Write one change batch under the next sequence number, inside this
+        transaction, and return that number; nothing is visible to other readers
+        until :meth:`commit_staged`. ``versions`` are appended to their leaves'
+        history; a deleted id's history is deleted with it. ``records`` (checked
+        before anything is written) are written with the batch."""
+
+    @abstractmethod
+    def commit_staged(self) -> None:
+        """Make every staged batch visible atomically and end the transaction."""
+
     def commit(
         self,
         upserts: Sequence[Node],
         deletions: Sequence[str],
         info: NamespaceInfo | None = None,
         versions: Sequence[LeafVersion] = (),
+        records: RecordChanges | None = None,
     ) -> int:
-        """Write everything atomically under one new sequence number and return it.
-
-        ``versions`` are appended to their leaves' history; a deleted id's history
-        is deleted with it."""
+        """Write one batch atomically under one new sequence number and return it."""
+        seq = self.stage(upserts, deletions, info, versions, records)
+        self.commit_staged()
+        return seq
 
     @abstractmethod
     def rollback(self) -> None:
         """Give up the transaction; nothing it would have written is kept."""
+
+
+def encode_record_changes(records: RecordChanges | None) -> dict[str, dict[str, str | None]]:
+    """:func:`encode_records` for every kind of ``records``, all checked before any is written."""
+    if not records:
+        return {}
+    if not isinstance(records, Mapping):
+        raise TypeError(f"records must be a dict of kind -> key -> dict (or None), got {type(records).__name__}")
+    return {kind: encode_records(kind, table) for kind, table in records.items()}
 
 
 class Store(ABC):

@@ -22,9 +22,11 @@ from memtree.store.base import (
     NamespaceInfo,
     NamespaceKey,
     NamespaceSnapshot,
+    RecordChanges,
     Store,
     WriteTransaction,
     check_record_name,
+    encode_record_changes,
     encode_records,
     new_generation,
 )
@@ -110,12 +112,7 @@ class MemoryBackend(Store):
         staged = {key: None if text is None else json.loads(text) for key, text in encoded.items()}
         space = self._space(namespace)
         with self._data_lock:
-            table = space.records.setdefault(kind, {})
-            for key, value in staged.items():
-                if value is None:
-                    table.pop(key, None)
-                else:
-                    table[key] = value
+            _write_records(space, kind, staged)
 
     def get_records(self, namespace: NamespaceKey, kind: str, keys: Sequence[str] | None = None) -> dict[str, JSONDict]:
         check_record_name(kind, "record kind")
@@ -185,44 +182,75 @@ def _detached(node: Node) -> Node:
     return out
 
 
+@dataclass
+class _Staged:
+    """One batch of a memory transaction, copied and checked, waiting for the commit."""
+
+    seq: int
+    nodes: list[Node]
+    deletions: list[str]
+    info: NamespaceInfo | None
+    versions: list[LeafVersion]
+    records: dict[str, dict[str, JSONDict | None]]
+
+
 class _MemoryTransaction(WriteTransaction):
     def __init__(self, store: MemoryBackend, space: _Namespace) -> None:
         self._store = store
         self._space = space
         self._open = True
+        self._staged: list[_Staged] = []
 
     def read_changes(self, since: int) -> ChangeBatch:
         with self._store._data_lock:
             return _changes(self._space, since)
 
-    def commit(
+    def stage(
         self,
         upserts: Sequence[Node],
         deletions: Sequence[str],
         info: NamespaceInfo | None = None,
         versions: Sequence[LeafVersion] = (),
+        records: RecordChanges | None = None,
     ) -> int:
         if not self._open:
             raise RuntimeError("this transaction is already finished")
-        staged = [_detached(node) for node in upserts]  # copy first: a failure changes nothing
-        kept = [replace(version, metadata=copy.deepcopy(version.metadata)) for version in versions]
+        encoded = encode_record_changes(records)  # copy and check first: a failure changes nothing
+        staged = _Staged(
+            seq=(self._staged[-1].seq if self._staged else self._space.seq) + 1,
+            nodes=[_detached(node) for node in upserts],
+            deletions=list(deletions),
+            info=copy.deepcopy(info),
+            versions=[replace(version, metadata=copy.deepcopy(version.metadata)) for version in versions],
+            records={
+                kind: {key: None if text is None else json.loads(text) for key, text in table.items()}
+                for kind, table in encoded.items()
+            },
+        )
+        self._staged.append(staged)
+        return staged.seq
+
+    def commit_staged(self) -> None:
+        if not self._open:
+            raise RuntimeError("this transaction is already finished")
         with self._store._data_lock:
             space = self._space
-            seq = space.seq + 1
-            for node in staged:
-                space.nodes[node.id] = node
-            for node_id in deletions:
-                space.nodes.pop(node_id, None)
-                space.history.pop(node_id, None)
-            for version in kept:
-                space.history.setdefault(version.leaf_id, []).append(version)
-            space.log.append((seq, [node.id for node in staged], list(deletions)))
-            _trim_log(space, self._store.log_limit)
-            if info is not None:
-                space.info = copy.deepcopy(info)
-            space.seq = seq
+            for staged in self._staged:
+                for node in staged.nodes:
+                    space.nodes[node.id] = node
+                for node_id in staged.deletions:
+                    space.nodes.pop(node_id, None)
+                    space.history.pop(node_id, None)
+                for version in staged.versions:
+                    space.history.setdefault(version.leaf_id, []).append(version)
+                for kind, changes in staged.records.items():
+                    _write_records(space, kind, changes)
+                space.log.append((staged.seq, [node.id for node in staged.nodes], staged.deletions))
+                _trim_log(space, self._store.log_limit)
+                if staged.info is not None:
+                    space.info = staged.info
+                space.seq = staged.seq
         self._finish()
-        return seq
 
     def rollback(self) -> None:
         self._finish()
@@ -230,4 +258,14 @@ class _MemoryTransaction(WriteTransaction):
     def _finish(self) -> None:
         if self._open:
             self._open = False
+            self._staged = []
             self._space.writer.release()
+
+
+def _write_records(space: _Namespace, kind: str, changes: Mapping[str, JSONDict | None]) -> None:
+    table = space.records.setdefault(kind, {})
+    for key, value in changes.items():
+        if value is None:
+            table.pop(key, None)
+        else:
+            table[key] = value

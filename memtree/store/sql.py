@@ -44,11 +44,13 @@ from memtree.store.base import (
     NamespaceInfo,
     NamespaceKey,
     NamespaceSnapshot,
+    RecordChanges,
     Store,
     WriteTransaction,
     check_record_name,
     decode_namespace,
     encode_namespace,
+    encode_record_changes,
     encode_records,
     new_generation,
 )
@@ -87,10 +89,17 @@ HOLDS_DATA = (
     "SELECT EXISTS (SELECT 1 FROM memtree_nodes WHERE ns = ? AND NOT deleted) "
     "OR EXISTS (SELECT 1 FROM memtree_records WHERE ns = ?)"
 )
-LIST_NAMESPACES = (
-    "SELECT n.name FROM memtree_namespaces n "
-    "WHERE EXISTS (SELECT 1 FROM memtree_nodes d WHERE d.ns = n.id AND NOT d.deleted) "
-    "OR EXISTS (SELECT 1 FROM memtree_records r WHERE r.ns = n.id)"
+_HOLDS_DATA_ROW = (
+    "(EXISTS (SELECT 1 FROM memtree_nodes d WHERE d.ns = n.id AND NOT d.deleted) "
+    "OR EXISTS (SELECT 1 FROM memtree_records r WHERE r.ns = n.id))"
+)
+LIST_NAMESPACES = "SELECT n.name FROM memtree_namespaces n WHERE " + _HOLDS_DATA_ROW
+# Names are JSON arrays, so the namespaces under ("a", "b") are '["a","b"]' and the
+# names that begin '["a","b",'. The name test runs first: only the namespaces it
+# keeps are checked for data. (substr, not LIKE: no wildcards to escape, and no
+# collation of PostgreSQL's that could order or fold the text.)
+LIST_NAMESPACES_UNDER = (
+    "SELECT n.name FROM memtree_namespaces n WHERE (n.name = ? OR substr(n.name, 1, ?) = ?) AND " + _HOLDS_DATA_ROW
 )
 DELETE_NODES = "DELETE FROM memtree_nodes WHERE ns = ?"
 WITH_TOMBSTONES = (
@@ -288,7 +297,13 @@ class SQLBackend(Store):
     def list_namespaces(self, prefix: NamespaceKey = ()) -> list[NamespaceKey]:
         self._check_usable()
         with self._read_session() as connection:
-            names = [row[0] for row in connection.execute(LIST_NAMESPACES).fetchall()]
+            if prefix:
+                whole = encode_namespace(prefix)
+                under = whole[:-1] + ","  # '["a","b"]' -> '["a","b",'
+                query = connection.execute(self.sql(LIST_NAMESPACES_UNDER), (whole, len(under), under))
+            else:
+                query = connection.execute(LIST_NAMESPACES)
+            names = [row[0] for row in query.fetchall()]
         keys = (decode_namespace(name) for name in names)
         return sorted(key for key in keys if key[: len(prefix)] == prefix)
 
@@ -405,14 +420,16 @@ class _SQLTransaction(WriteTransaction):
         self._check_open()
         return self._store._changes(self._connection, self._namespace, since)
 
-    def commit(
+    def stage(
         self,
         upserts: Sequence[Node],
         deletions: Sequence[str],
         info: NamespaceInfo | None = None,
         versions: Sequence[LeafVersion] = (),
+        records: RecordChanges | None = None,
     ) -> int:
         self._check_open()
+        encoded = encode_record_changes(records)  # checked before anything is written
         sql = self._store.sql
         try:
             row = self._store._namespace_row(self._connection, self._namespace)
@@ -442,15 +459,24 @@ class _SQLTransaction(WriteTransaction):
                         for version in versions
                     ],
                 )
+            for kind, table in encoded.items():
+                for key, text in table.items():  # in the caller's order, so positions follow it
+                    if text is None:
+                        cursor.execute(sql(DELETE_RECORD), (self._ns_id, kind, key))
+                    else:
+                        cursor.execute(sql(PUT_RECORD), (self._ns_id, kind, key, text))
             cursor.execute(
                 sql(COMMITTED), (seq, chosen.dimension, chosen.embedder, json_text(chosen.settings), self._ns_id)
             )
         except BaseException:
             self.rollback()
             raise
+        return seq
+
+    def commit_staged(self) -> None:
+        self._check_open()
         self._open = False
         self._store._close_write(self._connection, commit=True)
-        return seq
 
     def rollback(self) -> None:
         if self._open:
