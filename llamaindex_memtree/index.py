@@ -81,6 +81,9 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
     or a memory you opened, ``MemTree.open(path_or_dsn, embedder=...)``.
     ``timestamp_key`` names a node metadata key holding each chunk's event time
     (a datetime, date, POSIX number or ISO 8601 string), used by time-range filters.
+    The first batch (``from_documents``, or nodes given to the constructor) goes
+    in with ``MemTree.add_many(bulk=True)``: grouped by clustering, each summary
+    written and embedded once; nodes inserted later are routed one by one.
     ``aggregation="deferred"`` writes the summaries touched by one batch of nodes
     once, after all its leaves are in (far fewer LLM calls than the paper's
     ``"eager"`` procedure, the default).
@@ -236,7 +239,7 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
             aggregation=self._aggregation,
             config=config_fields(memory.config),
         )
-        self._insert(nodes, struct=struct)
+        self._insert(nodes, struct=struct, bulk=True)  # documents: grouped by clustering, not routed one by one
         return struct
 
     def build_index_from_nodes(self, nodes: Sequence[BaseNode], **build_kwargs: Any) -> MemTreeIndexStruct:
@@ -281,14 +284,19 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
         return kept
 
     def _insert(
-        self, nodes: Sequence[BaseNode], struct: MemTreeIndexStruct | None = None, **insert_kwargs: Any
+        self,
+        nodes: Sequence[BaseNode],
+        struct: MemTreeIndexStruct | None = None,
+        *,
+        bulk: bool = False,
+        **insert_kwargs: Any,
     ) -> None:
         items, replaced, updates = self._changes(nodes)
         self._memory.delete_many(replaced)
         with self._updating():
             for leaf_id, item in updates:
                 self._memory.update(leaf_id, item.text, metadata=item.metadata, timestamp=item.timestamp)
-        self._memory.add_many(**_columns(items), aggregation=self._aggregation)
+        self._memory.add_many(**_columns(items), aggregation=self._aggregation, bulk=bulk)
         self._note_leaves(struct if struct is not None else self._index_struct, [item.source_id for item in items])
 
     def _note_leaves(self, struct: MemTreeIndexStruct, added: Sequence[str | None] = ()) -> None:

@@ -21,6 +21,7 @@ Writing
   background       aggregation="background": the worker thread that writes pending summaries
   optimistic       footprints: is a plan made outside the store's lock still valid at commit?
   deferral         which summaries wait for a deferred rewrite, and with which texts
+  bulk             add_many(bulk=True): a batch grouped by clustering, each summary written once
   planning         what an insert or delete changes in the tree, before any model is called
   routing          where a new text goes: depth-adaptive threshold, descent from the root
   calibration      theta0="auto": the routing threshold learnt from the embedder's scale

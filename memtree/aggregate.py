@@ -54,6 +54,35 @@ class Aggregator(ABC):
         (``asyncio.to_thread`` carries context variables, so usage reports arrive)."""
         return await asyncio.to_thread(lambda: self.aggregate(summary, new_texts, count, centroid=centroid))
 
+    def summarize(self, texts: Sequence[str], vectors: Matrix, leaves: int, *, centroid: Vector | None = None) -> str:
+        """Write a new summary of ``texts`` (its children's texts, whose embeddings are
+        the rows of ``vectors``) standing for ``leaves`` leaves. Bulk ingestion
+        (:mod:`memtree.bulk`) calls it once per summary it builds; an aggregator can
+        use the vectors instead of embedding anything. By default:
+        ``aggregate("", texts, 0, centroid=centroid)``."""
+        return self.aggregate("", texts, 0, centroid=centroid)
+
+    async def asummarize(
+        self, texts: Sequence[str], vectors: Matrix, leaves: int, *, centroid: Vector | None = None
+    ) -> str:
+        """Async :meth:`summarize`; by default the sync one in a worker thread, or
+        :meth:`aaggregate` where :meth:`summarize` is not overridden."""
+        if type(self).summarize is Aggregator.summarize:
+            return await self.aaggregate("", texts, 0, centroid=centroid)
+        return await asyncio.to_thread(lambda: self.summarize(texts, vectors, leaves, centroid=centroid))
+
+    def sentences_to_embed(self, text: str) -> list[str]:
+        """Texts this aggregator will embed to fold ``text`` into summaries and has
+        not embedded yet. The engine embeds them in the same call as the new leaf
+        and hands them back through :meth:`learn_vectors`, so an insert makes one
+        embedding call instead of two. By default none."""
+        return []
+
+    def learn_vectors(self, texts: Sequence[str], vectors: Matrix) -> None:
+        """Embeddings the engine made with the memory's embedder (see
+        :meth:`sentences_to_embed`; a new leaf's own text among them). By default ignored."""
+        return
+
     @property
     def calls_model(self) -> bool:
         """Whether aggregation costs a model call (the engine reports these)."""
@@ -140,6 +169,57 @@ class ExtractiveAggregator(Aggregator):
             best = int(np.argmax(relevance))
             return " ".join(candidates[best].split()[:budget]) + " …"
         return "\n".join(candidates[i] for i in sorted(chosen))
+
+    def summarize(self, texts: Sequence[str], vectors: Matrix, leaves: int, *, centroid: Vector | None = None) -> str:
+        """A new summary of ``texts`` with no embedding call: each sentence stands in
+        for the selection with its own text's vector (``vectors``' row), so maximal
+        marginal relevance picks the most central children first and, since a
+        child's other sentences then count as redundant, one sentence from each of
+        several children before a second from any. The budget follows ``leaves``."""
+        candidates: list[str] = []
+        owners: list[int] = []
+        seen: set[str] = set()
+        for number, text in enumerate(texts):
+            for sentence in split_sentences(text):
+                key = fold(sentence)
+                if key not in seen:
+                    seen.add(key)
+                    candidates.append(sentence)
+                    owners.append(number)
+        if not candidates:
+            return ""
+        budget = self.word_budget(max(2, leaves))
+        lengths = [count_words(sentence) for sentence in candidates]
+        if sum(lengths) <= budget:
+            return "\n".join(candidates)
+        rows = np.asarray(vectors, dtype=np.float32)[owners]
+        target = rows.mean(axis=0) if centroid is None else np.asarray(centroid, dtype=np.float32)
+        norm = float(np.linalg.norm(target))
+        relevance = rows @ (target / norm) if norm > 0 else np.zeros(len(candidates), np.float32)
+        chosen = _select_mmr(rows, relevance, lengths, budget, self.diversity)
+        if not chosen:  # even the best sentence is longer than the budget: keep its start
+            best = int(np.argmax(relevance))
+            return " ".join(candidates[best].split()[:budget]) + " …"
+        return "\n".join(candidates[i] for i in sorted(chosen))
+
+    def sentences_to_embed(self, text: str) -> list[str]:
+        """``text``'s sentences not embedded yet, but for a one-sentence text: the
+        leaf's own embedding is that sentence's (see :meth:`learn_vectors`)."""
+        sentences = split_sentences(text)
+        if sentences == [text]:
+            return []
+        with self._lock:
+            return [sentence for sentence in dict.fromkeys(sentences) if sentence not in self._cache]
+
+    def learn_vectors(self, texts: Sequence[str], vectors: Matrix) -> None:
+        """Cache the vectors of texts that are one sentence each (others are not
+        candidates, so they would only take room)."""
+        with self._lock:
+            for text, vector in zip(texts, vectors, strict=True):
+                if text not in self._cache and split_sentences(text) == [text]:
+                    self._cache[text] = np.asarray(vector, dtype=np.float32)
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
 
     def _sentence_vectors(self, sentences: list[str]) -> Matrix:
         if self.embedder is None:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from memtree.aggregate import ExtractiveAggregator, _select_mmr, _unique_sentences
-from memtree.embed import Embedder
+from memtree.embed import Embedder, Matrix
 from memtree.node import Vector
 from memtree.text import count_words, fold
 
@@ -216,6 +216,11 @@ class DigestAggregator(ExtractiveAggregator):
         }
         terms = tuple(w for w, _ in sorted(weights.items(), key=lambda p: (-p[1], p[0]))[: self.terms])
         return Heading(first, last, people, terms)
+
+    def summarize(self, texts: Sequence[str], vectors: Matrix, leaves: int, *, centroid: Vector | None = None) -> str:
+        """A digest written afresh from its children (as a rebuild), its sentences
+        chosen by their own embeddings: the heading reads every text below."""
+        return self.aggregate("", texts, 0, centroid=centroid)
 
     def aggregate(self, summary: str, new_texts: Sequence[str], count: int, *, centroid: Vector | None = None) -> str:
         lines = summary.splitlines()

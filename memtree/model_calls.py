@@ -186,6 +186,10 @@ class ModelCalls:
             async with limit:
                 try:
                     with recording(self.counters):
+                        if job.vectors is not None:
+                            return await self.aggregator.asummarize(
+                                job.new_texts, job.vectors, job.leaves, centroid=job.centroid
+                            )
                         return await self.aggregator.aaggregate(
                             job.summary, job.new_texts, job.count, centroid=job.centroid
                         )
@@ -197,6 +201,8 @@ class ModelCalls:
     def _aggregate_one(self, job: AggregationJob) -> str | BaseException:
         try:
             with recording(self.counters):  # this runs in a worker thread: open the scope here
+                if job.vectors is not None:
+                    return self.aggregator.summarize(job.new_texts, job.vectors, job.leaves, centroid=job.centroid)
                 return self.aggregator.aggregate(job.summary, job.new_texts, job.count, centroid=job.centroid)
         except Exception as error:  # noqa: BLE001 - the procedure marks the node stale
             return error

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from memtree.embed import Matrix
 from memtree.node import ROOT_ID, JSONDict, Node, Vector
 from memtree.routing import Route
 from memtree.state import TreeState, TreeView
@@ -69,6 +70,11 @@ class AggregationJob:
     new_texts: list[str]
     count: int
     centroid: Vector | None
+    vectors: Matrix | None = None
+    """Set for a bulk-built summary: its children's embeddings, one row per text of
+    ``new_texts``; the job then runs :meth:`~memtree.aggregate.Aggregator.summarize`."""
+    leaves: int = 0
+    """The leaves a bulk-built summary stands for."""
 
 
 def rebuild_job(node: Node, child_texts: list[str]) -> AggregationJob:

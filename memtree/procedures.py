@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from memtree import calibration
+from memtree import bulk, calibration
 from memtree.config import MemTreeConfig
 from memtree.deferral import PendingSummaries, flush_base, rebase_flush
 from memtree.embed import Matrix, check_embeddings
@@ -117,6 +117,42 @@ class Procedures:
             footprint,
             info=lambda current: self._info_after_insert(current, dimension, sample),
             recheck=(lambda: state.duplicate_of(item.text, item.metadata, item.source_id)) if deduplicate else None,
+            committed=committed,
+        )
+
+    def insert_bulk(self, items: list[Item], vectors: Matrix) -> Steps[PreparedWrite[list[str]]]:
+        """Store a batch as new subtrees under the root, grouped by clustering
+        (:mod:`memtree.bulk`), each summary written once from its children, deepest
+        level first, and embedded once. All of it commits in one transaction."""
+        state = self.state
+        for vector in vectors:
+            check_dimension(int(vector.shape[0]), state.info.dimension)
+        with self.replica.lock.read():
+            base = (state.seq, state.generation)
+            has_root = state.nodes.get(ROOT_ID) is not None
+        now = time.time()
+        grouping = bulk.group(vectors, max_levels=self.config.depth_cap - 1)
+        plan = bulk.plan_bulk(items, vectors, grouping, now=now, depth_cap=self.config.depth_cap)
+        yield from self.summaries.write_bulk(plan)
+        samples = _batch_samples(vectors, self.config, state.info.settings)
+        dimension = int(vectors.shape[1])
+
+        def info(current: NamespaceInfo) -> NamespaceInfo:
+            for sample in samples:
+                current = self._info_after_insert(current, dimension, sample)
+            return current if samples else self._info_after_insert(current, dimension, None)
+
+        def committed() -> None:
+            self.calls.counters.add("inserts", len(items))
+            self.calls.counters.add("bulk_builds")
+
+        return PreparedWrite(
+            [leaf.id for leaf in plan.leaves],
+            base,
+            [*([] if has_root else [root_node(now)]), *plan.nodes()],
+            [],
+            Footprint(everything=True),
+            info=info,
             committed=committed,
         )
 
@@ -329,6 +365,17 @@ def insert_footprint(state: TreeState, plan: InsertPlan) -> Footprint:
         if state.nodes[node_id].stale:
             reads.update(state.nodes[node_id].children)
     return Footprint(frozenset(reads))  # the parent may be the root: only its creation writes it
+
+
+def _batch_samples(vectors: Matrix, config: MemTreeConfig, settings: dict[str, Any]) -> list[float]:
+    """While θ0 calibrates: how similar each of a batch's first texts is to its
+    nearest earlier one in the batch (as one-by-one inserts would have measured)."""
+    if not calibration.needs_sample(config, settings):
+        return []
+    wanted = config.calibration_samples - len(settings.get(calibration.SAMPLES_KEY, []))
+    head = vectors[: wanted + 1]
+    similarities = head @ head.T
+    return [float(similarities[number, :number].max()) for number in range(1, len(head))]
 
 
 def check_dimension(dimension: int, stored: int | None) -> None:

@@ -45,8 +45,12 @@ def content_key(text: str, metadata: Mapping[str, Any], source_id: str | None) -
     return (text, canonical, source_id)
 
 
-def _content_of(node: Node) -> ContentKey:
-    return content_key(node.text, node.metadata, node.source_id)
+TextKey = tuple[str, str | None]
+"""A leaf's text and source id: what the duplicate guard looks up first."""
+
+
+def _text_of(node: Node) -> TextKey:
+    return (node.text, node.source_id)
 
 
 class TreeView(Protocol):
@@ -70,7 +74,10 @@ class TreeState:
         self.seq = 0
         self.generation: str | None = None
         self.info = NamespaceInfo()
-        self.leaf_by_content: dict[ContentKey, str] = {}
+        self.leaves_by_text: dict[TextKey, list[str]] = {}
+        """Leaf ids by text and source id, oldest first; metadata is compared only
+        among these (rarely more than one), so a reopen need not serialize every
+        leaf's metadata to index it."""
         self.leaves_by_source: dict[str, list[str]] = {}
         self._by_metadata: MetadataIndex | None = None
         """Leaf ids by metadata key and value; made by the first ``where`` filter, then
@@ -115,6 +122,7 @@ class TreeState:
             self.lexical.remove_many(removed)
         moved: list[tuple[Node, str | None]] = []
         loaded = {node.id: node for node in batch.nodes} if not self.nodes else {}
+        written = [node for node in batch.nodes if not node.is_root]
         if loaded and len(loaded) == len(batch.nodes):  # the first batch (a reopen): all new
             self.nodes = loaded
             self._index_all(batch.nodes)
@@ -129,7 +137,6 @@ class TreeState:
                 self._index(node)
                 if old is None or old.parent != node.parent:
                     moved.append((node, old.parent if old is not None else None))
-        written = [node for node in batch.nodes if not node.is_root]
         if self.lexical is not None and written:
             # One call for the whole batch: a reopen indexes every text in bulk.
             self.lexical.upsert_many([node.id for node in written], [node.text for node in written])
@@ -206,7 +213,7 @@ class TreeState:
         self.leaf_total += 1
         if node.expires_at is not None:
             bisect.insort(self._expiry, (node.expires_at, node.id))
-        self.leaf_by_content.setdefault(_content_of(node), node.id)
+        self.leaves_by_text.setdefault(_text_of(node), []).append(node.id)
         if node.source_id is not None:
             self.leaves_by_source.setdefault(node.source_id, []).append(node.id)
         if self._by_metadata is not None:
@@ -221,7 +228,14 @@ class TreeState:
         leaves = [node for node in members if node.is_leaf]
         self.leaf_total += len(leaves)
         self._expiry = sorted((node.expires_at, node.id) for node in leaves if node.expires_at is not None)
-        self.leaf_by_content = {_content_of(node): node.id for node in reversed(leaves)}  # the first of equals
+        by_text = self.leaves_by_text
+        for node in leaves:
+            key = (node.text, node.source_id)
+            same = by_text.get(key)
+            if same is None:
+                by_text[key] = [node.id]
+            else:
+                same.append(node.id)
         by_source = self.leaves_by_source
         for node in leaves:
             if node.source_id is not None:
@@ -243,9 +257,12 @@ class TreeState:
             position = bisect.bisect_left(self._expiry, (node.expires_at, node.id))
             if position < len(self._expiry) and self._expiry[position] == (node.expires_at, node.id):
                 del self._expiry[position]
-        content = _content_of(node)
-        if self.leaf_by_content.get(content) == node.id:
-            del self.leaf_by_content[content]
+        key = _text_of(node)
+        same = self.leaves_by_text.get(key, [])
+        if node.id in same:
+            same.remove(node.id)
+        if not same:
+            self.leaves_by_text.pop(key, None)
         if node.source_id is not None:
             ids = self.leaves_by_source.get(node.source_id, [])
             if node.id in ids:
@@ -281,14 +298,20 @@ class TreeState:
         return by_metadata.select(where)
 
     def duplicate_of(self, text: str, metadata: Mapping[str, Any], source_id: str | None) -> str | None:
-        """The id of a leaf holding the same text, metadata and source id, if any
-        (an expired one is no longer remembered, so it is none)."""
-        leaf_id = self.leaf_by_content.get(content_key(text, metadata, source_id))
-        if leaf_id is not None:
-            expires_at = self.nodes[leaf_id].expires_at
-            if expires_at is not None and expires_at <= time.time():
-                return None
-        return leaf_id
+        """The id of the oldest leaf holding the same text, metadata and source id, if
+        any (an expired one is no longer remembered, so it is none)."""
+        same = self.leaves_by_text.get((text, source_id))
+        if not same:
+            return None
+        wanted = content_key(text, metadata, source_id)
+        now = time.time()
+        for leaf_id in same:
+            node = self.nodes[leaf_id]
+            if content_key(node.text, node.metadata, node.source_id) != wanted:
+                continue
+            if node.expires_at is None or node.expires_at > now:
+                return leaf_id
+        return None
 
     # -- expiry ----------------------------------------------------------------------
 

@@ -13,6 +13,9 @@ import logging
 from collections.abc import Callable, Generator, Iterable, Mapping
 from typing import Any
 
+import numpy as np
+
+from memtree.bulk import BulkPlan
 from memtree.config import MemTreeConfig
 from memtree.deferral import FlushPlan
 from memtree.embed import Matrix
@@ -34,6 +37,12 @@ from memtree.text import count_words
 logger = logging.getLogger(__name__)
 
 
+def _embeds_its_text(node: Node) -> bool:
+    """Whether a summary's embedding is known to be its current text's: it has one
+    and is not stale (a stale summary may carry a centroid or an older text's)."""
+    return node.embedding is not None and not node.stale and not node.is_leaf
+
+
 class SummaryWriter:
     """Runs aggregation jobs through ``calls`` and embeds what they wrote with ``embed``."""
 
@@ -47,10 +56,14 @@ class SummaryWriter:
         :func:`~memtree.planning.path_jobs`: a stale one is rebuilt, or merges the
         new text and stays stale when a rebuild would inherit a gap)."""
         jobs, kept_stale = path_jobs(plan, children)
+        embedded_as = {node.id: node.text for node in plan.summaries.values() if _embeds_its_text(node)}
         written = yield from self.write_texts(jobs, plan.summaries, fallback=plan.fallback_texts())
         for node in written:
             node.stale = node.id in kept_stale
-        yield from self.embed_summaries(written, plan.summaries.values())
+        # A summary whose text came back unchanged (the new text added no sentence to
+        # it) keeps its embedding: re-embedding the same text would give it again.
+        changed = [node for node in written if embedded_as.get(node.id) != node.text]
+        yield from self.embed_summaries(changed, plan.summaries.values())
 
     def write(
         self,
@@ -221,6 +234,29 @@ class SummaryWriter:
             chunks[-1].append(text)
             words += size
         return chunks
+
+    def write_bulk(self, plan: BulkPlan) -> Generator[Request, Any, None]:
+        """Write a bulk plan's summaries once each, a level at a time, deepest first:
+        each from its children's texts and embeddings, then the level's texts embedded
+        in batches. A summary whose job fails, or with a child that failed, says its
+        children's texts and is marked stale for ``repair()`` (its embedding: its
+        leaves' centroid)."""
+        nodes: dict[str, Node] = {leaf.id: leaf for leaf in plan.leaves}
+        nodes.update(plan.summaries)
+        for level in plan.levels:
+            jobs: list[AggregationJob] = []
+            for node_id in level:
+                node = nodes[node_id]
+                kids = [nodes[child] for child in plan.children[node_id]]
+                node.text = placeholder_text([kid.text for kid in kids], self.config.summary_max_chars)  # if it fails
+                if any(kid.stale for kid in kids):
+                    node.stale = True
+                    continue
+                vectors = np.stack([kid.embedding for kid in kids])  # type: ignore[misc]
+                texts = [kid.text for kid in kids]
+                jobs.append(AggregationJob(node_id, "", texts, 0, centroid_of(node), vectors, node.leaf_count))
+            written = yield from self.write_texts(jobs, nodes)
+            yield from self.embed_summaries(written, (nodes[node_id] for node_id in level))
 
     def defer_ancestors(self, plan: DeletePlan) -> None:
         """A delete's ancestors marked stale for the background worker, without a model

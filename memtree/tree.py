@@ -252,6 +252,7 @@ class MemTree:
         timestamps: Sequence[TimeLike | None] | None = None,
         source_ids: Sequence[str | None] | None = None,
         aggregation: Aggregation | None = None,
+        bulk: bool = False,
         ttl: TTLLike | None = None,
         expires_at: TimeLike | None = None,
     ) -> list[str]:
@@ -260,10 +261,16 @@ class MemTree:
         ``"deferred"`` commits every leaf, then rewrites each touched summary once;
         ``"background"`` commits the leaves and the worker writes the summaries. Left
         out: ``config.aggregation`` (``"deferred"`` there waits for :meth:`flush`).
-        ``ttl`` / ``expires_at``: when all of them expire, as in :meth:`add`."""
+        ``ttl`` / ``expires_at``: when all of them expire, as in :meth:`add`.
+
+        ``bulk=True`` (documents, not chat turns) groups the batch by clustering
+        instead of routing each text: new subtrees under the root, at most 8
+        children per summary, every summary written and embedded once, all committed
+        in one transaction (:mod:`memtree.bulk`); ``aggregation`` then does not
+        matter. Later inserts route into these subtrees as usual."""
         expiry = expiry_of(ttl, expires_at, self.config.default_ttl)
         given = (texts, metadata, timestamps, source_ids, expiry)
-        return self._writer.add_many(given, aggregation, self.deferred())
+        return self._writer.add_many(given, aggregation, self.deferred(), bulk=bulk)
 
     async def aadd_many(
         self,
@@ -273,13 +280,14 @@ class MemTree:
         timestamps: Sequence[TimeLike | None] | None = None,
         source_ids: Sequence[str | None] | None = None,
         aggregation: Aggregation | None = None,
+        bulk: bool = False,
         ttl: TTLLike | None = None,
         expires_at: TimeLike | None = None,
     ) -> list[str]:
         """Async :meth:`add_many`."""
         expiry = expiry_of(ttl, expires_at, self.config.default_ttl)
         given = (texts, metadata, timestamps, source_ids, expiry)
-        return await self._writer.aadd_many(given, aggregation, self.deferred())
+        return await self._writer.aadd_many(given, aggregation, self.deferred(), bulk=bulk)
 
     def deferred(self) -> DeferredAggregation[MemTree]:
         """A block (``with`` or ``async with``) whose inserts store each leaf at once and

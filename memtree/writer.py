@@ -21,6 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
+import numpy as np
+
 from memtree.background import BackgroundSummaries, KeptConflicting, remaining, run_bounded
 from memtree.config import AGGREGATION_MODES, MemTreeConfig
 from memtree.deferral import PendingSummaries
@@ -31,7 +33,7 @@ from memtree.node import LeafVersion, Node, Vector
 from memtree.optimistic import OPTIMISTIC_ATTEMPTS, PreparedWrite, still_valid
 from memtree.procedures import Procedures
 from memtree.replica import Replica
-from memtree.state import TreeState
+from memtree.state import ContentKey, TreeState, content_key
 from memtree.stats import TreeStats, tree_stats
 from memtree.store.base import NamespaceInfo, NamespaceKey, RecordChanges, Store, WriteTransaction
 
@@ -79,7 +81,9 @@ class Writer:
         existing = self.stored_duplicate(item)
         if existing is not None:
             return existing
-        vectors = self.calls.drive(self.procedures.embed([item.text]))
+        texts = self._with_sentences(item.text)
+        vectors = self.calls.drive(self.procedures.embed(texts))
+        self.calls.aggregator.learn_vectors(texts, vectors)
         leaf_id = self.write(lambda: self.procedures.insert(item, vectors[0], defer=mode != "eager"))
         self._after_insert(mode)
         return leaf_id
@@ -90,17 +94,25 @@ class Writer:
         existing = self.stored_duplicate(item)
         if existing is not None:
             return existing
-        vectors = await self.calls.adrive(self.procedures.embed([item.text]))
+        texts = self._with_sentences(item.text)
+        vectors = await self.calls.adrive(self.procedures.embed(texts))
+        self.calls.aggregator.learn_vectors(texts, vectors)
         leaf_id = await self.awrite(lambda: self.procedures.insert(item, vectors[0], defer=mode != "eager"))
         self._after_insert(mode)
         return leaf_id
 
-    def add_many(self, given: ItemLists, aggregation: str | None, block: DeferredAggregation[Any]) -> list[str]:
+    def add_many(
+        self, given: ItemLists, aggregation: str | None, block: DeferredAggregation[Any], *, bulk: bool = False
+    ) -> list[str]:
         mode = self.aggregation_mode(aggregation)
         items = make_items(*given)
         self.sweep_if_due()
         stored = self._stored_mask(items)
         vectors = _fill_in(stored, self.calls.drive(self.procedures.embed(_unstored_texts(items, stored))))
+        if bulk:
+            new, matrix, places = self._bulk_batch(items, vectors)
+            added = self.write(functools.partial(self.procedures.insert_bulk, new, matrix)) if new else []
+            return [place if isinstance(place, str) else added[place] for place in places]
         if aggregation is None or mode != "deferred" or self.is_deferring():
             ids = self._insert_all(items, vectors, defer=mode != "eager")
             self._after_insert(mode)
@@ -108,18 +120,29 @@ class Writer:
         with block:
             return self._insert_all(items, vectors, defer=True)
 
-    async def aadd_many(self, given: ItemLists, aggregation: str | None, block: DeferredAggregation[Any]) -> list[str]:
+    async def aadd_many(
+        self, given: ItemLists, aggregation: str | None, block: DeferredAggregation[Any], *, bulk: bool = False
+    ) -> list[str]:
         mode = self.aggregation_mode(aggregation)
         items = make_items(*given)
         await self.asweep_if_due()
         stored = self._stored_mask(items)
         vectors = _fill_in(stored, await self.calls.adrive(self.procedures.embed(_unstored_texts(items, stored))))
+        if bulk:
+            new, matrix, places = self._bulk_batch(items, vectors)
+            added = await self.awrite(functools.partial(self.procedures.insert_bulk, new, matrix)) if new else []
+            return [place if isinstance(place, str) else added[place] for place in places]
         if aggregation is None or mode != "deferred" or self.is_deferring():
             ids = await self._ainsert_all(items, vectors, defer=mode != "eager")
             self._after_insert(mode)
             return ids
         async with block:
             return await self._ainsert_all(items, vectors, defer=True)
+
+    def _with_sentences(self, text: str) -> list[str]:
+        """A new text and the sentences the aggregator will embed to fold it into
+        summaries: one embedding call for both (see ``Aggregator.sentences_to_embed``)."""
+        return [text, *self.calls.aggregator.sentences_to_embed(text)]
 
     def stored_duplicate(self, item: Item, *, refresh: bool = True) -> str | None:
         """The id of a leaf already holding exactly ``item`` (text, metadata, source
@@ -135,6 +158,35 @@ class Writer:
         """Which items are already stored (and need no embedding)."""
         self.replica.maybe_refresh()
         return [self.stored_duplicate(item, refresh=False) is not None for item in items]
+
+    def _bulk_batch(
+        self, items: list[Item], vectors: list[Vector | None]
+    ) -> tuple[list[Item], Matrix, list[str | int]]:
+        """A bulk batch: the items to store and their vectors, and for every item
+        either the id of the leaf already holding it or its place among those to
+        store. With ``config.deduplicate`` an item repeated within the batch is
+        stored once."""
+        new: list[Item] = []
+        rows: list[Vector] = []
+        places: list[str | int] = []
+        first: dict[ContentKey, int] = {}
+        for item, vector in zip(items, vectors, strict=True):
+            if vector is None:
+                existing = self.stored_duplicate(item, refresh=False)
+                if existing is not None:
+                    places.append(existing)
+                    continue
+                vector = self.calls.drive(self.procedures.embed([item.text]))[0]  # deleted meanwhile
+            key = content_key(item.text, item.metadata, item.source_id)
+            if self.config.deduplicate and key in first:
+                places.append(first[key])
+                continue
+            first[key] = len(new)
+            places.append(len(new))
+            new.append(item)
+            rows.append(vector)
+        matrix = np.stack(rows).astype(np.float32) if rows else np.zeros((0, 1), np.float32)
+        return new, matrix, places
 
     def _insert_all(self, items: list[Item], vectors: list[Vector | None], *, defer: bool) -> list[str]:
         ids = []

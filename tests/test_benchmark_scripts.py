@@ -146,3 +146,20 @@ def test_locomo_llm_report_puts_the_three_trees_side_by_side(tmp_path: Path) -> 
         assert f"| {row} |" in markdown
     combined = json.loads((tmp_path / "out" / "locomo_llm.json").read_text(encoding="utf-8"))
     assert list(combined) == ["llm_eager", "llm_deferred", "extractive"]
+
+
+@pytest.mark.slow
+def test_document_ingestion_benchmark_writes_its_report(tmp_path: Path) -> None:
+    command = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "ingestion_rag.py"),
+        "--chunks=16",
+        "--queries=4",
+        f"--out={tmp_path}",
+    ]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    subprocess.run(command, check=True, cwd=ROOT, env=env, capture_output=True, timeout=900)
+    report = (tmp_path / "ingestion_rag.md").read_text(encoding="utf-8")
+    assert "`VectorStoreIndex.from_documents`" in report and "`MemTreeIndex.from_documents`" in report
+    rows = json.loads((tmp_path / "ingestion_rag.json").read_text(encoding="utf-8"))["rows"]
+    assert [row["shape"].get("integrity_problems", 0) for row in rows] == [0, 0, 0]

@@ -312,13 +312,14 @@ def test_models_switched_off_on_settings_give_the_offline_defaults(
     switch_off_settings_models(monkeypatch)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-not-used")  # switched off means offline, not the OpenAI default
     with caplog.at_level(logging.INFO, logger="llamaindex_memtree.settings"):
-        index = MemTreeIndex.from_documents(documents()[:3], transformations=[sentence_splitter()])
+        index = MemTreeIndex.from_documents(documents(), transformations=[sentence_splitter()])
         MemTreeIndex([])  # a second memory: the choice is logged once
     memory = index.memory
     assert type(memory.embedder).__name__ == "LocalEmbedder" and memory.dimension == 384
     assert type(memory.aggregator).__name__ == "ExtractiveAggregator" and memory.stats().llm_calls == 0
     stats = memory.stats()
-    assert stats.leaves == 6 and stats.summaries > 0 and stats.max_depth >= 2  # not the flat tree of 1-dim vectors
+    # 14 sentences: more than one summary's worth (a first batch is grouped by clustering)
+    assert stats.leaves == 14 and stats.summaries > 0 and stats.max_depth >= 2
     leaf_sentences = {fold(s) for leaf in memory.leaves() for s in split_sentences(leaf.text)}
     assert all_sentences(memory) == leaf_sentences  # summaries are extractive, not an echoed prompt
     messages = [record.getMessage() for record in caplog.records]
@@ -343,13 +344,13 @@ def test_index_builds_with_the_models_set_on_settings(monkeypatch: pytest.Monkey
     embed, llm = WordsEmbedding(), MockLLM(max_tokens=12)
     monkeypatch.setattr(Settings, "_embed_model", embed)
     monkeypatch.setattr(Settings, "_llm", llm)
-    index = MemTreeIndex.from_documents(documents()[:3], transformations=[sentence_splitter()])
+    index = MemTreeIndex.from_documents(documents(), transformations=[sentence_splitter()])
     memory = index.memory
     assert memory.embedder.embedding is embed  # type: ignore[attr-defined]
     assert memory.aggregator.calls_model
     assert memory.dimension == 64
     stats = memory.stats()
-    assert stats.leaves == 6 and stats.summaries > 0 and stats.llm_calls > 0  # MockLLM wrote the summaries
+    assert stats.leaves == 14 and stats.summaries > 0 and stats.llm_calls > 0  # MockLLM wrote the summaries
     assert index.as_retriever(similarity_top_k=2).retrieve("Pepper")
 
 
@@ -371,9 +372,11 @@ def test_deferred_aggregation_stores_the_same_leaves_for_fewer_llm_calls() -> No
             # summaries placed by their leaves' mean, so both trees route alike
             config=MemTreeConfig(theta0=0.2, deduplicate=False, parent_embedding="mean"),
         )
-        MemTreeIndex.from_documents(
-            documents(), memory=memory, transformations=[sentence_splitter()], aggregation=aggregation
+        # the first batch is grouped by clustering whatever the mode; later ones are routed
+        index = MemTreeIndex.from_documents(
+            documents()[:1], memory=memory, transformations=[sentence_splitter()], aggregation=aggregation
         )
+        index.insert_nodes(sentence_splitter().get_nodes_from_documents(documents()[1:]))
         return memory
 
     eager, deferred = build_with(None), build_with("deferred")

@@ -96,7 +96,7 @@ def test_a_reopened_state_equals_the_one_built_insert_by_insert(tmp_path: Path, 
         live = memory._state
         expected = (
             {node.id: list(node.children) for node in live.nodes.values()},
-            dict(live.leaf_by_content),
+            {key: list(ids) for key, ids in live.leaves_by_text.items()},
             {key: list(ids) for key, ids in live.leaves_by_source.items()},
             live.depth_histogram(),
             live.leaf_total,
@@ -106,7 +106,7 @@ def test_a_reopened_state_equals_the_one_built_insert_by_insert(tmp_path: Path, 
         loaded = memory._state
         assert (
             {node.id: list(node.children) for node in loaded.nodes.values()},
-            dict(loaded.leaf_by_content),
+            {key: list(ids) for key, ids in loaded.leaves_by_text.items()},
             {key: list(ids) for key, ids in loaded.leaves_by_source.items()},
             loaded.depth_histogram(),
             loaded.leaf_total,
