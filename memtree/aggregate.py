@@ -18,7 +18,7 @@ import math
 import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -157,18 +157,7 @@ class ExtractiveAggregator(Aggregator):
         if not candidates:
             return ""
         budget = self.word_budget(count + max(1, len(new_texts)))
-        lengths = [count_words(sentence) for sentence in candidates]
-        if sum(lengths) <= budget:
-            return "\n".join(candidates)
-        vectors = self._sentence_vectors(candidates)
-        target = vectors.mean(axis=0) if centroid is None else np.asarray(centroid, dtype=np.float32)
-        norm = float(np.linalg.norm(target))
-        relevance = vectors @ (target / norm) if norm > 0 else np.zeros(len(candidates), np.float32)
-        chosen = _select_mmr(vectors, relevance, lengths, budget, self.diversity)
-        if not chosen:  # even the best sentence is longer than the budget: keep its start
-            best = int(np.argmax(relevance))
-            return " ".join(candidates[best].split()[:budget]) + " …"
-        return "\n".join(candidates[i] for i in sorted(chosen))
+        return self._select(candidates, budget, lambda: self._sentence_vectors(candidates), centroid)
 
     def summarize(self, texts: Sequence[str], vectors: Matrix, leaves: int, *, centroid: Vector | None = None) -> str:
         """A new summary of ``texts`` with no embedding call: each sentence stands in
@@ -189,14 +178,23 @@ class ExtractiveAggregator(Aggregator):
         if not candidates:
             return ""
         budget = self.word_budget(max(2, leaves))
+        return self._select(candidates, budget, lambda: np.asarray(vectors, dtype=np.float32)[owners], centroid)
+
+    def _select(
+        self, candidates: list[str], budget: int, sentence_vectors: Callable[[], Matrix], centroid: Vector | None
+    ) -> str:
+        """The summary of ``candidates`` within ``budget`` words: all of them when they
+        fit, else the most central and diverse (maximal marginal relevance around
+        ``centroid`` or the sentences' mean). ``sentence_vectors`` is only called when
+        a choice must be made, so a summary that fits costs no embedding."""
         lengths = [count_words(sentence) for sentence in candidates]
         if sum(lengths) <= budget:
             return "\n".join(candidates)
-        rows = np.asarray(vectors, dtype=np.float32)[owners]
-        target = rows.mean(axis=0) if centroid is None else np.asarray(centroid, dtype=np.float32)
+        vectors = sentence_vectors()
+        target = vectors.mean(axis=0) if centroid is None else np.asarray(centroid, dtype=np.float32)
         norm = float(np.linalg.norm(target))
-        relevance = rows @ (target / norm) if norm > 0 else np.zeros(len(candidates), np.float32)
-        chosen = _select_mmr(rows, relevance, lengths, budget, self.diversity)
+        relevance = vectors @ (target / norm) if norm > 0 else np.zeros(len(candidates), np.float32)
+        chosen = _select_mmr(vectors, relevance, lengths, budget, self.diversity)
         if not chosen:  # even the best sentence is longer than the budget: keep its start
             best = int(np.argmax(relevance))
             return " ".join(candidates[best].split()[:budget]) + " …"
