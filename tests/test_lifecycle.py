@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -362,6 +363,14 @@ def _model_memory(store: Store, mode: str) -> MemTree:
     return MemTree(embedder=HashingEmbedder(64), aggregator=LLMAggregator(model), store=store, config=config)
 
 
+def _only_this_tests_memories_at_exit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exit flush serves every live memory of the process; memories that earlier
+    tests left open must not count in this test's numbers."""
+    import memtree.background
+
+    monkeypatch.setattr(memtree.background, "_LIVE", weakref.WeakSet())
+
+
 def _refuse_new_threads(monkeypatch: pytest.MonkeyPatch) -> None:
     def start(self: threading.Thread) -> None:
         raise REFUSED
@@ -374,6 +383,7 @@ def test_the_exit_flush_writes_through_a_live_worker_when_python_refuses_new_thr
 ) -> None:
     import memtree.background
 
+    _only_this_tests_memories_at_exit(monkeypatch)
     memory = _model_memory(store, "background")
     memory.add_many(TEXTS[:2])
     assert memory.wait_for_summaries(timeout=GATE_LIMIT)  # the worker is alive, idle
@@ -392,6 +402,7 @@ def test_pending_summaries_no_thread_can_write_at_exit_are_named_stale_in_one_wa
 ) -> None:
     import memtree.background
 
+    _only_this_tests_memories_at_exit(monkeypatch)
     memory = _model_memory(store, "deferred")
     memory.add_many(TEXTS[:4])  # deferred: no worker, the summaries wait in the ledger
     pending = memory.stats().pending
