@@ -248,7 +248,8 @@ class SummaryWriter:
             for node_id in level:
                 node = nodes[node_id]
                 kids = [nodes[child] for child in plan.children[node_id]]
-                node.text = placeholder_text([kid.text for kid in kids], self.config.summary_max_chars)  # if it fails
+                # What the summary says if its job fails: its children's texts, capped.
+                node.text = interim_summary([kid.text for kid in kids], self.config.summary_max_chars)
                 if any(kid.stale for kid in kids):
                     node.stale = True
                     continue
@@ -272,7 +273,7 @@ class SummaryWriter:
                 node.timestamp = None
                 for kid in kids:
                     node.timestamp = latest(node.timestamp, kid.timestamp)
-                node.text = placeholder_text([kid.text for kid in kids], self.config.summary_max_chars)
+                node.text = interim_summary([kid.text for kid in kids], self.config.summary_max_chars)
                 node.stale = True
                 node.embedding = None  # the old one was made from the deleted text too
             self.centroid_embeddings(level.values())
@@ -302,7 +303,7 @@ class SummaryWriter:
             rewritten.update(level)
 
 
-def placeholder_text(texts: list[str], limit: int) -> str:
+def interim_summary(texts: list[str], limit: int) -> str:
     """A stale summary's text until a model rewrites it: its children's texts, one
     per line, cut at a sentence end (else a space, else anywhere) within ``limit``."""
     joined = "\n".join(texts)
