@@ -29,7 +29,7 @@ from memtree.model_usage import report
 from memtree.models.resolve import resolve_chat_model
 from memtree.node import Vector
 from memtree.retry import EmptyReplyError, ModelResponseError
-from memtree.summary_guard import GuardVerdict, SummaryRejectedError, check_summary, clean_reply
+from memtree.summary_guard import GuardedReply, GuardVerdict, SummaryRejectedError, check_summary, clean_reply
 from memtree.text import count_words, fold, split_sentences
 
 
@@ -350,7 +350,10 @@ class LLMAggregator(Aggregator):
     node's old text and marks it stale for :meth:`~memtree.MemTree.repair`. Either
     way the memory's ``stats().extra`` counts it: ``summaries_checked``,
     ``summary_guard_<guard>`` per failed guard, ``summary_fallbacks``.
-    ``max_words`` caps a guarded reply's length in words. Unguarded, an empty reply
+    ``max_words`` caps a guarded reply's length in words. ``on_reply``, if given, is
+    called with a :class:`~memtree.summary_guard.GuardedReply` for every guarded
+    reply, kept or rejected: what was asked, what came back and the verdict, so a
+    caller can audit which guard rejects which replies. Unguarded, an empty reply
     is retried by the model and then raised (the node goes stale, nothing empty is
     stored).
 
@@ -369,6 +372,7 @@ class LLMAggregator(Aggregator):
         strict: bool = False,
         fallback: Aggregator | None = None,
         max_words: int | None = 200,
+        on_reply: Callable[[GuardedReply], None] | None = None,
     ) -> None:
         self.model: ChatModel = resolve_chat_model(llm)
         self.guarded = self.model.guard_summaries if guarded is None else guarded
@@ -387,6 +391,7 @@ class LLMAggregator(Aggregator):
         self.strict = strict
         self.fallback: Aggregator = fallback if fallback is not None else ExtractiveAggregator()
         self.max_words = max_words
+        self.on_reply = on_reply
 
     def bound_to(self, embedder: Embedder) -> LLMAggregator:
         """This aggregator with its fallback bound to ``embedder`` (the extractive
@@ -401,6 +406,7 @@ class LLMAggregator(Aggregator):
             strict=self.strict,
             fallback=bound,
             max_words=self.max_words,
+            on_reply=self.on_reply,
         )
         return copy
 
@@ -450,7 +456,7 @@ class LLMAggregator(Aggregator):
         """The guard the model's reply to this aggregation fails, or ``None`` if it
         may be stored (counted as ``summaries_checked``); whether or not ``guarded``."""
         report(summaries_checked=1)
-        return check_summary(
+        verdict = check_summary(
             clean_reply(completion.text),
             summary=summary,
             new_texts=new_texts,
@@ -459,6 +465,10 @@ class LLMAggregator(Aggregator):
             truncated=completion.truncated,
             max_words=self.max_words,
         )
+        if self.on_reply is not None:
+            reply = GuardedReply(summary, tuple(new_texts), count, completion.text, completion.truncated, verdict)
+            self.on_reply(reply)
+        return verdict
 
     def _reject(self, verdict: GuardVerdict) -> None:
         """Count the failed guard; in strict mode raise, else count the fallback."""

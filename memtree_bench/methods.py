@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from memtree.aggregate import Aggregator
+from memtree.aggregate import Aggregator, LLMAggregator
 from memtree.config import MemTreeConfig
 from memtree.embed import Embedder, Matrix
 from memtree.retrieval import DeliveredSentences
@@ -201,19 +201,46 @@ class TreeBuilder:
             and (self.reuse_only or saved.has(conversation, recipe))
         ):
             return self._read_saved(turns, conversation)
+        build = saved.in_progress(conversation, recipe) if saved and recipe and conversation else None
+        checkpoint = build.resume_from(len(turns)) if build else None
+        progress: dict[str, Any] = checkpoint[1] if checkpoint else {}
         aggregator = self.aggregator_factory() if self.aggregator_factory else None
+        if isinstance(aggregator, LLMAggregator) and build:
+            aggregator.on_reply = build.reply_logger(keep=progress.get("replies", 0))
         self.memory = MemTree(embedder=self.embedder, aggregator=aggregator, config=self.config)
-        self.cost = IngestCost()
-        if self.deferred:
-            self._ingest_deferred(turns)
-        else:
-            for turn in turns:
-                start = time.perf_counter()
-                self.memory.add(turn.text, timestamp=turn.timestamp, source_id=turn.dia_id)
-                self.cost.insert_seconds.append(time.perf_counter() - start)
+        self.cost = IngestCost(insert_seconds=list(progress.get("insert_seconds", [])))
+        if checkpoint:
+            self.memory.import_jsonl(checkpoint[0])
+        earlier: dict[str, float] = progress.get("counters", {})
+        sessions: dict[int, list[Turn]] = {}
+        for turn in turns:
+            sessions.setdefault(turn.session, []).append(turn)
+        for number, session in enumerate(sessions.values()):
+            if number < progress.get("sessions_done", 0):
+                continue
+            if self.deferred:
+                self._ingest_deferred(session)
+            else:
+                for turn in session:
+                    start = time.perf_counter()
+                    self.memory.add(turn.text, timestamp=turn.timestamp, source_id=turn.dia_id)
+                    self.cost.insert_seconds.append(time.perf_counter() - start)
+            if build and number + 1 < len(sessions):
+                counters = _counters(self.memory, earlier)
+                build.checkpoint(
+                    self.memory,
+                    {
+                        "turns": len(turns),
+                        "sessions_done": number + 1,
+                        "insert_seconds": self.cost.insert_seconds,
+                        "counters": counters,
+                        "replies": int(counters["summaries_checked"]),
+                    },
+                )
+        counters = _counters(self.memory, earlier)
         stats = self.memory.stats()
-        self.cost.embedding_calls = stats.embedding_calls
-        self.cost.aggregation_calls = stats.aggregation_calls
+        self.cost.embedding_calls = int(counters["embedding_calls"])
+        self.cost.aggregation_calls = int(counters["aggregation_calls"])
         self.cost.shape = {
             "nodes": stats.nodes,
             "max_depth": stats.max_depth,
@@ -222,13 +249,15 @@ class TreeBuilder:
         }
         self.cost.quality = {
             **summary_quality(self.memory),
-            "summaries_checked": float(stats.extra.get("summaries_checked", 0)),
-            "summary_fallbacks": float(stats.extra.get("summary_fallbacks", 0)),
+            "summaries_checked": counters["summaries_checked"],
+            "summary_fallbacks": counters["summary_fallbacks"],
         }
         self._turns = turns
         if self.saved is not None and self.recipe is not None and conversation is not None:
             sidecar = self.saved.save(self.memory, conversation, len(turns), self.recipe, self._facts_of_build())
             self.cost.saved_tree = {"file": sidecar["file"], "sha256": sidecar["tree_sha256"]}
+            if build:
+                build.finish()
         return self.memory, self.cost
 
     def _facts_of_build(self) -> dict[str, Any]:
@@ -256,24 +285,36 @@ class TreeBuilder:
         self._turns = turns
         return self.memory, self.cost
 
-    def _ingest_deferred(self, turns: Sequence[Turn]) -> None:
-        """Deferred aggregation, flushed at the end of each session (a session's
-        summaries are rewritten once); each insert is charged its session's mean."""
-        sessions: dict[int, list[Turn]] = {}
-        for turn in turns:
-            sessions.setdefault(turn.session, []).append(turn)
-        for session in sessions.values():
-            start = time.perf_counter()
-            with self.memory.deferred():
-                for turn in session:
-                    self.memory.add(turn.text, timestamp=turn.timestamp, source_id=turn.dia_id)
-            self.cost.insert_seconds.extend([(time.perf_counter() - start) / len(session)] * len(session))
+    def _ingest_deferred(self, session: Sequence[Turn]) -> None:
+        """Deferred aggregation of one session: its summaries are rewritten once, at
+        its end; each insert is charged the session's mean."""
+        start = time.perf_counter()
+        with self.memory.deferred():
+            for turn in session:
+                self.memory.add(turn.text, timestamp=turn.timestamp, source_id=turn.dia_id)
+        self.cost.insert_seconds.extend([(time.perf_counter() - start) / len(session)] * len(session))
 
     def close(self) -> None:
         if self.memory is not None:
             self.memory.close()
             self.memory = None
             self._turns = None
+
+
+_COUNTERS = ("embedding_calls", "aggregation_calls", "summaries_checked", "summary_fallbacks")
+
+
+def _counters(memory: Any, earlier: dict[str, float]) -> dict[str, float]:
+    """The build's costs so far: this memory's counts plus those of the runs before a
+    resumed checkpoint (a memory restored from a backup counts from zero)."""
+    stats = memory.stats()
+    now = {
+        "embedding_calls": float(stats.embedding_calls),
+        "aggregation_calls": float(stats.aggregation_calls),
+        "summaries_checked": float(stats.extra.get("summaries_checked", 0)),
+        "summary_fallbacks": float(stats.extra.get("summary_fallbacks", 0)),
+    }
+    return {name: now[name] + float(earlier.get(name, 0)) for name in _COUNTERS}
 
 
 class MemTreeMethod(Method):

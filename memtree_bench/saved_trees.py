@@ -8,6 +8,9 @@ engine config, the summary writer and the model file's sha256, the aggregation
 mode, the memtree commit, the insert timings and the tree file's own sha256.
 ``--trees DIR`` scores the run's rows on those files instead of building them, and
 refuses a file whose sidecar does not match the run (another slice, another model).
+A build saves a checkpoint after each session, so a killed run resumes where it was
+(``.partial.jsonl`` and ``.partial.json`` beside the tree until it is finished), and
+logs every guarded model reply (``.replies.jsonl``).
 
 The files are derived from the benchmark's data: keep them out of the repository
 (LoCoMo is CC BY-NC 4.0). A report that read them records their sha256.
@@ -20,12 +23,15 @@ import hashlib
 import json
 import os
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from memtree.config import MemTreeConfig
+from memtree.summary_guard import GuardedReply
 
 SIDECAR_FORMAT = "memtree-bench-tree"
 SIDECAR_VERSION = 1
@@ -113,6 +119,76 @@ class SavedTrees:
     def sidecar_path(tree: Path) -> Path:
         return tree.with_suffix(".json")
 
+    def replies_path(self, sample_id: str, recipe: TreeRecipe) -> Path:
+        """The JSON Lines log of every guarded model reply written while building the
+        tree (``benchmarks/summary_guard_audit.py`` re-checks it without the model)."""
+        return self.tree_path(sample_id, recipe).with_suffix(".replies.jsonl")
+
+    def reply_logger(self, sample_id: str, recipe: TreeRecipe, keep: int = 0) -> Callable[[GuardedReply], None]:
+        """An ``LLMAggregator.on_reply`` callback that appends each reply to
+        :meth:`replies_path`. The log keeps its first ``keep`` lines (the replies of a
+        checkpoint the build resumes from) and drops the rest, so a rebuilt tree gets
+        a new log and a resumed one no replies its checkpoint lost."""
+        path = self.replies_path(sample_id, recipe)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        kept = path.read_text(encoding="utf-8").splitlines(keepends=True)[:keep] if keep and path.is_file() else []
+        path.write_text("".join(kept), encoding="utf-8")
+        lock = threading.Lock()
+
+        def log(reply: GuardedReply) -> None:
+            verdict = reply.verdict
+            line = {
+                "summary": reply.summary,
+                "new_texts": list(reply.new_texts),
+                "count": reply.count,
+                "reply": reply.reply,
+                "truncated": reply.truncated,
+                "guard": verdict.guard if verdict else None,
+                "reason": verdict.reason if verdict else None,
+            }
+            with lock, path.open("a", encoding="utf-8") as stream:
+                stream.write(json.dumps(line, ensure_ascii=False) + "\n")
+
+        return log
+
+    def checkpoint_paths(self, sample_id: str, recipe: TreeRecipe) -> tuple[Path, Path]:
+        """A build in progress: the tree so far as a JSONL backup, and its progress
+        (sessions done, their timings and counters)."""
+        tree = self.tree_path(sample_id, recipe)
+        return tree.with_suffix(".partial.jsonl"), tree.with_suffix(".partial.json")
+
+    def save_checkpoint(self, memory: Any, sample_id: str, recipe: TreeRecipe, progress: dict[str, Any]) -> None:
+        """Keep a build's state after a whole session, so a killed build (a model's
+        hours) resumes from there: both files are written under temporary names and
+        renamed, the tree first, so the progress never names a tree not on disk."""
+        backup, state = self.checkpoint_paths(sample_id, recipe)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        partial = backup.with_name(".writing-" + backup.name)
+        memory.export_jsonl(partial)
+        os.replace(partial, backup)
+        partial = state.with_name(".writing-" + state.name)
+        partial.write_text(json.dumps(progress, default=str) + "\n")
+        os.replace(partial, state)
+
+    def load_checkpoint(self, sample_id: str, recipe: TreeRecipe, turns: int) -> tuple[Path, dict[str, Any]] | None:
+        """The checkpoint of an unfinished build of this conversation slice, or ``None``
+        (none, or one of another slice: that one is started over)."""
+        backup, state = self.checkpoint_paths(sample_id, recipe)
+        if not backup.is_file() or not state.is_file():
+            return None
+        progress: dict[str, Any] = json.loads(state.read_text())
+        if progress.get("turns") != turns or progress.get("recipe_key") != recipe.key:
+            return None
+        return backup, progress
+
+    def drop_checkpoint(self, sample_id: str, recipe: TreeRecipe) -> None:
+        for path in self.checkpoint_paths(sample_id, recipe):
+            path.unlink(missing_ok=True)
+
+    def in_progress(self, sample_id: str, recipe: TreeRecipe) -> BuildInProgress:
+        """The checkpoints and reply log of a build of this tree."""
+        return BuildInProgress(self, sample_id, recipe)
+
     def has(self, sample_id: str, recipe: TreeRecipe) -> bool:
         tree = self.tree_path(sample_id, recipe)
         return tree.is_file() and self.sidecar_path(tree).is_file()
@@ -190,6 +266,27 @@ class SavedTrees:
             aggregator=ExtractiveAggregator(embedder),
             config=recipe.config,
         )
+
+
+@dataclass(frozen=True)
+class BuildInProgress:
+    """One tree being built into ``trees``: its checkpoints and its reply log."""
+
+    trees: SavedTrees
+    sample_id: str
+    recipe: TreeRecipe
+
+    def resume_from(self, turns: int) -> tuple[Path, dict[str, Any]] | None:
+        return self.trees.load_checkpoint(self.sample_id, self.recipe, turns)
+
+    def reply_logger(self, keep: int = 0) -> Callable[[GuardedReply], None]:
+        return self.trees.reply_logger(self.sample_id, self.recipe, keep)
+
+    def checkpoint(self, memory: Any, progress: dict[str, Any]) -> None:
+        self.trees.save_checkpoint(memory, self.sample_id, self.recipe, {**progress, "recipe_key": self.recipe.key})
+
+    def finish(self) -> None:
+        self.trees.drop_checkpoint(self.sample_id, self.recipe)
 
 
 def config_dict(config: MemTreeConfig) -> dict[str, Any]:

@@ -1,0 +1,210 @@
+"""Which summary guard rejects which model replies, and would the current guards?
+
+``memtree bench locomo --keep-trees DIR`` logs every guarded model reply of a tree
+it builds (``<conversation>__<recipe>.replies.jsonl``: the summary and new texts the
+model was asked to merge, its raw reply and the verdict at build time). This script
+reads those logs and re-checks every reply with the guards of the code it runs
+with, without calling the model, so a guard change is measured on the same replies
+the model wrote:
+
+    python benchmarks/summary_guard_audit.py /work/trees/*.replies.jsonl \\
+        --out benchmarks/results --name summary_guard_audit
+
+It reports, per guard, how many replies failed it when the tree was built and how
+many fail it now, how the rejected share depends on the size of the merge (words of
+the earlier summary, number of new texts), and which words the ``facts`` and
+``invented`` guards name most (folded to their kind: a number, a number word, a
+month, a name), never the texts themselves: the logs are derived from LoCoMo
+(CC BY-NC 4.0) and stay out of the repository. ``--show N`` prints N rejected
+replies per guard to the terminal, to read them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from memtree.aggregate import LLMAggregator  # noqa: E402
+from memtree.llm import Completion  # noqa: E402
+from memtree.summary_guard import GUARDS, NUMBER_WORDS  # noqa: E402
+from memtree.text import count_words  # noqa: E402
+from memtree_bench.report import markdown_table  # noqa: E402
+
+_MONTHS = frozenset(
+    "january february march april may june july august september october november december".split(" ")  # noqa: SIM905
+)
+_QUOTED = re.compile(r"'([^']+)'")
+
+
+def read_logs(paths: Iterable[Path]) -> list[dict[str, Any]]:
+    records: list[dict[str, Any]] = []
+    for path in paths:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                record = json.loads(line)
+                record["log"] = path.name
+                records.append(record)
+    return records
+
+
+def recheck(records: list[dict[str, Any]]) -> None:
+    """Add ``guard_now`` and ``reason_now``: the verdict of the current guards."""
+    checker = LLMAggregator(lambda prompt: "", guarded=True)
+    for record in records:
+        completion = Completion(record["reply"], truncated=bool(record["truncated"]))
+        verdict = checker.verdict(completion, record["summary"], record["new_texts"], int(record["count"]))
+        record["guard_now"] = verdict.guard if verdict else None
+        record["reason_now"] = verdict.reason if verdict else None
+
+
+def kind_of(word: str) -> str:
+    """What kind of fact a guard named: a number, a number word, a month, a name."""
+    if word.isdigit():
+        return "digits"
+    if word in NUMBER_WORDS:
+        return "number word"
+    if word in _MONTHS:
+        return "month"
+    return "name or other capitalized word"
+
+
+def named_kinds(records: Sequence[dict[str, Any]], guard: str, field: str) -> Counter[str]:
+    kinds: Counter[str] = Counter()
+    for record in records:
+        if record.get(field) == guard:
+            reason = record["reason" if field == "guard" else "reason_now"] or ""
+            if "keeps none of the words" in reason:
+                kinds["none of the new texts' words kept"] += 1
+                continue
+            for word in _QUOTED.findall(reason):
+                kinds[kind_of(word)] += 1
+    return kinds
+
+
+def size_bucket(record: dict[str, Any]) -> str:
+    words = count_words(record["summary"])
+    if words == 0:
+        return "no earlier summary"
+    if words <= 40:
+        return "earlier summary 1-40 words"
+    return "earlier summary > 40 words"
+
+
+def texts_bucket(record: dict[str, Any]) -> str:
+    n = len(record["new_texts"])
+    return "1 new text" if n == 1 else ("2-5 new texts" if n <= 5 else "6+ new texts")
+
+
+def share(records: Sequence[dict[str, Any]], field: str) -> str:
+    if not records:
+        return "–"
+    rejected = sum(1 for record in records if record.get(field))
+    return f"{rejected}/{len(records)} ({100 * rejected / len(records):.0f}%)"
+
+
+def report(records: list[dict[str, Any]], logs: list[Path]) -> tuple[str, dict[str, Any]]:
+    total = len(records)
+    built = Counter(record["guard"] for record in records if record["guard"])
+    now = Counter(record["guard_now"] for record in records if record["guard_now"])
+    guard_rows = [[guard, str(built[guard]), str(now[guard])] for guard in GUARDS]
+    guard_rows.append(
+        [
+            "**rejected in all**",
+            share(records, "guard"),
+            share(records, "guard_now"),
+        ]
+    )
+    buckets: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        buckets.setdefault(size_bucket(record), []).append(record)
+        buckets.setdefault(texts_bucket(record), []).append(record)
+    order = [
+        "no earlier summary",
+        "earlier summary 1-40 words",
+        "earlier summary > 40 words",
+        "1 new text",
+        "2-5 new texts",
+        "6+ new texts",
+    ]
+    size_rows = [
+        [name, share(buckets[name], "guard"), share(buckets[name], "guard_now")] for name in order if name in buckets
+    ]
+    kind_rows = []
+    for guard in ("facts", "invented"):
+        then, current = named_kinds(records, guard, "guard"), named_kinds(records, guard, "guard_now")
+        for kind in sorted(set(then) | set(current)):
+            kind_rows.append([guard, kind, str(then[kind]), str(current[kind])])
+    lines = [
+        "# Which guard rejects which model summaries",
+        "",
+        f"{total} guarded replies of the local model, logged while building the trees of "
+        f"{len(logs)} log file(s) ({', '.join(sorted(path.name for path in logs))}); "
+        "re-checked here with the guards of this commit, without calling the model.",
+        "",
+        "## Rejections per guard (the first guard a reply fails names it)",
+        "",
+        *markdown_table(["guard", "when built", "now"], guard_rows),
+        "",
+        "## Rejected share by the size of the merge",
+        "",
+        *markdown_table(["merge", "when built", "now"], size_rows),
+        "",
+        "## What the fact guards named (counted per word named)",
+        "",
+        *markdown_table(["guard", "kind of word", "when built", "now"], kind_rows, numeric_from=2),
+        "",
+    ]
+    data = {
+        "replies": total,
+        "logs": sorted(path.name for path in logs),
+        "built": dict(built),
+        "now": dict(now),
+        "by_size": {row[0]: row[1:] for row in size_rows},
+        "named_kinds": [dict(zip(("guard", "kind", "built", "now"), row, strict=True)) for row in kind_rows],
+    }
+    return "\n".join(lines), data
+
+
+def show(records: list[dict[str, Any]], per_guard: int) -> None:
+    for guard in GUARDS:
+        chosen = [record for record in records if record["guard_now"] == guard][:per_guard]
+        for record in chosen:
+            print(f"=== {guard}: {record['reason_now']}")
+            print(f"  summary ({count_words(record['summary'])} words): {record['summary'][:300]}")
+            for text in record["new_texts"][:8]:
+                print(f"  + {text[:160]}")
+            print(f"  reply: {record['reply'][:400]}\n")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("logs", type=Path, nargs="+", help="*.replies.jsonl files written by --keep-trees")
+    parser.add_argument("--out", type=Path, default=None, help="directory for <name>.md and <name>.json")
+    parser.add_argument("--name", default="summary_guard_audit")
+    parser.add_argument("--show", type=int, default=0, help="print this many rejected replies per guard")
+    args = parser.parse_args(argv)
+    records = read_logs(args.logs)
+    if not records:
+        raise SystemExit("the logs hold no replies (was the tree built with a guarded model?)")
+    recheck(records)
+    text, data = report(records, list(args.logs))
+    print(text)
+    if args.show:
+        show(records, args.show)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / f"{args.name}.md").write_text(text)
+        (args.out / f"{args.name}.json").write_text(json.dumps(data, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
