@@ -56,16 +56,18 @@ from memtree_bench.locomo import (  # noqa: E402
     CATEGORY_NAMES,
     RETRIEVAL_CATEGORIES,
     Conversation,
+    first_sessions,
     load_locomo,
     select_conversations,
 )
 from memtree_bench.metrics import answer_recall, contexts_at_budgets, evidence_recall  # noqa: E402
 from memtree_bench.report import machine_info, machine_lines, markdown_table  # noqa: E402
+from memtree_bench.saved_trees import SavedTrees, TreeRecipe  # noqa: E402
 
 BUDGETS: tuple[int, ...] = (250, 500, 1000, 2000)
 WEIGHT = MemTreeConfig().lexical_weight
-DEFAULT_ROW = f"collapsed, summaries x {SUMMARY_WEIGHT} (the engine default)"
-POINTER_ROW = f"summaries x {SUMMARY_WEIGHT} and a summary hit delivers its best leaves (research variant)"
+DEFAULT_ROW = f"collapsed, summaries x {SUMMARY_WEIGHT}, a summary delivers its text (the previous default)"
+POINTER_ROW = f"summaries x {SUMMARY_WEIGHT}, a summary hit delivers its best leaves (the engine default)"
 
 
 # -- embeddings cached on disk ------------------------------------------------------------
@@ -182,6 +184,33 @@ def build_tree(cache: Path, kind: TreeKind, conversation: Conversation, embedder
     embedder.save()
     print(f"built {kind.name} tree of {conversation.sample_id} in {time.perf_counter() - start:.0f} s", flush=True)
     return path
+
+
+def saved_tree(
+    cache: Path, folder: Path, recipe: TreeRecipe, conversation: Conversation, embedder: Embedder
+) -> tuple[Path, Conversation]:
+    """A tree that ``memtree bench locomo --keep-trees`` built (a model-written one: an
+    hour of a local model), exported into the cache for :class:`Scene`; or, while it
+    is still being built, its last checkpoint with the conversation cut to the
+    sessions the checkpoint holds (and the questions answered in them)."""
+    trees = SavedTrees(folder)
+    tree = trees.tree_path(conversation.sample_id, recipe)
+    target = cache / "saved" / recipe.key / f"{conversation.sample_id}.jsonl"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if tree.is_file():
+        trees.load_sidecar(conversation.sample_id, recipe, len(conversation.turns))
+        if not target.exists() or target.stat().st_mtime < tree.stat().st_mtime:
+            with trees.open(conversation.sample_id, recipe, embedder) as memory:
+                memory.export_jsonl(target)
+        return target, conversation
+    checkpoint = trees.load_checkpoint(conversation.sample_id, recipe, len(conversation.turns))
+    if checkpoint is None:
+        raise FileNotFoundError(f"no saved tree or checkpoint of {conversation.sample_id} ({recipe.key}) in {folder}")
+    backup, progress = checkpoint
+    sessions = int(progress["sessions_done"])
+    partial = target.with_name(f"{conversation.sample_id}.first-{sessions}-sessions.jsonl")
+    partial.write_bytes(backup.read_bytes())
+    return partial, first_sessions(conversation, sessions)
 
 
 def make_embedder(kind: str, cache: Path) -> DiskCachedEmbedder:
@@ -640,11 +669,15 @@ def siblings(ratio: float, base: str = "collapsed") -> Variant:
     return run
 
 
-def pointer(gamma: float = SUMMARY_WEIGHT, per_hit: int | None = None, first: int = 0, scale: float = 1.0) -> Variant:
+def pointer(
+    gamma: float = SUMMARY_WEIGHT, per_hit: int | None = None, first: int = 0, scale: float = 1.0, gist: int = 0
+) -> Variant:
     """A summary hit as a pointer: it delivers, in its place, the best not-yet-given
     leaves under it by their own hybrid scores (``per_hit`` of them, or as many words
     as its own text when ``None``), never its own text. Summaries are skipped until
-    ``first`` results are packed (expand only after the top leaves)."""
+    ``first`` results are packed (expand only after the top leaves). With ``gist``,
+    the summary's first ``gist`` words come first, as a one-line heading over its
+    leaves (what a reader may use; evidence recall cannot see it)."""
 
     def run(scene: Scene, query: Query) -> list[str]:
         scores = query.hybrid(scene, everything(scene), WEIGHT)
@@ -659,6 +692,8 @@ def pointer(gamma: float = SUMMARY_WEIGHT, per_hit: int | None = None, first: in
             if len(packer.texts) < first:
                 continue
             units = sorted(scene.leaves[i].tolist(), key=lambda u: (-scores[u], scene.id_rank[u]))
+            if gist:
+                packer.add(" ".join(scene.texts[i].split()[:gist]))
             # the engine's allowance: the summary's own cost in its token counter
             limit = scale * count_tokens(scene.texts[i]) if per_hit is None else per_hit
             given = 0
@@ -830,6 +865,7 @@ def variant_table(embedder: DiskCachedEmbedder) -> dict[str, dict[str, Variant]]
             "leaves only (hybrid)": leaves_only(),
             "collapsed, summaries x 1 (the previous default)": collapsed(),
             DEFAULT_ROW: collapsed(gamma=SUMMARY_WEIGHT),
+            POINTER_ROW: pointer(SUMMARY_WEIGHT),
         },
         "gamma": {
             f"summaries x {g}": collapsed(gamma=g)
@@ -884,6 +920,10 @@ def variant_table(embedder: DiskCachedEmbedder) -> dict[str, dict[str, Variant]]
             "leaves only, lexical 0.2": leaves_only(0.2),
         },
         "pointer": {POINTER_ROW: pointer(SUMMARY_WEIGHT)},
+        "gist": {
+            f"pointer x {SUMMARY_WEIGHT} under a {words}-word gist of the summary": pointer(SUMMARY_WEIGHT, gist=words)
+            for words in (12, 25)
+        },
         "pointer tuning": {
             f"pointer x {g}, allowance x {a}": pointer(g, scale=a) for g in (0.75, 0.8, 0.85, 0.9) for a in (1.0, 2.0)
         },
@@ -1021,18 +1061,18 @@ def score(scene: Scene, queries: list[Query], variant: Variant, into: Scored) ->
 
 def check_against_engine(scene_path: Path, scene: Scene, queries: list[Query], embedder: DiskCachedEmbedder) -> str:
     """How many questions' contexts differ between the engine's ``retrieve`` and the
-    re-implementation (the engine's default and leaves-only rows)."""
+    re-implementation (the engine's default, summary-text and leaves-only rows)."""
     from memtree.tree import MemTree
 
     with MemTree(embedder=embedder, aggregator=ExtractiveAggregator(embedder)) as memory:
         memory.import_jsonl(scene_path)
-        differ = {"collapsed": 0, "leaves only": 0}
+        checks: list[tuple[str, Variant, dict[str, Any]]] = [
+            ("default (summary hits deliver leaves)", pointer(SUMMARY_WEIGHT), {}),
+            ("summary text", collapsed(gamma=SUMMARY_WEIGHT), {"summary_hits": "text"}),
+            ("leaves only", leaves_only(), {"leaves_only": True}),
+        ]
+        differ = {name: 0 for name, _, _ in checks}
         for query in queries:
-            engine_default = collapsed(gamma=SUMMARY_WEIGHT)
-            checks: list[tuple[str, Variant, dict[str, Any]]] = [
-                ("collapsed", engine_default, {}),
-                ("leaves only", leaves_only(), {"leaves_only": True}),
-            ]
             for name, variant, options in checks:
                 # min_score -1: the re-implementation applies no score threshold.
                 found = memory.retrieve(query.text, k=max(BUDGETS) // 8, min_score=-1.0, **options)
@@ -1206,6 +1246,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--embedder", default="local", choices=("local", "hashing"), help="hashing: tests only")
     parser.add_argument("--conversations", default="all", help="all, 0-9, 0,3,5 or 2")
     parser.add_argument("--tree", default="default", choices=sorted(TREES), help="which cached tree to read")
+    parser.add_argument(
+        "--saved-trees",
+        type=Path,
+        default=None,
+        help="read the trees memtree bench locomo --keep-trees saved here (or their last checkpoint) instead",
+    )
+    parser.add_argument(
+        "--saved-model", default="llama-cpp:qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", help="their --llm model name"
+    )
+    parser.add_argument("--saved-aggregation", default="deferred", choices=("eager", "deferred"))
     parser.add_argument("--variants", default="all", help="groups or variant names, comma separated")
     parser.add_argument("--check", action="store_true", help="compare with the engine's retrieve first")
     parser.add_argument("--build-only", action="store_true", help="only build the cached trees")
@@ -1219,7 +1269,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     kind = TREES[args.tree]
     command = ["python", "benchmarks/locomo_research.py", *(sys.argv[1:] if argv is None else argv)]
     info = machine_info(command, extra_versions=("sentence_transformers", "torch"))
-    paths = [build_tree(cache, kind, conversation, embedder) for conversation in conversations]
+    if args.saved_trees is not None:
+        recipe = TreeRecipe.of({}, "llm", args.saved_model, args.saved_aggregation)
+        saved = [saved_tree(cache, args.saved_trees, recipe, c, embedder) for c in conversations]
+        paths, conversations = [path for path, _ in saved], [c for _, c in saved]
+        kind = TreeKind(f"saved {recipe.key} ({args.saved_model}, {args.saved_aggregation})")
+    else:
+        paths = [build_tree(cache, kind, conversation, embedder) for conversation in conversations]
     if args.build_only:
         return
     variants = choose(variant_table(embedder), args.variants)

@@ -14,6 +14,7 @@ from memtree.text import count_tokens
 RetrievalMode = Literal["collapsed", "traversal"]
 RETRIEVAL_MODES: tuple[str, ...] = ("collapsed", "traversal")
 ParentEmbedding = Literal["text", "mean"]
+SummaryHits = Literal["leaves", "text"]
 Aggregation = Literal["eager", "deferred", "background"]
 AGGREGATION_MODES: tuple[str, ...] = ("eager", "deferred", "background")
 
@@ -62,6 +63,12 @@ class MemTreeConfig:
     ``background_queue_size`` bounds that worker's queue of notifications; a full
     queue loses nothing (the work itself is kept, coalesced, per summary).
 
+    ``summary_hits`` says what a summary that ranks among the results delivers:
+    ``"leaves"`` (the default), its best leaves not delivered yet, by their own
+    scores, up to the tokens its own text costs (the summary finds, its leaves
+    answer); ``"text"``, the summary's own text, as in the paper
+    (:mod:`memtree.summary_hits`; ``retrieve(summary_hits=...)`` per call).
+
     ``retrieve_threshold`` is the lowest score a result may have; ``None`` (the
     default) cuts nothing, so a retrieval returns ``k`` results whenever that many
     nodes pass its filters (``retrieve(min_score=...)`` sets one per call).
@@ -97,6 +104,7 @@ class MemTreeConfig:
     mode: RetrievalMode = "collapsed"
     beam: int = 3
     drop_repeated_sentences: bool = True
+    summary_hits: SummaryHits = "leaves"
     max_concurrency: int = 8
     aggregation_max_words: int = 2000
     summary_max_chars: int = 4000
@@ -143,6 +151,8 @@ class MemTreeConfig:
             raise ValueError(f"parent_embedding must be 'text' or 'mean', got {self.parent_embedding!r}")
         if self.mode not in RETRIEVAL_MODES:
             raise ValueError(f"unknown mode {self.mode!r}; choose one of {', '.join(RETRIEVAL_MODES)}")
+        if self.summary_hits not in ("leaves", "text"):
+            raise ValueError(f"summary_hits must be 'leaves' or 'text', got {self.summary_hits!r}")
 
     def with_options(self, **changes: object) -> MemTreeConfig:
         """A copy with some fields changed (validated again)."""

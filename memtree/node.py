@@ -149,6 +149,9 @@ class RetrievedNode:
     node's embedding with the query's, what a vector store with the same embedder
     would report for this node; adapters hand it to frameworks whose cut-offs
     (LlamaIndex's ``similarity_cutoff``) are tuned on cosine.
+
+    A leaf that a summary's match brought in (``found_by``) keeps its own score, so
+    it can come before results of higher score: the order is the delivery order.
     """
 
     id: str
@@ -162,6 +165,10 @@ class RetrievedNode:
     source_id: str | None = None
     context: str = ""
     similarity: float | None = None
+    found_by: str | None = None
+    """The summary whose match brought this leaf in (``summary_hits="leaves"``, the
+    default: a summary that ranks delivers its best leaves in its place); ``None``
+    when the node ranked by itself."""
 
     @property
     def time(self) -> datetime | None:

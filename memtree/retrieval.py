@@ -43,6 +43,7 @@ from memtree.node import ROOT_ID, RetrievedNode, Vector
 from memtree.replica import Replica
 from memtree.spare_core import IN_TURN, SEARCHES, Overlap
 from memtree.state import TreeState
+from memtree.summary_hits import best_leaves_under, check_summary_hits
 from memtree.text import fold, require_text, split_sentences
 from memtree.where import Selection, Where, parse_where
 
@@ -331,9 +332,11 @@ def _ranked_and_packed(
     lexical: LexicalQuery | None,
 ) -> list[RetrievedNode]:
     lead: Ranked = []
+    leaves_of = _leaves_of(index, state, query, packing, filters, lexical)
     if mode == "traversal":
         lead = rank_traversal(index, state, query, beam, filters, lexical)
-        results, exhausted = pack(state, _gated(index, state, query, lead, packing), packing, filters.hidden)
+        gated = _gated(index, state, query, lead, packing)
+        results, exhausted = pack(state, gated, packing, filters.hidden, leaves_of)
         if not exhausted:
             return with_similarities(index, query, results)
     taken = {node_id for node_id, _ in lead}
@@ -341,10 +344,36 @@ def _ranked_and_packed(
     while True:
         ranked = rank_collapsed(index, state, query, limit, filters, lexical)
         combined = [*lead, *(pair for pair in ranked if pair[0] not in taken)] if lead else ranked
-        results, exhausted = pack(state, _gated(index, state, query, combined, packing), packing, filters.hidden)
+        gated = _gated(index, state, query, combined, packing)
+        results, exhausted = pack(state, gated, packing, filters.hidden, leaves_of)
         if not exhausted or len(ranked) < limit or _gate_closed(ranked, packing, lexical):
             return with_similarities(index, query, results)
         limit *= 4
+
+
+def _leaves_of(
+    index: VectorIndex,
+    state: TreeState,
+    query: Vector,
+    packing: Packing,
+    filters: Filters,
+    lexical: LexicalQuery | None,
+) -> Callable[[str], Ranked] | None:
+    """What a summary hit delivers in its place (``summary_hits="leaves"``), or
+    ``None`` when summaries deliver their own text (or cannot rank at all)."""
+    if packing.summary_hits != "leaves" or filters.leaves_only:
+        return None
+    scorer = _node_scorer(index, state, query, lexical)
+    selection = state.leaves_matching(filters.where) if filters.where else None
+    return best_leaves_under(
+        index,
+        state,
+        query,
+        lambda node_ids: scorer(node_ids).tolist(),
+        lambda node_id: _allowed(state, node_id, filters, selection),
+        packing.min_score,
+        packing.min_similarity,
+    )
 
 
 def _gate_closed(ranked: Ranked, packing: Packing, lexical: LexicalQuery | None) -> bool:
@@ -511,6 +540,8 @@ class Packing:
     same_subject: float | None = None
     """Leaves this similar to each other (or siblings) come newest first
     (:func:`newer_first`); ``None``: ranking order kept."""
+    summary_hits: str = "leaves"
+    """What a summary that ranks delivers (:mod:`memtree.summary_hits`)."""
 
 
 class DeliveredSentences:
@@ -546,31 +577,73 @@ class DeliveredSentences:
 
 
 def pack(
-    state: TreeState, ranked: Ranked, packing: Packing, hidden: frozenset[str] = frozenset()
+    state: TreeState,
+    ranked: Ranked,
+    packing: Packing,
+    hidden: frozenset[str] = frozenset(),
+    leaves_of: Callable[[str], Ranked] | None = None,
 ) -> tuple[list[RetrievedNode], bool]:
     """Results in rank order; also whether the ranking ran out before ``k`` or the
-    budget. ``hidden`` (expired) leaves are left out of each result's ``leaf_ids``."""
-    results: list[RetrievedNode] = []
-    delivered = DeliveredSentences()
-    used = 0
+    budget. ``hidden`` (expired) leaves are left out of each result's ``leaf_ids``.
+
+    With ``leaves_of`` (``summary_hits="leaves"``, :mod:`memtree.summary_hits`) a
+    summary in the ranking is not delivered: its best leaves not delivered yet come
+    in its place, until they cost the tokens its own text would have."""
+    packer = _Packer(state, packing, hidden)
     for node_id, score in ranked:
         node = state.nodes[node_id]
+        if leaves_of is None or node.is_leaf:
+            if not packer.add(node_id, score):
+                return packer.results, False
+            continue
+        allowance, spent = packing.count_tokens(node.text), 0
+        for leaf_id, leaf_score in leaves_of(node_id):
+            if spent >= allowance:
+                break
+            delivered = len(packer.results)
+            if not packer.add(leaf_id, leaf_score, found_by=node_id):
+                return packer.results, False
+            if len(packer.results) > delivered:
+                spent += packing.count_tokens(packer.results[-1].context)
+    return packer.results, True
+
+
+class _Packer:
+    """The results so far, the sentences they gave and the tokens they cost."""
+
+    def __init__(self, state: TreeState, packing: Packing, hidden: frozenset[str]) -> None:
+        self.state = state
+        self.packing = packing
+        self.hidden = hidden
+        self.results: list[RetrievedNode] = []
+        self.delivered = DeliveredSentences()
+        self.given: set[str] = set()
+        self.used_tokens = 0
+
+    def add(self, node_id: str, score: float, found_by: str | None = None) -> bool:
+        """Deliver a node (or skip it: given already, or nothing new in it); ``False``
+        when the results are complete (``k`` reached or the budget spent)."""
+        if node_id in self.given:
+            return True
+        packing = self.packing
+        node = self.state.nodes[node_id]
         context = node.text
         if packing.drop_repeated_sentences:
-            new_part = delivered.new_part(node.text)
+            new_part = self.delivered.new_part(node.text)
             if new_part is None:
-                continue
+                return True
             context = new_part
         full = True
         if packing.token_budget is not None:
             cost = packing.count_tokens(context)
-            if used + cost > packing.token_budget:
-                context = _cut(context, packing.token_budget - used, packing.count_tokens)
+            if self.used_tokens + cost > packing.token_budget:
+                context = _cut(context, packing.token_budget - self.used_tokens, packing.count_tokens)
                 full = False
                 if not context:
-                    return results, False
-            used += packing.count_tokens(context)
-        results.append(
+                    return False
+            self.used_tokens += packing.count_tokens(context)
+        self.given.add(node_id)
+        self.results.append(
             RetrievedNode(
                 id=node.id,
                 text=node.text,
@@ -579,14 +652,13 @@ def pack(
                 is_leaf=node.is_leaf,
                 timestamp=node.timestamp,
                 metadata=dict(node.metadata),
-                leaf_ids=_live(state.leaf_ids_under(node.id), hidden),
+                leaf_ids=_live(self.state.leaf_ids_under(node.id), self.hidden),
                 source_id=node.source_id,
                 context=context,
+                found_by=found_by,
             )
         )
-        if not full or len(results) >= packing.k:
-            return results, False
-    return results, True
+        return full and len(self.results) < packing.k
 
 
 def _live(leaf_ids: tuple[str, ...], hidden: frozenset[str]) -> tuple[str, ...]:
@@ -636,6 +708,7 @@ def check_query(
     lexical_weight: float | None,
     min_similarity: float | None = None,
     same_subject: float | None = None,
+    summary_hits: str | None = None,
 ) -> Query:
     """``MemTree.retrieve``'s arguments with the config's defaults filled in; a bad
     value raises naming the argument and what it accepts."""
@@ -659,6 +732,7 @@ def check_query(
         config.token_counter,
         min_similarity=floor,
         same_subject=config.same_subject if same_subject is None else _checked_same_subject(same_subject),
+        summary_hits=config.summary_hits if summary_hits is None else check_summary_hits(summary_hits),
     )
     filters = Filters(leaves_only, parse_where(where), to_time_range(time_range))
     weight = config.lexical_weight if lexical_weight is None else lexical_weight

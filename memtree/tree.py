@@ -325,6 +325,7 @@ class MemTree:
         lexical_weight: float | None = None,
         min_similarity: float | None = None,
         same_subject: float | None = None,
+        summary_hits: str | None = None,
     ) -> list[RetrievedNode]:
         """The nodes most relevant to ``query``, best first. ``mode``: ``"collapsed"``
         (every node scored) or ``"traversal"`` (beam descent). ``token_budget`` caps
@@ -340,10 +341,18 @@ class MemTree:
         best word match and so no measure of relevance by itself).
         ``same_subject`` (a cosine; ``memtree.retrieval.SIBLINGS``: siblings only)
         puts a newer memory about the same subject just above an older one
-        (:func:`memtree.retrieval.newer_first`); ``None``: the config's, off by default."""
+        (:func:`memtree.retrieval.newer_first`); ``None``: the config's, off by default.
+        ``summary_hits``: what a summary that ranks delivers, ``"leaves"`` (its best
+        leaves, marked ``found_by``; the config's default) or ``"text"`` (its own text)."""
         options = (k, token_budget, mode, leaves_only, where, time_range, min_score, lexical_weight)
         checked = check_query(
-            self.config, self._state, query, *options, min_similarity=min_similarity, same_subject=same_subject
+            self.config,
+            self._state,
+            query,
+            *options,
+            min_similarity=min_similarity,
+            same_subject=same_subject,
+            summary_hits=summary_hits,
         )
         self._replica.maybe_refresh()
         vector = self._writer.embed_query(query) if query_embedding is None else self._given(query_embedding)
@@ -364,11 +373,18 @@ class MemTree:
         lexical_weight: float | None = None,
         min_similarity: float | None = None,
         same_subject: float | None = None,
+        summary_hits: str | None = None,
     ) -> list[RetrievedNode]:
         """Async :meth:`retrieve`."""
         options = (k, token_budget, mode, leaves_only, where, time_range, min_score, lexical_weight)
         checked = check_query(
-            self.config, self._state, query, *options, min_similarity=min_similarity, same_subject=same_subject
+            self.config,
+            self._state,
+            query,
+            *options,
+            min_similarity=min_similarity,
+            same_subject=same_subject,
+            summary_hits=summary_hits,
         )
         await asyncio.to_thread(self._replica.maybe_refresh)
         vector = await self._writer.aembed_query(query) if query_embedding is None else self._given(query_embedding)

@@ -220,7 +220,7 @@ def goal_lines(rows: dict[str, Any], budgets: Sequence[int]) -> list[str]:
             overall = ours["recall"]["500"] - base["recall"]["500"]
             lines.append(f"All categories at 500 words: {overall * 100:+.1f} points.")
         lines.append("")
-    for other in ("flat hybrid", "memtree, leaves only"):
+    for other in ("flat hybrid", "memtree, leaves only", "memtree, summaries as text"):
         if other not in rows:
             continue
         base = rows[other]

@@ -116,7 +116,15 @@ def test_bench_locomo_slice_without_the_paper_row(small_locomo: Path, tmp_path: 
         )
     )  # fmt: skip
     report = json.loads((tmp_path / "s1.json").read_text())["results"]
-    assert list(report) == ["flat dense", "BM25", "flat hybrid", "memtree", "memtree, leaves only", "memtree traversal"]
+    assert list(report) == [
+        "flat dense",
+        "BM25",
+        "flat hybrid",
+        "memtree",
+        "memtree, summaries as text",
+        "memtree, leaves only",
+        "memtree traversal",
+    ]
     assert report["memtree"]["questions"] == 1 and report["flat hybrid"]["shape"]["nodes"] == 3
     refused(
         memtree("bench", "locomo", "--data", small_locomo, "--sessions", "0", embedder=None),
@@ -182,6 +190,7 @@ def test_bench_locomo_writes_the_report_and_loses_no_turn(small_locomo: Path, tm
         "BM25",
         "flat hybrid",
         "memtree",
+        "memtree, summaries as text",
         "memtree, leaves only",
         "memtree traversal",
         "memtree paper",
@@ -228,8 +237,11 @@ def test_report_rows_follow_the_paper_and_the_flat_baseline() -> None:
     }
     paper = methods["memtree paper"].builder.config  # type: ignore[attr-defined]
     assert (paper.theta0, paper.decay, paper.parent_embedding, paper.lexical_weight) == (0.4, 0.5, "text", 0.0)
-    assert paper.drop_repeated_sentences is False
-    shared = {methods[name].builder for name in ("memtree", "memtree, leaves only", "memtree traversal")}  # type: ignore[attr-defined]
+    assert paper.drop_repeated_sentences is False and paper.summary_hits == "text"
+    shared = {
+        methods[name].builder  # type: ignore[attr-defined]
+        for name in ("memtree", "memtree, summaries as text", "memtree, leaves only", "memtree traversal")
+    }
     assert len(shared) == 1 and methods["memtree paper"].builder not in shared  # type: ignore[attr-defined]
     assert methods["memtree, leaves only"].retrieve_options == {"leaves_only": True}  # type: ignore[attr-defined]
     flat = methods["flat hybrid"].builder  # type: ignore[attr-defined]
@@ -319,8 +331,8 @@ def test_bench_locomo_qa_with_a_configured_model(small_locomo: Path, tmp_path: P
                 env={"OPENAI_BASE_URL": server.url, "OPENAI_API_KEY": server.api_key},
             )
         )  # fmt: skip
-        # 7 methods (no RAPTOR) x 4 questions, each one reader and one judge call.
-        assert server.count("chat") == 7 * 4 * 2
+        # 8 methods (no RAPTOR) x 4 questions, each one reader and one judge call.
+        assert server.count("chat") == 8 * 4 * 2
     qa = json.loads((tmp_path / "qa.json").read_text())["qa"]
     assert qa["budget"] == 1000 and set(qa["methods"]) >= {"flat dense", "memtree"}
     for row in qa["methods"].values():

@@ -6,14 +6,15 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from memtree.aggregate import ExtractiveAggregator
+from memtree.aggregate import ExtractiveAggregator, LLMAggregator
 from memtree.embed import HashingEmbedder
 from memtree.tree import MemTree
 from memtree_bench.locomo import load_locomo
-from memtree_bench.methods import TreeBuilder
+from memtree_bench.methods import IngestCost, TreeBuilder
 from memtree_bench.saved_trees import SavedTrees, TreeRecipe, model_name
 from tests.cli_runner import memtree, ok, refused
 from tests.test_bench_locomo import small_locomo  # noqa: F401 - the fixture
@@ -105,3 +106,57 @@ def test_a_failed_save_leaves_no_tree(tmp_path: Path, monkeypatch: pytest.Monkey
     with pytest.raises(OSError, match="disk full"):
         SavedTrees(tmp_path).save(memory, "c1", 1, recipe, {})
     assert list(tmp_path.iterdir()) == []  # no half tree a later run would take for a finished one
+
+
+def test_a_killed_build_resumes_from_its_last_session_and_ends_as_an_unbroken_one(
+    small_locomo: Path,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A model-written tree costs hours: a build killed in its second session must resume
+    # after the first, and end with the tree, costs and reply log of a build never killed.
+    (conversation,) = load_locomo(small_locomo)
+    embedder = HashingEmbedder(64)
+    recipe = TreeRecipe.of({}, "llm", "llama-cpp:stand-in.gguf", "deferred")
+
+    def writer() -> LLMAggregator:
+        return LLMAggregator(lambda prompt: "Ana and Ben talked.", guarded=True)  # every reply fails 'facts'
+
+    def build(folder: Path) -> tuple[list[tuple[str, str]], IngestCost, list[str]]:
+        saved = SavedTrees(folder)
+        builder = TreeBuilder(embedder, aggregator_factory=writer, deferred=True, saved=saved, recipe=recipe)
+        memory, cost = builder.build(conversation.turns, conversation.sample_id)
+        nodes = sorted((node.text, str(node.source_id)) for node in memory.walk())
+        builder.close()
+        log = SavedTrees(folder).replies_path(conversation.sample_id, recipe).read_text().splitlines()
+        return nodes, cost, log
+
+    unbroken = build(tmp_path / "unbroken")
+    sessions: list[int] = []
+    original = TreeBuilder._ingest_deferred
+
+    def killed_in_second_session(self: TreeBuilder, session: Any) -> None:
+        sessions.append(session[0].session)
+        if len(sessions) == 2:
+            raise KeyboardInterrupt  # the session's turns are half in when the process dies
+        original(self, session)
+
+    monkeypatch.setattr(TreeBuilder, "_ingest_deferred", killed_in_second_session)
+    folder = tmp_path / "resumed"
+    with pytest.raises(KeyboardInterrupt):
+        build(folder)
+    saved = SavedTrees(folder)
+    backup, progress = saved.checkpoint_paths(conversation.sample_id, recipe)
+    assert json.loads(progress.read_text())["sessions_done"] == 1 and backup.is_file()
+    assert not saved.has(conversation.sample_id, recipe)  # no finished tree yet
+    monkeypatch.setattr(TreeBuilder, "_ingest_deferred", original)
+    resumed = build(folder)
+    assert resumed[0] == unbroken[0]  # the same nodes, summaries included
+    # The same replies (a flush writes its summaries in no fixed order, so compared as sets).
+    assert sorted(resumed[2]) == sorted(unbroken[2])
+    assert len(unbroken[2]) == unbroken[1].quality["summaries_checked"] > 0
+    assert resumed[1].aggregation_calls == unbroken[1].aggregation_calls
+    assert resumed[1].quality["summary_fallbacks"] == unbroken[1].quality["summary_fallbacks"]
+    assert len(resumed[1].insert_seconds) == len(conversation.turns)
+    assert not backup.exists() and not progress.exists()  # a finished build leaves no checkpoint
+    assert saved.has(conversation.sample_id, recipe)

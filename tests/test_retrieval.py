@@ -31,6 +31,9 @@ TEXTS = [
 
 
 def build(**options: object) -> MemTree:
+    """The memory these tests rank: summaries deliver their own text, so a test sees
+    the ranking itself (what a summary delivers instead is test_summary_hits.py's)."""
+    options = {"summary_hits": "text", **options}
     config = MemTreeConfig(theta0=0.15, drop_repeated_sentences=False, **options)  # type: ignore[arg-type]
     memory = MemTree(embedder=HashingEmbedder(64), config=config)
     for day, text in enumerate(TEXTS, start=1):
@@ -93,7 +96,9 @@ def test_collapsed_retrieval_equals_brute_force_ranking_on_a_large_tree(lexical_
     so the dense top-k, the lexical top-k and their union are all really cut."""
     rng = np.random.default_rng(7)
     words = [f"w{i}" for i in range(60)]
-    config = MemTreeConfig(theta0=0.2, drop_repeated_sentences=False, lexical_weight=lexical_weight)
+    config = MemTreeConfig(
+        theta0=0.2, drop_repeated_sentences=False, lexical_weight=lexical_weight, summary_hits="text"
+    )
     memory = MemTree(embedder=HashingEmbedder(32), config=config)
     memory.add_many([" ".join(rng.choice(words, size=6)) for _ in range(300)])
     assert len(list(memory.walk())) > 400
@@ -111,7 +116,8 @@ def test_discounted_summaries_rank_as_the_fused_candidates_say() -> None:
     4k + 16 candidates) still equals scoring everything on this tree."""
     people = ["Alice", "Bob", "Carol", "Dan", "Eve"]
     things = ["cat", "piano", "marathon", "bakery", "garden", "chess", "boat", "violin"]
-    memory = MemTree(embedder=HashingEmbedder(64), config=MemTreeConfig(theta0=0.1, drop_repeated_sentences=False))
+    config = MemTreeConfig(theta0=0.1, drop_repeated_sentences=False, summary_hits="text")
+    memory = MemTree(embedder=HashingEmbedder(64), config=config)
     for i in range(60):
         memory.add(f"{people[i % 5]} talked about the {things[i % 8]} on day {i}.")
     assert memory.stats().summaries > 10
@@ -157,7 +163,8 @@ def test_hybrid_ranking_is_the_same_with_the_bm25_search_on_a_helper_thread(monk
     the ranking must not depend on it, filters included."""
     people = ["Alice", "Bob", "Carol", "Dan", "Eve"]
     things = ["cat", "piano", "marathon", "bakery", "garden", "chess", "boat", "violin"]
-    memory = MemTree(embedder=HashingEmbedder(64), config=MemTreeConfig(theta0=0.1, drop_repeated_sentences=False))
+    config = MemTreeConfig(theta0=0.1, drop_repeated_sentences=False, summary_hits="text")
+    memory = MemTree(embedder=HashingEmbedder(64), config=config)
     for i in range(60):
         memory.add(
             f"{people[i % 5]} talked about the {things[i % 8]} on day {i}.",

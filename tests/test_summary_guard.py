@@ -23,7 +23,7 @@ from memtree import (
 from memtree.llm import CallableChatModel, ChatModel, Completion
 from memtree.models.openai import _completion
 from memtree.retry import RetryPolicy
-from memtree.summary_guard import SummaryRejectedError, check_summary, clean_reply, key_facts
+from memtree.summary_guard import GuardedReply, SummaryRejectedError, check_summary, clean_reply, key_facts
 
 NEW = "22 February 2024 Maya: I got the job at Google as a designer!"
 OLD = "14 January 2024 Maya: I started a pottery class at the community center."
@@ -250,3 +250,61 @@ def test_async_inserts_are_guarded_too() -> None:
     memory = asyncio.run(run())
     assert summaries(memory) == [ExtractiveAggregator(HashingEmbedder(64)).aggregate("", [OLD, NEW], 0)]
     assert memory.stats().extra["summary_fallbacks"] == 1
+
+
+def test_the_first_word_of_a_speakers_line_is_no_name() -> None:
+    # Chat turns carry "<date> <speaker>: " before the speaker's first word, whose capital
+    # is the sentence's: the guard must not demand "Gonna" or "Yep" of a summary.
+    line = "1:56 pm on 8 May, 2023 Caroline: Gonna continue my edu. Yep, see you on Friday with Mel."
+    assert key_facts(line) == {"8", "may", "2023", "caroline", "friday", "mel"}
+    assert key_facts("Maya: Finding freedom at last, said Tom.") == {"maya", "tom"}
+
+
+@pytest.mark.parametrize(
+    ("new_text", "reply"),
+    [
+        ("Maya: I have twelve cats now.", "Maya now has 12 cats."),  # digits for a spelled-out number
+        ("Maya: I have 12 cats now.", "Maya now has twelve cats."),  # and the reverse
+    ],
+)
+def test_a_number_written_the_other_way_is_neither_dropped_nor_invented(new_text: str, reply: str) -> None:
+    assert verdict(reply, summary="", new_texts=(new_text,)) is None
+    assert verdict(reply.replace("12", "13").replace("twelve", "thirteen"), summary="", new_texts=(new_text,)) in (
+        "facts",
+        "invented",
+    )
+
+
+SESSION = (
+    "8 May, 2023 Caroline: I went to the LGBTQ support group in Boston yesterday.",
+    "8 May, 2023 Melanie: Wow Caroline, that sounds powerful!",
+    "8 May, 2023 Caroline: I want to study counseling at Harvard, Mel.",
+    "8 May, 2023 Melanie: I'm off swimming with the kids on Friday.",
+)
+
+
+def test_a_merge_of_many_texts_must_keep_half_their_names_and_numbers_not_all() -> None:
+    # Names and numbers of the session: 8, may, 2023, caroline, melanie, lgbtq, boston, harvard, mel, friday.
+    kept_six = "On 8 May 2023 Caroline told Melanie about a support group and her plans to study counseling."
+    assert verdict(kept_six, summary="", new_texts=SESSION) is None
+    kept_four = "On 8 May Caroline talked about a support group and counseling."
+    assert verdict(kept_four, summary="", new_texts=SESSION) == "facts"
+    # One or two new texts still must keep every name and number.
+    assert verdict(kept_six, summary="", new_texts=SESSION[:2]) == "facts"
+    # And nothing invented gets through however many texts are merged.
+    assert verdict(kept_six + " They met Ana there.", summary="", new_texts=SESSION) == "invented"
+
+
+def test_on_reply_sees_every_guarded_reply_kept_or_rejected() -> None:
+    faithful = "Maya took up pottery and got a design job at Google on 22 February 2024."
+    replies = iter(["Maya got a job.", faithful])
+    seen: list[GuardedReply] = []
+    aggregator = LLMAggregator(lambda prompt: next(replies), guarded=True, on_reply=seen.append)
+    bound = aggregator.bound_to(HashingEmbedder(32))
+    assert bound is not aggregator and bound.on_reply is aggregator.on_reply  # a memory's copy reports too
+    assert bound.aggregate(OLD, [NEW], 1) != "Maya got a job."  # rejected: the extractive summary stands in
+    assert bound.aggregate(OLD, [NEW], 1) == faithful
+    first, second = seen
+    assert first.verdict is not None and first.verdict.guard == "facts" and first.reply == "Maya got a job."
+    assert first.new_texts == (NEW,) and first.summary == OLD and first.count == 1
+    assert second.verdict is None and second.reply == faithful

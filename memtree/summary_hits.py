@@ -1,0 +1,71 @@
+"""What a summary that ranks among the results delivers: its best leaves, or its text.
+
+A summary matches a question by what its subtree is about ("Caroline's hobbies",
+"the trip in May"), often better than any one leaf does. But a reader answers from
+the details, and a summary holds them only in part: a model-written summary
+paraphrases, and an extractive one only quotes its most central sentences. Delivered
+in place of the evidence, a model's prose summary cost 11.6 points of LoCoMo
+evidence recall against flat hybrid search at 500 words
+(benchmarks/results/locomo_llm.md).
+
+So by default (``MemTreeConfig.summary_hits="leaves"``) a summary that ranks is a
+pointer: in its place come its best leaves that were not delivered yet, by their
+own scores, until they cost as many tokens as the summary's own text would have;
+each such result names the summary in ``found_by``. The summaries find, the leaves
+answer (benchmarks/results/locomo_llm_retrieval.md measures it on model-written and
+extractive trees). ``summary_hits="text"`` delivers the summary's own text instead,
+as the paper does and as memtree did before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from memtree.index import VectorIndex
+from memtree.node import Vector
+from memtree.state import TreeState
+
+SUMMARY_HITS: tuple[str, ...] = ("leaves", "text")
+"""What a summary that ranks delivers: its best leaves (the default) or its own text."""
+
+Ranked = list[tuple[str, float]]
+
+
+def check_summary_hits(value: object) -> str:
+    """``value`` if it is one of :data:`SUMMARY_HITS`, else a ``ValueError`` naming them."""
+    if value not in SUMMARY_HITS:
+        raise ValueError(f"summary_hits must be one of: {', '.join(SUMMARY_HITS)}; got {value!r}")
+    return str(value)
+
+
+def best_leaves_under(
+    index: VectorIndex,
+    state: TreeState,
+    query: Vector,
+    score: Callable[[list[str]], list[float]],
+    allowed: Callable[[str], bool],
+    min_score: float | None,
+    min_similarity: float | None,
+) -> Callable[[str], Ranked]:
+    """A function from a summary's id to its leaves that may be delivered, best
+    first (ties by id), each with its own score (``score``: the ranking's scorer).
+
+    A leaf may be delivered if ``allowed`` (the retrieval's filters: not expired,
+    inside the time range) and if it passes the retrieval's own gates on its own
+    score and cosine, so a summary never brings in a leaf that would have been cut
+    had it ranked by itself."""
+
+    def leaves_of(summary_id: str) -> Ranked:
+        leaves = [leaf for leaf in state.leaf_ids_under(summary_id) if allowed(leaf)]
+        if not leaves:
+            return []
+        ranked = list(zip(leaves, score(leaves), strict=True))
+        if min_score is not None:
+            ranked = [pair for pair in ranked if pair[1] >= min_score]
+        if min_similarity is not None and ranked:
+            cosines = index.score(query, [leaf for leaf, _ in ranked]).tolist()
+            ranked = [pair for pair, cosine in zip(ranked, cosines, strict=True) if cosine >= min_similarity]
+        ranked.sort(key=lambda pair: (-pair[1], pair[0]))
+        return ranked
+
+    return leaves_of
