@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import pytest
@@ -15,7 +16,7 @@ from lc_fakes import PromptRecorder, hashing_memory, scripted
 from pydantic import BaseModel
 
 from langchain_memtree import MEMORY_HEADER, MemTreeMemoryMiddleware, format_memories
-from memtree import MemTree, RetrievedNode
+from memtree import HashingEmbedder, MemTree, MemTreeConfig, RetrievedNode
 
 
 def seeded() -> MemTree:
@@ -43,8 +44,9 @@ def test_a_summary_is_dated_by_its_latest_event_and_says_so() -> None:
     memory.add("User: Pepper the greyhound loves the park.\nAssistant: Nice!", timestamp="2024-06-02")
     memory.add("User: I work night shifts.\nAssistant: Tiring.", timestamp="2024-05-01")
     # Dense ranking puts the summary first (hybrid ranking discounts summaries, and
-    # here ranks the two Pepper leaves above it): this test is about how it is dated.
-    hits = memory.retrieve("Pepper the greyhound loves", k=5, lexical_weight=0.0)
+    # here ranks the two Pepper leaves above it), and its text is asked for (by default
+    # a summary hit brings its leaves instead): this test is about how it is dated.
+    hits = memory.retrieve("Pepper the greyhound loves", k=5, lexical_weight=0.0, summary_hits="text")
     assert [hit.is_leaf for hit in hits] == [False, True]  # the two Pepper rounds' summary, then a leaf
     assert format_memories(hits) == (
         f"{MEMORY_HEADER}\n"
@@ -359,3 +361,16 @@ def test_the_gate_defaults_to_the_floor_calibrated_for_the_memory_s_embedder() -
     assert asked == [memory.relevance_floor]  # None for the hashing embedder: no floor on a scale never measured
     with pytest.raises(ValueError, match="min_similarity"):
         MemTreeMemoryMiddleware(memory=memory, min_similarity=float("nan"))
+
+
+def test_recorded_exchanges_expire_with_the_memorys_default_ttl() -> None:
+    # Chat memories that should not outlive a retention period: the memory's (or the
+    # user's namespace's) default_ttl applies to every exchange the middleware records.
+    memory = MemTree(embedder=HashingEmbedder(64), config=MemTreeConfig(theta0=0.2, default_ttl=3600))
+    middleware = MemTreeMemoryMiddleware(memory=memory, aggregation="eager")
+    agent = create_agent(scripted("Noted: Pepper."), tools=[], middleware=[middleware])
+    before = time.time()
+    agent.invoke({"messages": [HumanMessage("My dog is called Pepper.")]})
+    (leaf,) = memory.leaves()
+    assert leaf.expires_at is not None and before + 3600 <= leaf.expires_at <= time.time() + 3600
+    memory.close()
