@@ -9,7 +9,7 @@ documents joined fit ``token_budget``) and whose metadata is plain JSON.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
@@ -21,7 +21,7 @@ from memtree.config import RetrievalMode
 from memtree.inputs import TimeLike, to_time_range
 from memtree.node import time_text
 
-OPTIONS = ("k", "token_budget", "mode", "leaves_only", "where", "time_range", "min_score")
+OPTIONS = ("k", "token_budget", "mode", "leaves_only", "where", "time_range", "min_score", "summary_hits")
 """Retrieval options a call may override."""
 
 
@@ -32,12 +32,14 @@ class MemTreeRetriever(BaseRetriever):
     ``k`` (default: the memory's ``config.k``), ``token_budget``, ``mode``
     (``"collapsed"`` or ``"traversal"``), ``leaves_only``, ``where`` (a leaf
     metadata filter, ``{"topic": "dog", "year": {"$gte": 2024}}``: see
-    :mod:`memtree.where`), ``time_range`` (``(start, end)`` on event time) and
-    ``min_score``.
+    :mod:`memtree.where`), ``time_range`` (``(start, end)`` on event time),
+    ``min_score`` and ``summary_hits`` (what a summary that ranks delivers:
+    ``"leaves"``, its best leaves, by default; ``"text"``, its own text).
 
     Document metadata: ``id``, ``score``, ``depth``, ``is_leaf``, ``timestamp``
     (ISO 8601, UTC, or ``None``; a stored number no date can show comes raw), ``leaf_ids`` (the leaves below the node),
-    ``source_id`` and ``metadata`` (the node's own metadata).
+    ``source_id``, ``found_by`` (the summary whose match brought the leaf in, or
+    ``None``) and ``metadata`` (the node's own metadata).
 
     Example::
 
@@ -55,6 +57,7 @@ class MemTreeRetriever(BaseRetriever):
     where: dict[str, Any] | None = None
     time_range: tuple[TimeLike | None, TimeLike | None] | None = None
     min_score: float | None = None
+    summary_hits: Literal["leaves", "text"] | None = None
 
     @field_validator("k", "token_budget", mode="before")
     @classmethod
@@ -105,6 +108,7 @@ def to_document(hit: RetrievedNode) -> Document:
             "timestamp": time_text(hit.timestamp),
             "leaf_ids": list(hit.leaf_ids),
             "source_id": hit.source_id,
+            "found_by": hit.found_by,
             "metadata": dict(hit.metadata),
         },
     )

@@ -57,6 +57,7 @@ another document's identical chunk with it."""
 
 RETRIEVER_OPTIONS: tuple[str, ...] = (
     "leaves_only",
+    "summary_hits",
     "filters",
     "time_range",
     "min_score",
@@ -484,7 +485,7 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
         **kwargs: Any,
     ) -> MemTreeRetriever:
         """A :class:`MemTreeRetriever` over this index's tree (options there:
-        ``leaves_only``, ``filters``, ``time_range``, ``min_score``, ``verbose``,
+        ``leaves_only``, ``summary_hits``, ``filters``, ``time_range``, ``min_score``, ``verbose``,
         ``callback_manager``). ``similarity_top_k`` defaults to LlamaIndex's own
         default (2), as ``VectorStoreIndex``'s does.
 

@@ -31,7 +31,15 @@ from memtree.node import time_text
 
 logger = logging.getLogger(__name__)
 
-RESULT_METADATA_KEYS: tuple[str, ...] = ("memtree_id", "depth", "is_leaf", "timestamp", "leaf_ids", "memtree_score")
+RESULT_METADATA_KEYS: tuple[str, ...] = (
+    "memtree_id",
+    "depth",
+    "is_leaf",
+    "timestamp",
+    "leaf_ids",
+    "memtree_score",
+    "found_by",
+)
 """Metadata keys every retrieved node carries (they replace same-named keys of the
 node's own metadata in the returned copy; the stored node is untouched)."""
 
@@ -102,6 +110,7 @@ def result_metadata(hit: RetrievedNode) -> dict[str, Any]:
         "timestamp": time_text(hit.timestamp),
         "leaf_ids": list(hit.leaf_ids),
         "memtree_score": hit.score,
+        "found_by": hit.found_by,
     }
 
 

@@ -21,6 +21,7 @@ from llamaindex_memtree.filters import narrowed_time_range, translate_filters
 from llamaindex_memtree.nodes import to_node_with_score
 from memtree import MemTree, RetrievedNode
 from memtree.inputs import TimeLike, to_time_range
+from memtree.summary_hits import check_summary_hits
 
 
 class MemTreeRetriever(BaseRetriever):
@@ -46,10 +47,13 @@ class MemTreeRetriever(BaseRetriever):
     ranking score is in the node's ``memtree_score`` metadata, and ``min_score``
     cuts on it (not on the cosine).
 
+    A summary that ranks delivers its best leaves in its place (``summary_hits``,
+    default the memory's ``"leaves"``; ``"text"`` delivers the summary itself).
     Leaves come back as their original nodes when ``docstore`` holds them, summaries
     as ``TextNode`` s whose ``CHILD`` relationships name the nodes they summarize.
     Every result's metadata has ``memtree_id``, ``depth``, ``is_leaf``, ``timestamp``,
-    ``leaf_ids`` and ``memtree_score``.
+    ``leaf_ids``, ``memtree_score`` and ``found_by`` (the summary that brought a leaf
+    in, or ``None``).
 
     Example::
 
@@ -66,6 +70,7 @@ class MemTreeRetriever(BaseRetriever):
         mode: str | None = None,
         token_budget: int | None = None,
         leaves_only: bool = False,
+        summary_hits: str | None = None,
         filters: MetadataFilters | None = None,
         time_range: tuple[TimeLike | None, TimeLike | None] | None = None,
         min_score: float | None = None,
@@ -82,6 +87,7 @@ class MemTreeRetriever(BaseRetriever):
         self.mode = mode
         self.token_budget = token_budget
         self.leaves_only = leaves_only
+        self.summary_hits = check_summary_hits(summary_hits) if summary_hits is not None else None
         translated = translate_filters(filters, timestamp_key)
         self.where = translated.where
         self.time_range = narrowed_time_range(to_time_range(time_range), translated.time_range)
@@ -97,6 +103,7 @@ class MemTreeRetriever(BaseRetriever):
             "mode": self.mode,
             "token_budget": self.token_budget,
             "leaves_only": self.leaves_only,
+            "summary_hits": self.summary_hits,
             "where": self.where,
             "time_range": self.time_range,
             "min_score": self.min_score,

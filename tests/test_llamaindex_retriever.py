@@ -38,10 +38,16 @@ def test_results_follow_the_engine_ranking_with_tree_metadata(index: MemTreeInde
             hit.is_leaf,
             list(hit.leaf_ids),
         )
-        assert metadata["timestamp"] is None
+        assert metadata["timestamp"] is None and metadata["found_by"] == hit.found_by
         assert result.node.get_content() == hit.context
+    # By default a summary that ranks brings its best leaves: every result is a leaf.
     leaves, summaries = by_kind(results)
-    assert leaves and summaries
+    assert leaves and not summaries
+    as_text = index.as_retriever(similarity_top_k=6, summary_hits="text").retrieve(QUESTION)
+    assert [r.node.metadata["memtree_id"] for r in as_text] == [
+        hit.id for hit in index.memory.retrieve(QUESTION, k=6, summary_hits="text")
+    ]
+    assert all(by_kind(as_text))  # leaves and summaries
 
 
 def test_leaves_come_back_as_their_docstore_nodes(index: MemTreeIndex) -> None:
@@ -55,7 +61,7 @@ def test_leaves_come_back_as_their_docstore_nodes(index: MemTreeIndex) -> None:
 
 
 def test_summaries_are_text_nodes_related_to_the_nodes_they_summarize(index: MemTreeIndex) -> None:
-    _, summaries = by_kind(index.as_retriever(similarity_top_k=8).retrieve(QUESTION))
+    _, summaries = by_kind(index.as_retriever(similarity_top_k=8, summary_hits="text").retrieve(QUESTION))
     assert summaries
     for result in summaries:
         assert isinstance(result.node, TextNode)
