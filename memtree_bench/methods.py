@@ -237,6 +237,8 @@ class TreeBuilder:
                         "replies": int(counters["summaries_checked"]),
                     },
                 )
+        if self.memory.stats().stale:
+            self.memory.repair()  # a summary whose model call failed gets one more try
         counters = _counters(self.memory, earlier)
         stats = self.memory.stats()
         self.cost.embedding_calls = int(counters["embedding_calls"])
@@ -251,6 +253,7 @@ class TreeBuilder:
             **summary_quality(self.memory),
             "summaries_checked": counters["summaries_checked"],
             "summary_fallbacks": counters["summary_fallbacks"],
+            "stale_summaries": float(stats.stale),
         }
         self._turns = turns
         if self.saved is not None and self.recipe is not None and conversation is not None:

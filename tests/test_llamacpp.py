@@ -130,3 +130,39 @@ def test_a_memory_written_by_the_real_model_keeps_only_summaries_that_pass_the_g
     for node in memory.walk():
         if node.id != ROOT_ID and not node.is_leaf:
             assert node.text.strip()
+
+
+def test_a_call_queued_behind_a_long_one_gets_its_whole_timeout() -> None:
+    # A deferred flush hands the one llama.cpp context a session's summaries at once:
+    # a call that waits its turn longer than the timeout must still run, and the
+    # timeout counts from when it gets the model (counting the wait failed most of a
+    # LoCoMo flush's calls). No model file needed: the context is a stand-in.
+    import threading
+    from types import SimpleNamespace
+
+    first_started, release_first = threading.Event(), threading.Event()
+
+    def create_chat_completion(**options: object) -> list[dict[str, object]]:
+        if not first_started.is_set():
+            first_started.set()
+            release_first.wait(30)  # the first call holds the model until released
+        return [{"choices": [{"delta": {"content": "ok"}, "finish_reason": "stop"}]}]
+
+    model = object.__new__(LlamaCppChatModel)
+    model.path = Path("stand-in.gguf")
+    model.model, model.max_tokens, model.temperature, model.system_prompt = "stand-in.gguf", 8, 0.0, None
+    model.retry = RetryPolicy(max_attempts=1, timeout=0.05)
+    model._llama = SimpleNamespace(create_chat_completion=create_chat_completion, tokenize=lambda text, add_bos: [1])
+    model._lock = threading.Lock()
+    replies: list[str] = []
+    first = threading.Thread(target=lambda: replies.append(model._complete("first", None).text))
+    first.start()
+    assert first_started.wait(30)
+    second = threading.Thread(target=lambda: replies.append(model._complete("second", 0.05).text))
+    second.start()
+    second.join(0.3)  # queued longer than its 0.05 s timeout
+    assert second.is_alive()  # still waiting for the model, not failed
+    release_first.set()
+    first.join(30)
+    second.join(30)
+    assert replies == ["ok", "ok"]

@@ -79,8 +79,11 @@ class LlamaCppChatModel(ChatModel):
 
     One llama.cpp context serves one call at a time, so calls from a memory's worker
     threads queue on a lock. The timeout of :attr:`retry` is enforced between
-    generated tokens: a call past it stops and raises ``TimeoutError`` (retried like
-    a slow server); waiting for the lock counts towards it.
+    generated tokens, counted from when the call gets the model: a call past it
+    stops and raises ``TimeoutError`` (retried like a slow server). Waiting for the
+    lock does not count: a deferred flush hands the model a session's summaries at
+    once, and each waits its turn (each earlier call is bounded by its own timeout).
+    Counting the wait failed most of such a flush's calls on a 2-core machine.
 
     Example::
 
@@ -134,13 +137,9 @@ class LlamaCppChatModel(ChatModel):
         return f"LlamaCppChatModel({self.path.name})"
 
     def _complete(self, prompt: str, timeout: float | None) -> Completion:
-        started = time.monotonic()
-        if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
-            raise TimeoutError(f"{self.name} waited {timeout} s for an earlier call to finish")
-        try:
+        with self._lock:  # an earlier call ends within its own timeout
+            started = time.monotonic()
             return self._generate(prompt, None if timeout is None else started + timeout)
-        finally:
-            self._lock.release()
 
     def _generate(self, prompt: str, deadline: float | None) -> Completion:
         messages = [{"role": "user", "content": prompt}]
