@@ -51,7 +51,7 @@ def read_logs(paths: Iterable[Path]) -> list[dict[str, Any]]:
         for line in path.read_text(encoding="utf-8").splitlines():
             if line.strip():
                 record = json.loads(line)
-                record["log"] = path.name
+                record["log"] = f"{path.parent.name}/{path.name}"
                 records.append(record)
     return records
 
@@ -138,6 +138,11 @@ def report(records: list[dict[str, Any]], logs: list[Path]) -> tuple[str, dict[s
     size_rows = [
         [name, share(buckets[name], "guard"), share(buckets[name], "guard_now")] for name in order if name in buckets
     ]
+    per_log = [
+        [name, str(len(group)), share(group, "guard"), share(group, "guard_now")]
+        for name in sorted({record["log"] for record in records})
+        for group in [[record for record in records if record["log"] == name]]
+    ]
     kind_rows = []
     for guard in ("facts", "invented"):
         then, current = named_kinds(records, guard, "guard"), named_kinds(records, guard, "guard_now")
@@ -147,12 +152,16 @@ def report(records: list[dict[str, Any]], logs: list[Path]) -> tuple[str, dict[s
         "# Which guard rejects which model summaries",
         "",
         f"{total} guarded replies of the local model, logged while building the trees of "
-        f"{len(logs)} log file(s) ({', '.join(sorted(path.name for path in logs))}); "
+        f"{len(logs)} log file(s); "
         "re-checked here with the guards of this commit, without calling the model.",
         "",
         "## Rejections per guard (the first guard a reply fails names it)",
         "",
         *markdown_table(["guard", "when built", "now"], guard_rows),
+        "",
+        "## Per log (each tree's log says which commit's guards judged it when built)",
+        "",
+        *markdown_table(["log", "replies", "rejected when built", "rejected now"], per_log),
         "",
         "## Rejected share by the size of the merge",
         "",
@@ -169,6 +178,7 @@ def report(records: list[dict[str, Any]], logs: list[Path]) -> tuple[str, dict[s
         "built": dict(built),
         "now": dict(now),
         "by_size": {row[0]: row[1:] for row in size_rows},
+        "per_log": {row[0]: row[1:] for row in per_log},
         "named_kinds": [dict(zip(("guard", "kind", "built", "now"), row, strict=True)) for row in kind_rows],
     }
     return "\n".join(lines), data
