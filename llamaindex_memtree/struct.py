@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, fields
+from datetime import timedelta
 from typing import Any, cast
 
 from llama_index.core.data_structs.data_structs import IndexStruct
@@ -84,8 +85,13 @@ class MemTreeIndexStruct(IndexStruct):
 
 
 def config_fields(config: MemTreeConfig) -> dict[str, Any]:
-    """The plain (JSON) fields of a config, for :attr:`MemTreeIndexStruct.config`."""
-    return {item.name: getattr(config, item.name) for item in fields(config) if item.name not in UNSTORED_CONFIG_FIELDS}
+    """The plain (JSON) fields of a config, for :attr:`MemTreeIndexStruct.config`
+    (a ``timedelta`` ``default_ttl`` as seconds, which the config takes too)."""
+    names = [item.name for item in fields(config) if item.name not in UNSTORED_CONFIG_FIELDS]
+    plain = {name: getattr(config, name) for name in names}
+    if isinstance(plain.get("default_ttl"), timedelta):
+        plain["default_ttl"] = plain["default_ttl"].total_seconds()
+    return plain
 
 
 def stored_config(struct: MemTreeIndexStruct) -> MemTreeConfig | None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import time
+from datetime import timedelta
 
 import pytest
 from llama_index.core import Document, Settings
@@ -385,3 +388,20 @@ def test_deferred_aggregation_stores_the_same_leaves_for_fewer_llm_calls() -> No
     assert deferred.stats().pending == 0 and deferred.check_integrity() == []
     with pytest.raises(ValueError, match="aggregation must be one of eager, deferred"):
         MemTreeIndex([], memory=make_memory(), aggregation="lazy")
+
+
+def test_nodes_expire_with_the_memorys_default_ttl() -> None:
+    # A retention period for indexed nodes is the memory's default_ttl: every node the
+    # index inserts expires that long after, and the index keeps the setting when saved.
+    memory = MemTree(
+        embedder=HashingEmbedder(64), config=MemTreeConfig(theta0=0.2, deduplicate=False, default_ttl=3600)
+    )
+    before = time.time()
+    index = MemTreeIndex([TextNode(id_="n", text="Pepper fears bicycles.")], memory=memory)
+    (leaf,) = index.memory.leaves()
+    assert leaf.expires_at is not None and before + 3600 <= leaf.expires_at <= time.time() + 3600
+    assert index.index_struct.config["default_ttl"] == 3600
+    # A timedelta retention is stored as seconds, so the index can be saved as JSON.
+    week = MemTree(embedder=HashingEmbedder(64), config=MemTreeConfig(deduplicate=False, default_ttl=timedelta(days=7)))
+    struct = MemTreeIndex([TextNode(id_="m", text="Pepper fears bicycles.")], memory=week).index_struct
+    assert json.loads(json.dumps(struct.to_dict()))["config"]["default_ttl"] == 7 * 86400
