@@ -81,5 +81,7 @@ def run_demo(memory: MemTree, out: TextIO, *, k: int = 4, token_budget: int = 16
         # that only rank because little else is left
         for hit in memory.retrieve(question, k=k, token_budget=token_budget, min_similarity=memory.relevance_floor):
             kind = "leaf" if hit.is_leaf else f"summary of {len(hit.leaf_ids)}"
+            if hit.found_by is not None:  # a summary matched the question and brought this leaf
+                kind += ", via a summary"
             body = " / ".join(line for line in hit.context.splitlines() if line.strip())
             print(f"  [{hit.score:.2f} · depth {hit.depth} · {kind}] {body}", file=out)

@@ -83,7 +83,10 @@ def test_locomo_research_script_matches_the_engine_and_writes_its_report(tmp_pat
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     subprocess.run(command, check=True, cwd=ROOT, env=env, capture_output=True, timeout=600)
     report = json.loads((tmp_path / "research.json").read_text(encoding="utf-8"))
-    assert report["checks"] == ["tiny-1: collapsed: 0/4 questions differ, leaves only: 0/4 questions differ"]
+    assert report["checks"] == [
+        "tiny-1: default (summary hits deliver leaves): 0/4 questions differ, "
+        "summary text: 0/4 questions differ, leaves only: 0/4 questions differ"
+    ]
     rows = report["results"]
     assert len(rows) > 30 and all(row["questions"] == 4 for row in rows.values())
     # The conversation is shorter than the largest budget: every way of reading it finds everything.
