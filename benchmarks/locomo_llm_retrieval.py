@@ -171,9 +171,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         payload["turns"] = sum(len(c.turns) for c in cut)
         halves[label] = payload
     if args.extractive:
-        wanted = {c.sample_id for c in select_conversations(everything, args.extractive)}
-        for label, spec in (("extractive, 0-4", "0-4"), ("extractive, 5-9", "5-9")):
-            chosen = [c for c in select_conversations(everything, spec) if c.sample_id in wanted]
+        position = {c.sample_id: i for i, c in enumerate(everything)}
+        wanted = select_conversations(everything, args.extractive)
+        for label, low, high in (("extractive, 0-4", 0, 4), ("extractive, 5-9", 5, 9)):
+            chosen = [c for c in wanted if low <= position[c.sample_id] <= high]
             if not chosen:
                 continue
             kind = research.TREES["default"]

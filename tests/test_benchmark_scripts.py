@@ -166,3 +166,63 @@ def test_document_ingestion_benchmark_writes_its_report(tmp_path: Path) -> None:
     assert "`VectorStoreIndex.from_documents`" in report and "`MemTreeIndex.from_documents`" in report
     rows = json.loads((tmp_path / "ingestion_rag.json").read_text(encoding="utf-8"))["rows"]
     assert [row["shape"].get("integrity_problems", 0) for row in rows] == [0, 0, 0]
+
+
+def test_locomo_llm_retrieval_reads_saved_trees_and_checkpoints(tmp_path: Path) -> None:
+    """Issue 22's report on a tiny conversation: it scores the trees --keep-trees saved
+    (their sha256 and guard counts in the report) and, for a build still running, its
+    last checkpoint with the conversation cut to the sessions it holds."""
+    from memtree import HashingEmbedder, MemTree
+    from memtree_bench.locomo import load_locomo
+    from memtree_bench.saved_trees import SavedTrees, TreeRecipe
+    from tests.cli_runner import memtree, ok
+    from tests.test_bench_locomo import QA, SESSIONS
+
+    data = tmp_path / "locomo_small.json"
+    conversation = {"speaker_a": "Ana", "speaker_b": "Ben", **SESSIONS}
+    data.write_text(json.dumps([{"sample_id": "tiny-1", "conversation": conversation, "qa": QA}]), encoding="utf-8")
+    trees = tmp_path / "trees"
+    build = ("--embedder", "hashing", "--aggregation", "deferred", "--no-paper", "--no-raptor", "--no-qa")
+    ok(memtree("bench", "locomo", "--data", data, *build, "--keep-trees", trees, "--out", tmp_path, embedder=None))
+    command = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "locomo_llm_retrieval.py"),
+        f"--data={data}",
+        f"--saved-trees={trees}",
+        "--saved-aggregator=extractive",
+        "--tune=0",
+        "--held-out=0",
+        "--extractive=0",
+        f"--cache={tmp_path / 'cache'}",
+        "--embedder=hashing",
+        "--variants=baselines",
+        f"--out={tmp_path}",
+        "--name=report",
+    ]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    subprocess.run(command, check=True, cwd=ROOT, env=env, capture_output=True, timeout=600)
+    halves = json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))["halves"]
+    assert list(halves) == ["model-written, tuning", "model-written, held out", "extractive, 0-4"]
+    recipe = TreeRecipe.of({}, "extractive", None, "deferred")
+    sidecar = json.loads(SavedTrees(trees).sidecar_path(SavedTrees(trees).tree_path("tiny-1", recipe)).read_text())
+    (tree,) = halves["model-written, tuning"]["trees"]
+    assert tree["state"] == "finished" and tree["sha256"] == sidecar["tree_sha256"]
+    default = halves["model-written, tuning"]["results"][
+        "summaries x 0.85, a summary hit delivers its best leaves (the engine default)"
+    ]
+    assert default["questions"] == 4 and default["recall"]["2000"] == 1.0
+    assert "Goal (+2 points at 500 words" in (tmp_path / "report.md").read_text(encoding="utf-8")
+
+    # A build still running: only its first session is checkpointed.
+    saved = SavedTrees(trees)
+    for path in (saved.tree_path("tiny-1", recipe), saved.sidecar_path(saved.tree_path("tiny-1", recipe))):
+        path.unlink()
+    (full,) = load_locomo(data)
+    with MemTree(embedder=HashingEmbedder()) as memory:
+        for turn in full.turns[:3]:
+            memory.add(turn.text, timestamp=turn.timestamp, source_id=turn.dia_id)
+        saved.in_progress("tiny-1", recipe).checkpoint(memory, {"turns": 6, "sessions_done": 1, "insert_seconds": []})
+    subprocess.run(command, check=True, cwd=ROOT, env=env, capture_output=True, timeout=600)
+    halves = json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))["halves"]
+    tuning = halves["model-written, tuning"]
+    assert tuning["turns"] == 3 and tuning["trees"][0]["state"] == "building: 1 sessions checkpointed"
