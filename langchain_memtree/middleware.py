@@ -97,7 +97,7 @@ class MemTreeMemoryMiddleware(AgentMiddleware):
     the tree (a near-duplicate by construction) that it scores no more than 0.3
     below, so "I moved to Porto" is read before "I live in Lisbon"
     (:func:`memtree.retrieval.newer_first`; on 34 written knowledge updates the newer
-    fact comes first 85% of the time, against 6% with flat hybrid ranking,
+    fact comes first 82% of the time, against 6% with flat hybrid ranking,
     benchmarks/results/knowledge_updates.md).
     ``record=False`` only recalls; ``recall=False`` only records.
 

@@ -438,7 +438,10 @@ def newer_first(
     it whose ``context`` quotes a newer leaf of its subtree (an LLM summary quotes
     none and never moves); a sibling or summary must also have a cosine of at least
     :data:`SIBLING_SIMILARITY` with the leaf. So "I moved to Porto" comes before the older "I live in
-    Lisbon" when the question's words favour Lisbon.
+    Lisbon" when the question's words favour Lisbon. A leaf that a summary hit brought
+    in (``found_by``, the default packing) whose summary also holds the older leaf is
+    about its subject too, and the margin does not apply to it: it was delivered for
+    the summary's match, and its own score can be far lower.
 
     Only the order changes: the results are those packing chose (a newer fact
     outside them is not pulled in), each keeps its own ``score`` and ``context``,
@@ -458,14 +461,19 @@ def newer_first(
     for older in leaves:
         parent = state.nodes[results[older].id].parent
         for newer in range(older + 1, len(results)):
-            if newer in moved or results[newer].score < results[older].score - margin:
+            if newer in moved:
                 continue
             candidate = results[newer]
+            # A leaf that a summary above the older one brought in was delivered for
+            # that summary's match, not its own score: the margin does not apply.
+            covered = candidate.found_by is not None and results[older].id in _leaf_set(state, candidate.found_by)
+            if not covered and candidate.score < results[older].score - margin:
+                continue
             cosine = float(cosines[older, newer])
             time: float | None
             if candidate.is_leaf:
                 sibling = parent != ROOT_ID and state.nodes[candidate.id].parent == parent
-                same = cosine >= same_subject or (sibling and cosine >= SIBLING_SIMILARITY)
+                same = cosine >= same_subject or ((sibling or covered) and cosine >= SIBLING_SIMILARITY)
                 time = when[newer]
             else:  # a summary stands for the newest leaf it quotes about this one's subject
                 same = results[older].id in candidate.leaf_ids
@@ -482,6 +490,10 @@ def newer_first(
                 moved.add(newer)
                 break
     results[:] = [results[i] for i in order]
+
+
+def _leaf_set(state: TreeState, summary_id: str) -> frozenset[str]:
+    return frozenset(state.leaf_ids_under(summary_id)) if summary_id in state.nodes else frozenset()
 
 
 def _when(state: TreeState, node_id: str) -> float:

@@ -130,3 +130,33 @@ def test_the_written_sets_are_big_enough_and_not_repeated() -> None:
     updates = json.loads((ROOT / "benchmarks" / "data" / "knowledge_updates.json").read_text(encoding="utf-8"))
     assert len(updates["updates"]) >= 30
     assert all(item["old"] != item["new"] and item["question"] for item in updates["updates"])
+
+
+def test_a_newer_leaf_a_summary_brought_in_moves_above_an_older_one_it_covers() -> None:
+    # By default a summary hit delivers its leaves, each with its own score, which can be
+    # far below the older fact's: brought in by a summary that holds the older fact too,
+    # the newer one was delivered for that summary's match, so the score margin does not
+    # keep it below.
+    from memtree.node import RetrievedNode
+    from memtree.retrieval import newer_first
+
+    memory = MemTree(embedder=TableEmbedder(UPDATE), config=MemTreeConfig(theta0=0.5, max_threshold=0.99))
+    lisbon = memory.add("I live in Lisbon near the river.", timestamp="2024-01-05")
+    porto = memory.add("I moved to Porto last month.", timestamp="2024-06-01")
+    summary = memory.get(lisbon).parent
+    assert summary is not None and memory.get(porto).parent == summary
+
+    def result(node_id: str, score: float, found_by: str | None) -> RetrievedNode:
+        node = memory.get(node_id)
+        return RetrievedNode(node_id, node.text, score, node.depth, True, node.timestamp, {}, (node_id,),
+                             found_by=found_by, context=node.text)  # fmt: skip
+
+    replica = memory._replica
+    with replica.lock.read():
+        brought = [result(lisbon, 0.9, None), result(porto, 0.2, summary)]
+        newer_first(replica.index, replica.state, brought, SIBLINGS)
+        assert [hit.id for hit in brought] == [porto, lisbon]
+        ranked_alone = [result(lisbon, 0.9, None), result(porto, 0.2, None)]
+        newer_first(replica.index, replica.state, ranked_alone, SIBLINGS)
+        assert [hit.id for hit in ranked_alone] == [lisbon, porto]  # 0.7 below: no move
+    memory.close()
