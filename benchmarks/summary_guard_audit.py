@@ -24,10 +24,12 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,14 +58,41 @@ def read_logs(paths: Iterable[Path]) -> list[dict[str, Any]]:
     return records
 
 
-def recheck(records: list[dict[str, Any]]) -> None:
-    """Add ``guard_now`` and ``reason_now``: the verdict of the current guards."""
+def recheck(records: list[dict[str, Any]], baseline: ModuleType | None = None) -> None:
+    """Add ``guard_now`` and ``reason_now``: the verdict of the current guards; with a
+    ``baseline`` module (another commit's guards), ``guard_then`` too."""
     checker = LLMAggregator(lambda prompt: "", guarded=True)
     for record in records:
         completion = Completion(record["reply"], truncated=bool(record["truncated"]))
         verdict = checker.verdict(completion, record["summary"], record["new_texts"], int(record["count"]))
         record["guard_now"] = verdict.guard if verdict else None
         record["reason_now"] = verdict.reason if verdict else None
+        if baseline is not None:
+            then = baseline.check_summary(
+                baseline.clean_reply(record["reply"]),
+                summary=record["summary"],
+                new_texts=record["new_texts"],
+                **checker.guard_context(record["summary"], record["new_texts"], int(record["count"])),
+                truncated=bool(record["truncated"]),
+                max_words=checker.max_words,
+            )
+            record["guard_then"] = then.guard if then else None
+
+
+def guards_at(commit: str) -> ModuleType:
+    """``memtree/summary_guard.py`` as it was at ``commit`` (read with ``git show``), as a
+    module: the same replies judged by the guards of before a change."""
+    source = subprocess.run(
+        ["git", "-C", str(ROOT), "show", f"{commit}:memtree/summary_guard.py"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    name = f"summary_guard_at_{commit}"
+    module = ModuleType(name)
+    sys.modules[name] = module  # dataclasses look their module up
+    exec(compile(source, f"memtree/summary_guard.py@{commit}", "exec"), module.__dict__)
+    return module
 
 
 def kind_of(word: str) -> str:
@@ -111,18 +140,26 @@ def share(records: Sequence[dict[str, Any]], field: str) -> str:
     return f"{rejected}/{len(records)} ({100 * rejected / len(records):.0f}%)"
 
 
-def report(records: list[dict[str, Any]], logs: list[Path]) -> tuple[str, dict[str, Any]]:
+def report(
+    records: list[dict[str, Any]], logs: list[Path], baseline_commit: str | None = None
+) -> tuple[str, dict[str, Any]]:
     total = len(records)
+    baseline = baseline_commit is not None
     built = Counter(record["guard"] for record in records if record["guard"])
     now = Counter(record["guard_now"] for record in records if record["guard_now"])
-    guard_rows = [[guard, str(built[guard]), str(now[guard])] for guard in GUARDS]
+    then = Counter(record["guard_then"] for record in records if record.get("guard_then"))
+    guard_rows = [
+        [guard, *([str(then[guard])] if baseline else []), str(built[guard]), str(now[guard])] for guard in GUARDS
+    ]
     guard_rows.append(
         [
             "**rejected in all**",
+            *([share(records, "guard_then")] if baseline else []),
             share(records, "guard"),
             share(records, "guard_now"),
         ]
     )
+    then_header = [f"guards of {baseline_commit}"] if baseline else []
     buckets: dict[str, list[dict[str, Any]]] = {}
     for record in records:
         buckets.setdefault(size_bucket(record), []).append(record)
@@ -136,18 +173,27 @@ def report(records: list[dict[str, Any]], logs: list[Path]) -> tuple[str, dict[s
         "6+ new texts",
     ]
     size_rows = [
-        [name, share(buckets[name], "guard"), share(buckets[name], "guard_now")] for name in order if name in buckets
-    ]
+        [name, *([share(buckets[name], "guard_then")] if baseline else []), share(buckets[name], "guard"),
+         share(buckets[name], "guard_now")]
+        for name in order
+        if name in buckets
+    ]  # fmt: skip
     per_log = [
-        [name, str(len(group)), share(group, "guard"), share(group, "guard_now")]
+        [
+            name,
+            str(len(group)),
+            *([share(group, "guard_then")] if baseline else []),
+            share(group, "guard"),
+            share(group, "guard_now"),
+        ]
         for name in sorted({record["log"] for record in records})
         for group in [[record for record in records if record["log"] == name]]
     ]
     kind_rows = []
     for guard in ("facts", "invented"):
-        then, current = named_kinds(records, guard, "guard"), named_kinds(records, guard, "guard_now")
-        for kind in sorted(set(then) | set(current)):
-            kind_rows.append([guard, kind, str(then[kind]), str(current[kind])])
+        built_kinds, current = named_kinds(records, guard, "guard"), named_kinds(records, guard, "guard_now")
+        for kind in sorted(set(built_kinds) | set(current)):
+            kind_rows.append([guard, kind, str(built_kinds[kind]), str(current[kind])])
     lines = [
         "# Which guard rejects which model summaries",
         "",
@@ -157,15 +203,15 @@ def report(records: list[dict[str, Any]], logs: list[Path]) -> tuple[str, dict[s
         "",
         "## Rejections per guard (the first guard a reply fails names it)",
         "",
-        *markdown_table(["guard", "when built", "now"], guard_rows),
+        *markdown_table(["guard", *then_header, "when built", "now"], guard_rows),
         "",
         "## Per log (each tree's log says which commit's guards judged it when built)",
         "",
-        *markdown_table(["log", "replies", "rejected when built", "rejected now"], per_log),
+        *markdown_table(["log", "replies", *then_header, "rejected when built", "rejected now"], per_log),
         "",
         "## Rejected share by the size of the merge",
         "",
-        *markdown_table(["merge", "when built", "now"], size_rows),
+        *markdown_table(["merge", *then_header, "when built", "now"], size_rows),
         "",
         "## What the fact guards named (counted per word named)",
         "",
@@ -177,6 +223,7 @@ def report(records: list[dict[str, Any]], logs: list[Path]) -> tuple[str, dict[s
         "logs": sorted(path.name for path in logs),
         "built": dict(built),
         "now": dict(now),
+        "baseline": {"commit": baseline_commit, "rejected": dict(then)} if baseline else None,
         "by_size": {row[0]: row[1:] for row in size_rows},
         "per_log": {row[0]: row[1:] for row in per_log},
         "named_kinds": [dict(zip(("guard", "kind", "built", "now"), row, strict=True)) for row in kind_rows],
@@ -201,12 +248,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None, help="directory for <name>.md and <name>.json")
     parser.add_argument("--name", default="summary_guard_audit")
     parser.add_argument("--show", type=int, default=0, help="print this many rejected replies per guard")
+    parser.add_argument("--baseline-commit", default=None, help="also judge the replies with this commit's guards")
     args = parser.parse_args(argv)
     records = read_logs(args.logs)
     if not records:
         raise SystemExit("the logs hold no replies (was the tree built with a guarded model?)")
-    recheck(records)
-    text, data = report(records, list(args.logs))
+    recheck(records, guards_at(args.baseline_commit) if args.baseline_commit else None)
+    text, data = report(records, list(args.logs), args.baseline_commit)
     print(text)
     if args.show:
         show(records, args.show)

@@ -460,8 +460,7 @@ class LLMAggregator(Aggregator):
             clean_reply(completion.text),
             summary=summary,
             new_texts=new_texts,
-            prompt=self.build_prompt(summary, new_texts, count),
-            instructions=self.build_prompt("", [], count + len(new_texts)).replace(_NO_SUMMARY, ""),
+            **self.guard_context(summary, new_texts, count),
             truncated=completion.truncated,
             max_words=self.max_words,
         )
@@ -469,6 +468,14 @@ class LLMAggregator(Aggregator):
             reply = GuardedReply(summary, tuple(new_texts), count, completion.text, completion.truncated, verdict)
             self.on_reply(reply)
         return verdict
+
+    def guard_context(self, summary: str, new_texts: Sequence[str], count: int) -> dict[str, str]:
+        """What the echo guard compares a reply with: the exact ``prompt`` sent, and the
+        ``instructions`` (the prompt without its inputs)."""
+        return {
+            "prompt": self.build_prompt(summary, new_texts, count),
+            "instructions": self.build_prompt("", [], count + len(new_texts)).replace(_NO_SUMMARY, ""),
+        }
 
     def _reject(self, verdict: GuardVerdict) -> None:
         """Count the failed guard; in strict mode raise, else count the fallback."""

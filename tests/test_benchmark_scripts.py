@@ -226,3 +226,26 @@ def test_locomo_llm_retrieval_reads_saved_trees_and_checkpoints(tmp_path: Path) 
     halves = json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))["halves"]
     tuning = halves["model-written, tuning"]
     assert tuning["turns"] == 3 and tuning["trees"][0]["state"] == "building: 1 sessions checkpointed"
+
+
+def test_summary_guard_audit_rejudges_logged_replies_with_todays_and_a_past_commits_guards(tmp_path: Path) -> None:
+    """The audit reads --keep-trees reply logs and judges each reply again, without a
+    model: with the guards of this checkout and, named by commit, of another."""
+    base = {"summary": "", "count": 0, "truncated": False, "guard": None, "reason": None}
+    new_texts = ["8 May, 2023 Caroline: Gonna study counseling at Harvard.", "8 May, 2023 Mel: Great!"]
+    log = tmp_path / "conv__abc.replies.jsonl"
+    faithful = "On 8 May 2023 Caroline told Mel she will study counseling at Harvard"
+    lines = [
+        {**base, "new_texts": new_texts, "reply": faithful + "."},
+        {**base, "new_texts": new_texts, "reply": faithful + " with Ana."},  # a name no input has
+    ]
+    log.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    command = [sys.executable, str(ROOT / "benchmarks" / "summary_guard_audit.py"), str(log),
+               f"--baseline-commit={head}", f"--out={tmp_path}", "--name=audit"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    subprocess.run(command, check=True, cwd=ROOT, env=env, capture_output=True, timeout=300)
+    data = json.loads((tmp_path / "audit.json").read_text(encoding="utf-8"))
+    assert data["replies"] == 2 and data["now"] == {"invented": 1}
+    assert data["baseline"]["commit"] == head and data["baseline"]["rejected"] == {"invented": 1}
+    assert "| **rejected in all** | 1/2 (50%) | 0/2 (0%) | 1/2 (50%) |" in (tmp_path / "audit.md").read_text()
