@@ -110,6 +110,7 @@ def build_facts(folder: Path, recipe: TreeRecipe, conversations: Sequence[Conver
                 checked=data["quality"].get("summaries_checked", 0),
                 fallbacks=data["quality"].get("summary_fallbacks", 0),
                 stale=data["quality"].get("stale_summaries", 0),
+                invention=data["quality"].get("invention", 0.0),
                 seconds=sum(data["insert_seconds"]),
             )
         else:
@@ -213,11 +214,13 @@ def render(halves: dict[str, dict[str, Any]], environment: list[str], recipe: Tr
         if "trees" in half:
             lines += markdown_table(
                 ["conversation", "tree", "model replies checked", "replaced (guard failed)", "by guard", "stale",
-                 "build s", "tree sha256"],
+                 "summaries stating an invented name or number", "build s", "tree sha256"],
                 [
                     [t["conversation"], t["state"], f"{t['checked']:.0f}", f"{t['fallbacks']:.0f}",
                      ", ".join(f"{g} {n}" for g, n in sorted(t["guards"].items())) or "–",
-                     f"{t.get('stale', 0):.0f}", f"{t['seconds']:.0f}", (t.get("sha256") or "–")[:16]]
+                     f"{t.get('stale', 0):.0f}",
+                     f"{t['invention']:.1%}" if "invention" in t else "–",
+                     f"{t['seconds']:.0f}", (t.get("sha256") or "–")[:16]]
                     for t in half["trees"]
                 ],
                 numeric_from=2,
