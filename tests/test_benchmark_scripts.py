@@ -249,3 +249,52 @@ def test_summary_guard_audit_rejudges_logged_replies_with_todays_and_a_past_comm
     assert data["replies"] == 2 and data["now"] == {"invented": 1}
     assert data["baseline"]["commit"] == head and data["baseline"]["rejected"] == {"invented": 1}
     assert "| **rejected in all** | 1/2 (50%) | 0/2 (0%) | 1/2 (50%) |" in (tmp_path / "audit.md").read_text()
+
+
+def test_locomo_reader_scores_each_rows_answers_and_never_asks_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Item 4's reader on a tiny conversation, with a stand-in reader that answers with
+    the first words of its context: every row is scored with LoCoMo's F1 and with
+    containment, and a rerun finds every reply in the cache."""
+    import importlib.util
+
+    from memtree.llm import CallableChatModel
+    from memtree_bench.answer_f1 import contains, f1
+    from tests.cli_runner import memtree, ok
+    from tests.test_bench_locomo import QA, SESSIONS
+
+    data = tmp_path / "locomo_small.json"
+    conversation = {"speaker_a": "Ana", "speaker_b": "Ben", **SESSIONS}
+    data.write_text(json.dumps([{"sample_id": "tiny-1", "conversation": conversation, "qa": QA}]), encoding="utf-8")
+    trees = tmp_path / "trees"
+    build = ("--embedder", "hashing", "--aggregation", "deferred", "--no-paper", "--no-raptor", "--no-qa")
+    ok(memtree("bench", "locomo", "--data", data, *build, "--keep-trees", trees, "--out", tmp_path, embedder=None))
+    spec = importlib.util.spec_from_file_location("locomo_reader", ROOT / "benchmarks" / "locomo_reader.py")
+    assert spec is not None and spec.loader is not None
+    reader = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "locomo_reader", reader)  # its dataclasses look their module up
+    spec.loader.exec_module(reader)
+    prompts: list[str] = []
+
+    def first_words(prompt: str) -> str:
+        prompts.append(prompt)
+        context = prompt.split("Memory excerpts:\n", 1)[1]
+        return " ".join(context.split()[:12])
+
+    args = [f"--data={data}", f"--saved-trees={trees}", "--saved-aggregator=extractive", "--conversations=0",
+            f"--replies={tmp_path / 'replies.jsonl'}", f"--cache={tmp_path / 'cache'}", "--embedder=hashing",
+            f"--out={tmp_path}", "--name=reader"]  # fmt: skip
+    reader.main(args, model=CallableChatModel(first_words))
+    asked = len(prompts)
+    assert 0 < asked <= 4 * len(reader.ROWS)  # a context two rows share is read once
+    rows = json.loads((tmp_path / "reader.json").read_text(encoding="utf-8"))["rows"]
+    assert set(rows) == set(reader.ROWS) and all(row["questions"] == 4 for row in rows.values())
+    assert "f1_minus_flat_hybrid" in rows["memtree (default: a summary hit delivers its best leaves)"]
+    reader.main(args, model=CallableChatModel(first_words))
+    assert len(prompts) == asked  # every reply came from the cache
+    assert "| flat hybrid | 4 |" in (tmp_path / "reader.md").read_text(encoding="utf-8")
+    # LoCoMo's F1: stemmed tokens, articles dropped; multi-hop parts matched one by one.
+    assert f1("Pepper, a greyhound", "greyhound named Pepper", 4) == 0.8
+    assert f1("painting, pottery", "pottery, camping, painting", 1) == 2 / 3
+    assert contains("She ran on 7 May 2023.", "7 May 2023") == 1.0 and contains("May 2023", "7 May 2023") == 0.0
