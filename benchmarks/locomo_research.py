@@ -46,6 +46,7 @@ from memtree.digest import DigestAggregator  # noqa: E402
 from memtree.embed import Embedder, Matrix  # noqa: E402
 from memtree.lexical import lexical_tokens  # noqa: E402
 from memtree.retrieval import SUMMARY_WEIGHT  # noqa: E402
+from memtree.summary_hits import LEAF_ALLOWANCE, SUMMARY_HIT_WEIGHT  # noqa: E402
 from memtree.text import (  # noqa: E402
     count_tokens,
     count_words,
@@ -67,7 +68,10 @@ from memtree_bench.saved_trees import SavedTrees, TreeRecipe  # noqa: E402
 BUDGETS: tuple[int, ...] = (250, 500, 1000, 2000)
 WEIGHT = MemTreeConfig().lexical_weight
 DEFAULT_ROW = f"collapsed, summaries x {SUMMARY_WEIGHT}, a summary delivers its text (the previous default)"
-POINTER_ROW = f"summaries x {SUMMARY_WEIGHT}, a summary hit delivers its best leaves (the engine default)"
+POINTER_ROW = (
+    f"summaries x {SUMMARY_HIT_WEIGHT}, a summary hit delivers its best leaves up to {LEAF_ALLOWANCE:g}x "
+    "its length (the engine default)"
+)
 
 
 # -- embeddings cached on disk ------------------------------------------------------------
@@ -865,7 +869,7 @@ def variant_table(embedder: DiskCachedEmbedder) -> dict[str, dict[str, Variant]]
             "leaves only (hybrid)": leaves_only(),
             "collapsed, summaries x 1 (the previous default)": collapsed(),
             DEFAULT_ROW: collapsed(gamma=SUMMARY_WEIGHT),
-            POINTER_ROW: pointer(SUMMARY_WEIGHT),
+            POINTER_ROW: pointer(SUMMARY_HIT_WEIGHT, scale=LEAF_ALLOWANCE),
         },
         "gamma": {
             f"summaries x {g}": collapsed(gamma=g)
@@ -919,9 +923,11 @@ def variant_table(embedder: DiskCachedEmbedder) -> dict[str, dict[str, Variant]]
             "leaves only, lexical 0.5": leaves_only(0.5),
             "leaves only, lexical 0.2": leaves_only(0.2),
         },
-        "pointer": {POINTER_ROW: pointer(SUMMARY_WEIGHT)},
+        "pointer": {POINTER_ROW: pointer(SUMMARY_HIT_WEIGHT, scale=LEAF_ALLOWANCE)},
         "gist": {
-            f"pointer x {SUMMARY_WEIGHT} under a {words}-word gist of the summary": pointer(SUMMARY_WEIGHT, gist=words)
+            f"pointer x {SUMMARY_HIT_WEIGHT} under a {words}-word gist of the summary": pointer(
+                SUMMARY_HIT_WEIGHT, scale=LEAF_ALLOWANCE, gist=words
+            )
             for words in (12, 25)
         },
         "pointer tuning": {
@@ -1067,7 +1073,7 @@ def check_against_engine(scene_path: Path, scene: Scene, queries: list[Query], e
     with MemTree(embedder=embedder, aggregator=ExtractiveAggregator(embedder)) as memory:
         memory.import_jsonl(scene_path)
         checks: list[tuple[str, Variant, dict[str, Any]]] = [
-            ("default (summary hits deliver leaves)", pointer(SUMMARY_WEIGHT), {}),
+            ("default (summary hits deliver leaves)", pointer(SUMMARY_HIT_WEIGHT, scale=LEAF_ALLOWANCE), {}),
             ("summary text", collapsed(gamma=SUMMARY_WEIGHT), {"summary_hits": "text"}),
             ("leaves only", leaves_only(), {"leaves_only": True}),
         ]

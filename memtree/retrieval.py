@@ -43,7 +43,7 @@ from memtree.node import ROOT_ID, RetrievedNode, Vector
 from memtree.replica import Replica
 from memtree.spare_core import IN_TURN, SEARCHES, Overlap
 from memtree.state import TreeState
-from memtree.summary_hits import best_leaves_under, check_summary_hits
+from memtree.summary_hits import LEAF_ALLOWANCE, SUMMARY_HIT_WEIGHT, best_leaves_under, check_summary_hits
 from memtree.text import fold, require_text, split_sentences
 from memtree.where import Selection, Where, parse_where
 
@@ -138,12 +138,14 @@ def rank_collapsed(
     filters: Filters,
     lexical: LexicalQuery | None = None,
     overlap: Overlap | None = None,
+    summary_weight: float = SUMMARY_WEIGHT,
 ) -> Ranked:
     """The best nodes among those the filters allow, by cosine similarity or, when
     ``lexical`` is given, by ``(cosine + weight * BM25 / best BM25) / (1 + weight)``:
     the same ranking as the plain sum, on the scale of cosine (an exact match of
     text and words scores 1), so thresholds keep their meaning. Hybrid ranking then
-    multiplies each summary's score by :data:`SUMMARY_WEIGHT`.
+    multiplies each summary's score by ``summary_weight`` (:data:`SUMMARY_WEIGHT`, or
+    :data:`memtree.summary_hits.SUMMARY_HIT_WEIGHT` when a summary hit delivers leaves).
 
     Hybrid ranking fuses two candidate lists, as hybrid search engines do: the
     ``limit`` best nodes by cosine (one vector search) and the ``limit`` best
@@ -177,7 +179,7 @@ def rank_collapsed(
     allowed = (lambda node_id: _allowed(state, node_id, filters, selection)) if filters.active else None
     if overlap is None:
         overlap = SEARCHES if len(index) >= OVERLAP_MIN_NODES else IN_TURN
-    return _rank_hybrid(index, state, query, limit, mask, allowed, lexical, overlap)
+    return _rank_hybrid(index, state, query, limit, mask, allowed, lexical, overlap, summary_weight)
 
 
 def _rank_hybrid(
@@ -189,6 +191,7 @@ def _rank_hybrid(
     allowed: Callable[[str], bool] | None,
     lexical: LexicalQuery,
     overlap: Overlap,
+    summary_weight: float = SUMMARY_WEIGHT,
 ) -> Ranked:
     """The union of the ``limit`` best nodes by cosine and by BM25, scored and
     discounted as :func:`rank_collapsed` says, best first (ties by id).
@@ -208,7 +211,7 @@ def _rank_hybrid(
 
     dense, (prepared, hits, hit_similarities) = overlap.run(vector_search, word_search)
     if not hits or hits[0][1] <= 0:  # no node shares a word with the query
-        return _discounted(index, dense)
+        return _discounted(index, dense, summary_weight)
     similarities = dict(zip((node_id for node_id, _ in hits), hit_similarities, strict=True))
     similarities.update(dense)  # where both found a node, the vector search's own cosine
     lexical_scores = dict(hits)
@@ -220,13 +223,13 @@ def _rank_hybrid(
         (node_id, (similarity + weight * (lexical_scores[node_id] / peak)) * scale)
         for node_id, similarity in similarities.items()
     ]
-    return _discounted(index, fused)
+    return _discounted(index, fused, summary_weight)
 
 
-def _discounted(index: VectorIndex, ranked: Ranked) -> Ranked:
-    """Summaries' scores times :data:`SUMMARY_WEIGHT`, best first (ties by id)."""
+def _discounted(index: VectorIndex, ranked: Ranked, summary_weight: float = SUMMARY_WEIGHT) -> Ranked:
+    """Summaries' scores times ``summary_weight``, best first (ties by id)."""
     leaves = index.leaf_flags([node_id for node_id, _ in ranked])
-    weights = np.where(leaves, 1.0, SUMMARY_WEIGHT).tolist()
+    weights = np.where(leaves, 1.0, summary_weight).tolist()
     weighed = [(node_id, score * weight) for (node_id, score), weight in zip(ranked, weights, strict=True)]
     weighed.sort(key=lambda pair: (-pair[1], pair[0]))
     return weighed
@@ -342,7 +345,7 @@ def _ranked_and_packed(
     taken = {node_id for node_id, _ in lead}
     limit = first_limit(packing.k)
     while True:
-        ranked = rank_collapsed(index, state, query, limit, filters, lexical)
+        ranked = rank_collapsed(index, state, query, limit, filters, lexical, summary_weight=_weight(packing))
         combined = [*lead, *(pair for pair in ranked if pair[0] not in taken)] if lead else ranked
         gated = _gated(index, state, query, combined, packing)
         results, exhausted = pack(state, gated, packing, filters.hidden, leaves_of)
@@ -382,7 +385,7 @@ def _gate_closed(ranked: Ranked, packing: Packing, lexical: LexicalQuery | None)
     through must not widen the search to the whole memory).
 
     A hybrid score ``s`` bounds the cosine: ``cosine <= s * (1 + w)`` for a leaf, and
-    ``/ SUMMARY_WEIGHT`` more for a summary, since the BM25 part is never negative."""
+    ``/`` the summary weight more for a summary, since the BM25 part is never negative."""
     if not ranked:
         return True
     last = ranked[-1][1]
@@ -393,7 +396,12 @@ def _gate_closed(ranked: Ranked, packing: Packing, lexical: LexicalQuery | None)
     if lexical is None or lexical.weight <= 0:
         return last < packing.min_similarity
     widest = last * (1.0 + lexical.weight)
-    return max(widest, widest / SUMMARY_WEIGHT) < packing.min_similarity
+    return max(widest, widest / _weight(packing)) < packing.min_similarity
+
+
+def _weight(packing: Packing) -> float:
+    """What hybrid collapsed ranking multiplies a summary's score by for this packing."""
+    return SUMMARY_HIT_WEIGHT if packing.summary_hits == "leaves" else SUMMARY_WEIGHT
 
 
 def _gated(index: VectorIndex, state: TreeState, query: Vector, ranked: Ranked, packing: Packing) -> Ranked:
@@ -608,7 +616,7 @@ def pack(
             if not packer.add(node_id, score):
                 return packer.results, False
             continue
-        allowance, spent = packing.count_tokens(node.text), 0
+        allowance, spent = LEAF_ALLOWANCE * packing.count_tokens(node.text), 0
         for leaf_id, leaf_score in leaves_of(node_id):
             if spent >= allowance:
                 break

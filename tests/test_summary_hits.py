@@ -10,6 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memtree import HashingEmbedder, MemTree, MemTreeConfig, RetrievedNode
+from memtree.retrieval import SUMMARY_WEIGHT
+from memtree.summary_hits import LEAF_ALLOWANCE, SUMMARY_HIT_WEIGHT
 from memtree.text import count_tokens
 
 TEXTS = [
@@ -37,22 +39,26 @@ def build(**options: object) -> MemTree:
 
 
 def pointer_by_hand(memory: MemTree, query: str, k: int) -> list[tuple[str, str | None]]:
-    """The default packing written out: walk the ranking that summaries-as-text gives
-    (every node, its own score); a leaf is delivered, a summary brings its leaves
-    not yet delivered, best first, until they cost its own text's tokens."""
-    ranking = memory.retrieve(query, k=1000, min_score=-1.0, summary_hits="text")
-    score = {r.id: r.score for r in ranking}
+    """The default packing written out: rank every node by its own score (hybrid, a
+    summary's discounted by SUMMARY_HIT_WEIGHT); a leaf is delivered, a summary brings
+    its leaves not yet delivered, best first, until they cost LEAF_ALLOWANCE times its
+    own text's tokens."""
+    as_text = memory.retrieve(query, k=1000, min_score=-1.0, summary_hits="text")  # summaries x SUMMARY_WEIGHT
+    hybrid = memory.config.lexical_weight > 0
+    own = {r.id: r.score / (1.0 if r.is_leaf or not hybrid else SUMMARY_WEIGHT) for r in as_text}
+    ranked = {r.id: own[r.id] * (1.0 if r.is_leaf or not hybrid else SUMMARY_HIT_WEIGHT) for r in as_text}
+    order = sorted(as_text, key=lambda r: -round(ranked[r.id], 9))  # stable: ties keep the engine's order
     delivered: list[tuple[str, str | None]] = []
     given: set[str] = set()
-    for result in ranking:
+    for result in order:
         if result.is_leaf:
             if result.id not in given:
                 delivered.append((result.id, None))
                 given.add(result.id)
         else:
             spent = 0
-            for leaf in sorted(memory.leaf_ids_under(result.id), key=lambda i: (-score[i], i)):
-                if spent >= count_tokens(result.text):
+            for leaf in sorted(memory.leaf_ids_under(result.id), key=lambda i: (-own[i], i)):
+                if spent >= LEAF_ALLOWANCE * count_tokens(result.text):
                     break
                 if leaf not in given:
                     delivered.append((leaf, result.id))
