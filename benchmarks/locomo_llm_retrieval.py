@@ -205,7 +205,9 @@ def render(halves: dict[str, dict[str, Any]], environment: list[str], recipe: Tr
         f"Saved trees: recipe {recipe.key} ({json.dumps(recipe.describe())}). Metric: evidence recall "
         "(design.md §5) at each word budget; answer recall at 500 words for categories 1 and 4. "
         f"The default row is `{research.POINTER_ROW}`; `{research.DEFAULT_ROW}` is what memtree delivered "
-        "before.",
+        "before. Protocol: the default was chosen on the tuning rows (the model-written tuning trees and the "
+        "extractive trees of conversations 0-4) before any held-out row was scored; a held-out tree still being "
+        "built is scored on the sessions its last checkpoint holds, which the tree table says.",
         "",
     ]
     for label, half in halves.items():

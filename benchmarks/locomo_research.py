@@ -867,7 +867,7 @@ def variant_table(embedder: DiskCachedEmbedder) -> dict[str, dict[str, Variant]]
             "flat dense, de-dup packing": flat_dense(dedup=True),
             "flat hybrid": flat_hybrid(),
             "leaves only (hybrid)": leaves_only(),
-            "collapsed, summaries x 1 (the previous default)": collapsed(),
+            "collapsed, summaries x 1 (the default before x 0.85)": collapsed(),
             DEFAULT_ROW: collapsed(gamma=SUMMARY_WEIGHT),
             POINTER_ROW: pointer(SUMMARY_HIT_WEIGHT, scale=LEAF_ALLOWANCE),
         },
