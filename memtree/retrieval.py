@@ -366,13 +366,21 @@ def _leaves_of(
     ``None`` when summaries deliver their own text (or cannot rank at all)."""
     if packing.summary_hits != "leaves" or filters.leaves_only:
         return None
-    scorer = _node_scorer(index, state, query, lexical)
+    scorers: list[Callable[[list[str]], npt.NDArray[np.float32]]] = []
+
+    def score(node_ids: list[str]) -> list[float]:
+        # Made when a summary is first delivered: most retrievals deliver none, and
+        # the scorer's BM25 peak costs a search.
+        if not scorers:
+            scorers.append(_node_scorer(index, state, query, lexical))
+        return scorers[0](node_ids).tolist()
+
     selection = state.leaves_matching(filters.where) if filters.where else None
     return best_leaves_under(
         index,
         state,
         query,
-        lambda node_ids: scorer(node_ids).tolist(),
+        score,
         lambda node_id: _allowed(state, node_id, filters, selection),
         packing.min_score,
         packing.min_similarity,
@@ -464,6 +472,7 @@ def newer_first(
     cosines = vectors @ vectors.T
     when = {i: _when(state, results[i].id) for i in leaves}
     quoted: dict[int, list[str]] = {}
+    below: dict[str, frozenset[str]] = {}
     order = list(range(len(results)))
     moved: set[int] = set()
     for older in leaves:
@@ -474,7 +483,8 @@ def newer_first(
             candidate = results[newer]
             # A leaf that a summary above the older one brought in was delivered for
             # that summary's match, not its own score: the margin does not apply.
-            covered = candidate.found_by is not None and results[older].id in _leaf_set(state, candidate.found_by)
+            via = candidate.found_by
+            covered = via is not None and results[older].id in _leaf_set(state, via, below)
             if not covered and candidate.score < results[older].score - margin:
                 continue
             cosine = float(cosines[older, newer])
@@ -500,8 +510,11 @@ def newer_first(
     results[:] = [results[i] for i in order]
 
 
-def _leaf_set(state: TreeState, summary_id: str) -> frozenset[str]:
-    return frozenset(state.leaf_ids_under(summary_id)) if summary_id in state.nodes else frozenset()
+def _leaf_set(state: TreeState, summary_id: str, known: dict[str, frozenset[str]]) -> frozenset[str]:
+    """The leaves below a summary, each summary's looked up once per call (``known``)."""
+    if summary_id not in known:
+        known[summary_id] = frozenset(state.leaf_ids_under(summary_id)) if summary_id in state.nodes else frozenset()
+    return known[summary_id]
 
 
 def _when(state: TreeState, node_id: str) -> float:

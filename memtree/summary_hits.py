@@ -69,7 +69,14 @@ def best_leaves_under(
     score and cosine, so a summary never brings in a leaf that would have been cut
     had it ranked by itself."""
 
+    known: dict[str, Ranked] = {}  # a retrieval that widens its search packs again
+
     def leaves_of(summary_id: str) -> Ranked:
+        if summary_id not in known:
+            known[summary_id] = _best(summary_id)
+        return known[summary_id]
+
+    def _best(summary_id: str) -> Ranked:
         leaves = [leaf for leaf in state.leaf_ids_under(summary_id) if allowed(leaf)]
         if not leaves:
             return []
