@@ -139,9 +139,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--data", type=Path, required=True, help="locomo10.json")
     parser.add_argument("--saved-trees", type=Path, required=True, help="--keep-trees folder of the model's trees")
-    parser.add_argument("--saved-model", default="llama-cpp:qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
-    parser.add_argument("--saved-aggregator", default="llm", choices=("llm", "extractive"))
-    parser.add_argument("--saved-aggregation", default="deferred", choices=("eager", "deferred"))
+    research.add_saved_recipe_options(parser)
     parser.add_argument("--tune", default="0,1", help="conversations the default was chosen on")
     parser.add_argument("--held-out", default="8,9", help="conversations reported once")
     parser.add_argument("--extractive", default="0-9", help="conversations scored on extractive trees too ('' none)")
@@ -156,8 +154,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     cache = args.cache / args.embedder
     embedder = research.make_embedder(args.embedder, cache)
     variants = research.choose(research.variant_table(embedder), args.variants)
-    model = args.saved_model if args.saved_aggregator == "llm" else None
-    recipe = TreeRecipe.of({}, args.saved_aggregator, model, args.saved_aggregation)
+    recipe = research.saved_recipe(args)
     command = ["python", "benchmarks/locomo_llm_retrieval.py", *(sys.argv[1:] if argv is None else argv)]
     environment = machine_lines(machine_info(command, extra_versions=("sentence_transformers",)))
     halves: dict[str, dict[str, Any]] = {}

@@ -48,7 +48,6 @@ from memtree_bench.locomo import CATEGORY_NAMES, Conversation, load_locomo, sele
 from memtree_bench.metrics import context_at_budget  # noqa: E402
 from memtree_bench.qa import EMPTY_CONTEXT, READER_PROMPT, READER_PROMPT_VERSION  # noqa: E402
 from memtree_bench.report import machine_info, machine_lines, markdown_table  # noqa: E402
-from memtree_bench.saved_trees import TreeRecipe  # noqa: E402
 
 ROWS = {
     "flat hybrid": "flat hybrid",
@@ -213,9 +212,7 @@ def main(argv: Sequence[str] | None = None, model: ChatModel | None = None) -> N
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--data", type=Path, required=True, help="locomo10.json")
     parser.add_argument("--saved-trees", type=Path, required=True, help="--keep-trees folder")
-    parser.add_argument("--saved-model", default="llama-cpp:qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
-    parser.add_argument("--saved-aggregator", default="llm", choices=("llm", "extractive"))
-    parser.add_argument("--saved-aggregation", default="deferred", choices=("eager", "deferred"))
+    research.add_saved_recipe_options(parser)
     parser.add_argument("--conversations", default="8,9", help="held-out conversations")
     parser.add_argument("--llm", default=None, help="the reader: llama-cpp:PATH or openai[:MODEL]")
     parser.add_argument("--replies", type=Path, required=True, help="JSON Lines cache of the reader's replies")
@@ -233,8 +230,7 @@ def main(argv: Sequence[str] | None = None, model: ChatModel | None = None) -> N
         model = make_reader(args.llm)
     cache_dir = args.cache / args.embedder
     embedder = research.make_embedder(args.embedder, cache_dir)
-    saved_model = args.saved_model if args.saved_aggregator == "llm" else None
-    recipe = TreeRecipe.of({}, args.saved_aggregator, saved_model, args.saved_aggregation)
+    recipe = research.saved_recipe(args)
     conversations: list[Conversation] = select_conversations(load_locomo(args.data), args.conversations)
     scenes = []
     for conversation in conversations:

@@ -217,6 +217,22 @@ def saved_tree(
     return partial, first_sessions(conversation, sessions)
 
 
+def add_saved_recipe_options(parser: argparse.ArgumentParser) -> None:
+    """The options that name which saved trees to read (their recipe): the scripts
+    that read ``--keep-trees`` folders share them."""
+    parser.add_argument(
+        "--saved-model", default="llama-cpp:qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", help="their --llm model name"
+    )
+    parser.add_argument("--saved-aggregator", default="llm", choices=("llm", "extractive"))
+    parser.add_argument("--saved-aggregation", default="deferred", choices=("eager", "deferred"))
+
+
+def saved_recipe(args: argparse.Namespace) -> TreeRecipe:
+    """The recipe :func:`add_saved_recipe_options` named (the defaults' tree)."""
+    model = args.saved_model if args.saved_aggregator == "llm" else None
+    return TreeRecipe.of({}, args.saved_aggregator, model, args.saved_aggregation)
+
+
 def make_embedder(kind: str, cache: Path) -> DiskCachedEmbedder:
     """``local`` (all-MiniLM-L6-v2, what the reports use) or ``hashing`` (tests)."""
     from memtree.embed import HashingEmbedder, LocalEmbedder
@@ -1258,10 +1274,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=None,
         help="read the trees memtree bench locomo --keep-trees saved here (or their last checkpoint) instead",
     )
-    parser.add_argument(
-        "--saved-model", default="llama-cpp:qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", help="their --llm model name"
-    )
-    parser.add_argument("--saved-aggregation", default="deferred", choices=("eager", "deferred"))
+    add_saved_recipe_options(parser)
     parser.add_argument("--variants", default="all", help="groups or variant names, comma separated")
     parser.add_argument("--check", action="store_true", help="compare with the engine's retrieve first")
     parser.add_argument("--build-only", action="store_true", help="only build the cached trees")
@@ -1276,7 +1289,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     command = ["python", "benchmarks/locomo_research.py", *(sys.argv[1:] if argv is None else argv)]
     info = machine_info(command, extra_versions=("sentence_transformers", "torch"))
     if args.saved_trees is not None:
-        recipe = TreeRecipe.of({}, "llm", args.saved_model, args.saved_aggregation)
+        recipe = saved_recipe(args)
         saved = [saved_tree(cache, args.saved_trees, recipe, c, embedder) for c in conversations]
         paths, conversations = [path for path, _ in saved], [c for _, c in saved]
         kind = TreeKind(f"saved {recipe.key} ({args.saved_model}, {args.saved_aggregation})")
