@@ -166,3 +166,13 @@ def test_a_call_queued_behind_a_long_one_gets_its_whole_timeout() -> None:
     first.join(30)
     second.join(30)
     assert replies == ["ok", "ok"]
+
+
+@needs_model
+def test_n_threads_also_bounds_the_threads_that_read_the_prompt(model: LlamaCppChatModel) -> None:
+    # llama-cpp-python reads prompts on every core unless told; two single-thread
+    # processes on two cores then spun four threads and ran 3-4x slower
+    assert model._llama.context_params.n_threads == 1
+    assert model._llama.context_params.n_threads_batch == 1
+    chosen = LlamaCppChatModel(MODEL_PATH, n_threads=1, n_ctx=512, model_options={"n_threads_batch": 2})
+    assert chosen._llama.context_params.n_threads_batch == 2

@@ -74,7 +74,10 @@ class LlamaCppChatModel(ChatModel):
     The model's own chat template formats the prompt. ``max_tokens`` caps every
     reply (a reply cut at the cap is marked :attr:`~memtree.llm.Completion.truncated`);
     ``temperature=0`` and a fixed ``seed`` make runs repeatable. ``n_threads``
-    defaults to ``$MEMTREE_LLAMA_CPP_THREADS`` or llama.cpp's choice; ``model_options``
+    defaults to ``$MEMTREE_LLAMA_CPP_THREADS`` or llama.cpp's choice; when given, it
+    also bounds the threads that read the prompt (llama-cpp-python would use every
+    core there, and two processes on two cores then made each call 3-4x slower);
+    ``model_options``
     go to ``llama_cpp.Llama`` (``{"n_gpu_layers": -1}``).
 
     One llama.cpp context serves one call at a time, so calls from a memory's worker
@@ -124,8 +127,8 @@ class LlamaCppChatModel(ChatModel):
             self.retry = retry
         llama_cpp = _import_llama_cpp()
         options: dict[str, Any] = {"n_ctx": n_ctx, "seed": seed, "verbose": False, **(model_options or {})}
-        if n_threads is not None:
-            options["n_threads"] = n_threads
+        if n_threads is not None:  # llama-cpp-python reads prompts on every core unless told otherwise
+            options = {"n_threads": n_threads, "n_threads_batch": n_threads, **options}
         try:
             self._llama = llama_cpp.Llama(model_path=self.model, **options)
         except ValueError as error:  # llama.cpp's "Failed to load model from file"
