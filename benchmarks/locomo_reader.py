@@ -74,21 +74,25 @@ class ReplyCache:
     def key(model: str, prompt: str) -> str:
         return hashlib.sha256(f"{model}\n{prompt}".encode()).hexdigest()
 
-    def answer(self, model: ChatModel, prompt: str) -> str:
+    def answer(self, model: ChatModel, prompt: str, *, ask: bool = True) -> str | None:
+        """The cached reply, else the model's (``ask=False``: else ``None``)."""
         key = self.key(model.name, prompt)
         if key not in self.replies:
+            if not ask:
+                return None
             reply = model.complete(prompt).text.strip()
             self.replies[key] = reply
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("a", encoding="utf-8") as stream:
+            with self.path.open("a", encoding="utf-8") as stream:  # one write per line: shards may share the file
                 stream.write(json.dumps({"key": key, "model": model.name, "reply": reply}) + "\n")
         return self.replies[key]
 
 
 @dataclass
 class RowScores:
-    """Per question, in one order for every row: category, F1, containment."""
+    """Per question read: its id, category, F1, containment."""
 
+    questions: list[str] = field(default_factory=list)
     categories: list[int] = field(default_factory=list)
     f1: list[float] = field(default_factory=list)
     contained: list[float] = field(default_factory=list)
@@ -111,21 +115,44 @@ def read_all(
     budget: int,
     embedder: research.DiskCachedEmbedder,
     max_questions: int | None = None,
+    shard: tuple[int, int] = (0, 1),
+    ask: bool = True,
 ) -> dict[str, RowScores]:
-    """Every row's context for every question, read by ``model``, scored."""
+    """Every row's context for every question, read by ``model``, scored.
+
+    Rows are read one after another (all of flat hybrid's questions first), so a run
+    stopped early has whole rows. ``shard=(k, n)`` reads only every n-th question
+    from the k-th on: n processes share one reply cache to fill it n times faster on
+    n cores. ``ask=False`` scores only the replies already cached; a row then leaves
+    out the questions it has no reply for (its differences pair the questions both
+    rows have)."""
     variants = research.variant_table(embedder)
     chosen = {row: next(group[name] for group in variants.values() if name in group) for row, name in ROWS.items()}
     scores = {row: RowScores() for row in ROWS}
-    for scene, queries in scenes:
-        pairs = list(zip(scene.conversation.questions, queries, strict=True))[:max_questions]
-        for question, query in pairs:
-            for row, variant in chosen.items():
+    for row, variant in chosen.items():
+        for scene, queries in scenes:
+            pairs = list(enumerate(zip(scene.conversation.questions, queries, strict=True)))[:max_questions]
+            for number, (question, query) in pairs[shard[0] :: shard[1]]:
                 context = context_at_budget(variant(scene, query), budget) or EMPTY_CONTEXT
-                reply = cache.answer(model, READER_PROMPT.format(context=context, question=question.question))
+                prompt = READER_PROMPT.format(context=context, question=question.question)
+                reply = cache.answer(model, prompt, ask=ask)
+                if reply is None:
+                    continue
+                scores[row].questions.append(f"{scene.conversation.sample_id}#{number}")
                 scores[row].categories.append(question.category)
                 scores[row].f1.append(f1(reply, question.answer, question.category))
                 scores[row].contained.append(contains(reply, question.answer))
     return scores
+
+
+def paired(got: RowScores, base: RowScores, values: str) -> list[float]:
+    """``got``'s values minus ``base``'s, over the questions both read."""
+    theirs = dict(zip(base.questions, getattr(base, values), strict=True))
+    return [
+        value - theirs[question]
+        for question, value in zip(got.questions, getattr(got, values), strict=True)
+        if question in theirs
+    ]
 
 
 def summarize(scores: dict[str, RowScores]) -> dict[str, Any]:
@@ -142,10 +169,9 @@ def summarize(scores: dict[str, RowScores]) -> dict[str, Any]:
             },
         }
         if row != BASELINE:
-            entry["f1_minus_flat_hybrid"] = bootstrap([a - b for a, b in zip(got.f1, base.f1, strict=True)])
-            entry["containment_minus_flat_hybrid"] = bootstrap(
-                [a - b for a, b in zip(got.contained, base.contained, strict=True)]
-            )
+            entry["paired_questions"] = len(paired(got, base, "f1"))
+            entry["f1_minus_flat_hybrid"] = bootstrap(paired(got, base, "f1"))
+            entry["containment_minus_flat_hybrid"] = bootstrap(paired(got, base, "contained"))
         out[row] = entry
     return out
 
@@ -171,6 +197,7 @@ def render(summary: dict[str, Any], facts: dict[str, Any], environment: list[str
             [
                 "row",
                 "questions",
+                "paired with flat hybrid",
                 "F1",
                 "containment",
                 "F1 minus flat hybrid",
@@ -181,6 +208,7 @@ def render(summary: dict[str, Any], facts: dict[str, Any], environment: list[str
                 [
                     row,
                     str(s["questions"]),
+                    str(s.get("paired_questions", "")),
                     interval(s["f1"]),
                     interval(s["containment"]),
                     interval(s["f1_minus_flat_hybrid"], signed=True) if "f1_minus_flat_hybrid" in s else "",
@@ -208,6 +236,16 @@ def make_reader(spec: str) -> ChatModel:
     return resolve_chat_model(spec)
 
 
+def parse_shard(parser: argparse.ArgumentParser, spec: str | None) -> tuple[int, int]:
+    """``"K/N"`` -> ``(K, N)`` with 0 <= K < N; no shard -> ``(0, 1)``."""
+    if spec is None:
+        return 0, 1
+    part, _, total = spec.partition("/")
+    if not (part.isdigit() and total.isdigit() and int(part) < int(total)):
+        parser.error(f"--shard must be K/N with 0 <= K < N, got {spec!r}")
+    return int(part), int(total)
+
+
 def main(argv: Sequence[str] | None = None, model: ChatModel | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--data", type=Path, required=True, help="locomo10.json")
@@ -220,9 +258,16 @@ def main(argv: Sequence[str] | None = None, model: ChatModel | None = None) -> N
     parser.add_argument("--max-questions", type=int, default=None, help="per conversation (smoke runs)")
     parser.add_argument("--cache", type=Path, default=Path("/tmp/locomo-cache"), help="embeddings")
     parser.add_argument("--embedder", default="local", choices=("local", "hashing"), help="hashing: tests only")
+    parser.add_argument(
+        "--shard", default=None, help="K/N: fill the reply cache with every N-th question from the K-th, no report"
+    )
+    parser.add_argument(
+        "--cached-only", action="store_true", help="score only the replies in --replies; ask the model nothing"
+    )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--name", default="locomo_reader")
     args = parser.parse_args(argv)
+    shard = parse_shard(parser, args.shard)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if model is None:
         if not args.llm:
@@ -238,7 +283,11 @@ def main(argv: Sequence[str] | None = None, model: ChatModel | None = None) -> N
         scene = research.Scene.load(path, cut)
         scenes.append((scene, research.queries_of(scene, embedder)))
     embedder.save()
-    scores = read_all(scenes, model, ReplyCache(args.replies), args.budget, embedder, args.max_questions)
+    cache = ReplyCache(args.replies)
+    scores = read_all(scenes, model, cache, args.budget, embedder, args.max_questions, shard, not args.cached_only)
+    if args.shard is not None:
+        print(f"shard {args.shard}: {len(scores[BASELINE].f1)} questions read into {args.replies}")
+        return
     summary = summarize(scores)
     facts = {
         "model": model.name,

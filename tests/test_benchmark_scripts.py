@@ -292,6 +292,20 @@ def test_locomo_reader_scores_each_rows_answers_and_never_asks_twice(
     reader.main(args, model=CallableChatModel(first_words))
     assert len(prompts) == asked  # every reply came from the cache
     assert "| flat hybrid | 4 |" in (tmp_path / "reader.md").read_text(encoding="utf-8")
+    # Two shards fill one cache; --cached-only scores what it holds and asks nothing.
+    half = [arg for arg in args if not arg.startswith("--replies=")] + [f"--replies={tmp_path / 'half.jsonl'}"]
+    prompts.clear()
+    reader.main([*half, "--shard=0/2"], model=CallableChatModel(first_words))
+    assert 0 < len(prompts) <= 2 * len(reader.ROWS) and not (tmp_path / "half.json").exists()
+
+    def refuses(prompt: str) -> str:
+        raise AssertionError("--cached-only asked the model")
+
+    refuses.__name__ = first_words.__name__  # the same reader's name: the cache is keyed by it
+    reader.main([*half, "--cached-only", "--name=half"], model=CallableChatModel(refuses))
+    rows = json.loads((tmp_path / "half.json").read_text(encoding="utf-8"))["rows"]
+    assert all(row["questions"] == 2 for row in rows.values()), rows  # questions 0 and 2 of 4
+    assert rows["memtree (default: a summary hit delivers its best leaves)"]["paired_questions"] == 2
     # LoCoMo's F1: stemmed tokens, articles dropped; multi-hop parts matched one by one.
     assert f1("Pepper, a greyhound", "greyhound named Pepper", 4) == 0.8
     assert f1("painting, pottery", "pottery, camping, painting", 1) == 2 / 3
