@@ -60,24 +60,82 @@ Foundations
   version          the package version, also written into backups
 """
 
-from memtree.aggregate import (
-    AGGREGATE_PROMPT,
-    AGGREGATE_PROMPT_VERSION,
-    SMALL_MODEL_PROMPT,
-    Aggregator,
-    ExtractiveAggregator,
-    LLMAggregator,
-)
-from memtree.config import MemTreeConfig
-from memtree.digest import DigestAggregator
-from memtree.embed import Embedder, HashingEmbedder, LocalEmbedder
-from memtree.llm import CallableChatModel, ChatModel, Completion
-from memtree.node import ROOT_ID, LeafVersion, Node, RetrievedNode
-from memtree.retry import ModelResponseError, RetryPolicy
-from memtree.stats import TreeStats
-from memtree.store import IncompatibleStoreError, MemoryBackend, NamespaceInfo, PostgresBackend, SQLiteBackend, Store
-from memtree.tree import MemTree
+from typing import TYPE_CHECKING, Any
+
 from memtree.version import __version__
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ imports on first use
+    from memtree.aggregate import (
+        AGGREGATE_PROMPT,
+        AGGREGATE_PROMPT_VERSION,
+        SMALL_MODEL_PROMPT,
+        Aggregator,
+        ExtractiveAggregator,
+        LLMAggregator,
+    )
+    from memtree.config import MemTreeConfig
+    from memtree.digest import DigestAggregator
+    from memtree.embed import Embedder, HashingEmbedder, LocalEmbedder
+    from memtree.llm import CallableChatModel, ChatModel, Completion
+    from memtree.node import ROOT_ID, LeafVersion, Node, RetrievedNode
+    from memtree.retry import ModelResponseError, RetryPolicy
+    from memtree.stats import TreeStats
+    from memtree.store import (
+        IncompatibleStoreError,
+        MemoryBackend,
+        NamespaceInfo,
+        PostgresBackend,
+        SQLiteBackend,
+        Store,
+    )
+    from memtree.tree import MemTree
+
+_HOMES = {
+    "memtree.aggregate": (
+        "AGGREGATE_PROMPT",
+        "AGGREGATE_PROMPT_VERSION",
+        "SMALL_MODEL_PROMPT",
+        "Aggregator",
+        "ExtractiveAggregator",
+        "LLMAggregator",
+    ),
+    "memtree.config": ("MemTreeConfig",),
+    "memtree.digest": ("DigestAggregator",),
+    "memtree.embed": ("Embedder", "HashingEmbedder", "LocalEmbedder"),
+    "memtree.llm": ("CallableChatModel", "ChatModel", "Completion"),
+    "memtree.node": ("ROOT_ID", "LeafVersion", "Node", "RetrievedNode"),
+    "memtree.retry": ("ModelResponseError", "RetryPolicy"),
+    "memtree.stats": ("TreeStats",),
+    "memtree.store": (
+        "IncompatibleStoreError",
+        "MemoryBackend",
+        "NamespaceInfo",
+        "PostgresBackend",
+        "SQLiteBackend",
+        "Store",
+    ),
+    "memtree.tree": ("MemTree",),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+"""Public name -> the module that defines it. ``import memtree`` loads none of them
+(numpy, FAISS and the engine cost about half a second); the first use of a name
+imports its module, once, and binds the name here."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'memtree' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOME_OF})
+
 
 __all__ = [
     "AGGREGATE_PROMPT",
