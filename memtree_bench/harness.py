@@ -73,6 +73,13 @@ class MethodResult:
         seconds = [s for cost in self.costs for s in cost.insert_seconds]
         return statistics.fmean(seconds) if seconds else float("nan")
 
+    def insert_cpu_mean(self) -> float:
+        """Process CPU seconds per insert over every conversation (NaN where a saved tree has none)."""
+        cpu = [cost.insert_cpu_seconds for cost in self.costs]
+        if not cpu or any(value is None for value in cpu):
+            return float("nan")
+        return sum(value for value in cpu if value is not None) / max(1, self.inserts)
+
     def insert_latency(self, quantile: float) -> float:
         return _quantile([s for cost in self.costs for s in cost.insert_seconds], quantile)
 
@@ -108,7 +115,11 @@ def run_locomo(
             method = factory()
             result = results.setdefault(position, MethodResult(method.name, variant=method.variant))
             try:
-                result.costs.append(method.ingest(conversation.turns, conversation.sample_id))
+                cpu_started = time.process_time()
+                cost = method.ingest(conversation.turns, conversation.sample_id)
+                if cost.insert_cpu_seconds is None:  # rows sharing one tree keep its builder's
+                    cost.insert_cpu_seconds = time.process_time() - cpu_started
+                result.costs.append(cost)
                 advance(len(conversation.turns))
                 for question in conversation.questions:
                     start = time.perf_counter()

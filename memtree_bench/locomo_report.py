@@ -67,6 +67,7 @@ def cost_table(rows: dict[str, Any]) -> list[str]:
             _fmt(row["insert_ms"]["p50"], 1),
             _fmt(row["insert_ms"]["p95"], 1),
             _fmt(row["insert_ms"].get("mean", float("nan")), 1),
+            _fmt(row["insert_ms"].get("cpu_mean", float("nan")), 1),
             _fmt(row["query_ms"]["p50"], 1),
             _fmt(row["query_ms"]["p95"], 1),
         ]
@@ -83,6 +84,7 @@ def cost_table(rows: dict[str, Any]) -> list[str]:
         "insert p50 ms",
         "insert p95 ms",
         "insert mean ms",
+        "insert CPU ms",
         "query p50 ms",
         "query p95 ms",
     ]
@@ -261,6 +263,7 @@ def results_json(results: Sequence[MethodResult], budgets: Sequence[int]) -> dic
                 "p50": r.insert_latency(0.5) * 1000,
                 "p95": r.insert_latency(0.95) * 1000,
                 "mean": r.insert_mean() * 1000,
+                "cpu_mean": r.insert_cpu_mean() * 1000,
             },
             "summary_quality": r.quality(),
             "query_ms": {"p50": r.query_latency(0.5) * 1000, "p95": r.query_latency(0.95) * 1000},

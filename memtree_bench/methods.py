@@ -56,6 +56,10 @@ class IngestCost:
     """What ingesting one conversation cost a method."""
 
     insert_seconds: list[float] = field(default_factory=list)
+    insert_cpu_seconds: float | None = None
+    """Process CPU time (all threads) of the whole ingest, set by the harness: on a
+    machine shared with other jobs a steadier measure than the wall-clock latencies
+    (a saved tree keeps its build's; NaN for one saved before this was recorded)."""
     embedding_calls: int = 0
     aggregation_calls: int = 0
     shape: dict[str, float] = field(default_factory=dict)
@@ -208,6 +212,7 @@ class TreeBuilder:
         if isinstance(aggregator, LLMAggregator) and build:
             aggregator.on_reply = build.reply_logger(keep=progress.get("replies", 0))
         self.memory = MemTree(embedder=self.embedder, aggregator=aggregator, config=self.config)
+        cpu_started = time.process_time() - float(progress.get("insert_cpu_seconds", 0.0))
         self.cost = IngestCost(insert_seconds=list(progress.get("insert_seconds", [])))
         if checkpoint:
             self.memory.import_jsonl(checkpoint[0])
@@ -233,12 +238,14 @@ class TreeBuilder:
                         "turns": len(turns),
                         "sessions_done": number + 1,
                         "insert_seconds": self.cost.insert_seconds,
+                        "insert_cpu_seconds": time.process_time() - cpu_started,
                         "counters": counters,
                         "replies": int(counters["summaries_checked"]),
                     },
                 )
         if self.memory.stats().stale:
             self.memory.repair()  # a summary whose model call failed gets one more try
+        self.cost.insert_cpu_seconds = time.process_time() - cpu_started
         counters = _counters(self.memory, earlier)
         stats = self.memory.stats()
         self.cost.embedding_calls = int(counters["embedding_calls"])
@@ -267,6 +274,7 @@ class TreeBuilder:
         return {
             **self.facts,
             "insert_seconds": self.cost.insert_seconds,
+            "insert_cpu_seconds": self.cost.insert_cpu_seconds,
             "embedding_calls": self.cost.embedding_calls,
             "aggregation_calls": self.cost.aggregation_calls,
             "shape": self.cost.shape,
@@ -284,6 +292,7 @@ class TreeBuilder:
             shape=dict(facts["shape"]),
             quality=dict(facts["quality"]),
             saved_tree={"file": facts["file"], "sha256": facts["tree_sha256"]},
+            insert_cpu_seconds=float(facts.get("insert_cpu_seconds", "nan")),
         )
         self._turns = turns
         return self.memory, self.cost
