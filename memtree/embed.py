@@ -197,7 +197,12 @@ class LocalEmbedder(Embedder):
     ``"numpy"`` (the bundled model only) or ``"sentence-transformers"``.
     """
 
-    call_timeout = 600.0  # a first call on sentence-transformers imports torch: slow on a busy machine
+    call_timeout = None
+    """Runs on the caller's thread, with no timeout: a thread could not stop the
+    arithmetic, only stop waiting while it kept a core busy. And numpy's OpenBLAS on a
+    helper thread ignored the one-thread limit the encoder sets for short texts, so
+    on a busy two-core machine one short text took 350-550 ms of CPU there against
+    about 15 ms on the caller's thread (benchmarks/results/locomo.md, insert CPU)."""
 
     def __init__(
         self,

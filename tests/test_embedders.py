@@ -52,3 +52,34 @@ def test_check_embeddings_normalizes_and_names_problems() -> None:
         check_embeddings([[3.0, 4.0]], 1, 3, "X")
     with pytest.raises(ValueError, match="not a numeric array"):
         check_embeddings([["a", "b"]], 1, None, "X")
+
+
+def test_the_local_embedder_runs_on_the_callers_thread() -> None:
+    """A local model's arithmetic is not handed to a helper thread with a timeout:
+    the thread could not stop it, and numpy's BLAS there ignored the encoder's
+    one-thread limit (350-550 ms of CPU per short text on a busy machine, not 15)."""
+    import threading
+
+    class Spy(LocalEmbedder):  # the local embedder's settings, vectors from hashing
+        def __init__(self) -> None:
+            super().__init__()
+            self.threads: set[int] = set()
+            self.hashing = HashingEmbedder(64)
+
+        @property
+        def dimension(self) -> int:
+            return 64
+
+        def embed(self, texts):  # type: ignore[no-untyped-def]
+            self.threads.add(threading.get_ident())
+            return self.hashing.embed(texts)
+
+        def embed_query(self, text):  # type: ignore[no-untyped-def]
+            return self.embed([text])[0]
+
+    spy = Spy()
+    memory = MemTree(embedder=spy, config=MemTreeConfig(theta0=0.0))
+    memory.add("Maya adopted a greyhound called Pixel. Pixel is afraid of thunder.")
+    memory.add("Maya walks Pixel in Regent's Park every morning.")
+    assert memory.retrieve("Who is Pixel?", k=1)
+    assert spy.threads == {threading.get_ident()}
