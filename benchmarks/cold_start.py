@@ -3,7 +3,10 @@
 Each command runs in a new Python process, on the same small memory (``--texts``
 short texts in a SQLite file, built once with the bundled model, not timed):
 
+* ``python -c pass`` and ``import numpy, faiss`` (floors: the interpreter, and the
+  two libraries every memory needs);
 * ``import memtree`` (also ``python -X importtime``'s own total for memtree);
+* ``from memtree import MemTree`` (what an application imports to use it);
 * ``memtree stats`` (opens the file, embeds nothing);
 * ``memtree query "<question>"`` (opens the file, loads the embedder, embeds one query);
 * ``memtree demo`` (builds the demo tree offline and answers three questions).
@@ -106,7 +109,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.baseline is not None:
         checkouts = {"baseline": args.baseline.resolve(), **checkouts}
     commands: dict[str, list[str]] = {
+        "python -c pass": [python, "-c", "pass"],
+        "import numpy, faiss": [python, "-c", "import numpy, faiss"],
         "import memtree": [python, "-c", "import memtree"],
+        "from memtree import MemTree": [python, "-c", "from memtree import MemTree"],
         "import memtree (-X importtime)": [python, "-X", "importtime", "-c", "import memtree"],
         "memtree stats": [python, "-m", "memtree", "stats", "--db", "memory.db"],
         "memtree query": [python, "-m", "memtree", "query", "--db", "memory.db", QUESTION],
