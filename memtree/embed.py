@@ -202,7 +202,8 @@ class LocalEmbedder(Embedder):
     arithmetic, only stop waiting while it kept a core busy. And numpy's OpenBLAS on a
     helper thread ignored the one-thread limit the encoder sets for short texts, so
     on a busy two-core machine one short text took 350-550 ms of CPU there against
-    about 15 ms on the caller's thread (benchmarks/results/locomo.md, insert CPU)."""
+    about 15 ms on the caller's thread (docs/benchmarks.md, "Embedding on the caller's
+    thread")."""
 
     def __init__(
         self,

@@ -366,14 +366,15 @@ def _leaves_of(
     ``None`` when summaries deliver their own text (or cannot rank at all)."""
     if packing.summary_hits != "leaves" or filters.leaves_only:
         return None
-    scorers: list[Callable[[list[str]], npt.NDArray[np.float32]]] = []
+    scorer: Callable[[list[str]], npt.NDArray[np.float32]] | None = None
 
     def score(node_ids: list[str]) -> list[float]:
         # Made when a summary is first delivered: most retrievals deliver none, and
         # the scorer's BM25 peak costs a search.
-        if not scorers:
-            scorers.append(_node_scorer(index, state, query, lexical))
-        return scorers[0](node_ids).tolist()
+        nonlocal scorer
+        if scorer is None:
+            scorer = _node_scorer(index, state, query, lexical)
+        return scorer(node_ids).tolist()
 
     selection = state.leaves_matching(filters.where) if filters.where else None
     return best_leaves_under(

@@ -57,9 +57,10 @@ class IngestCost:
 
     insert_seconds: list[float] = field(default_factory=list)
     insert_cpu_seconds: float | None = None
-    """Process CPU time (all threads) of the whole ingest, set by the harness: on a
-    machine shared with other jobs a steadier measure than the wall-clock latencies
-    (a saved tree keeps its build's; NaN for one saved before this was recorded)."""
+    """Process CPU time (all threads) of the whole ingest: on a machine shared with
+    other jobs a steadier measure than the wall-clock latencies. The tree builder sets
+    it for the trees it builds or reads (a saved tree keeps its build's; NaN for one
+    saved before this was recorded), the harness for every other method."""
     embedding_calls: int = 0
     aggregation_calls: int = 0
     shape: dict[str, float] = field(default_factory=dict)
