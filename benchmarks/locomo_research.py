@@ -113,6 +113,30 @@ class DiskCachedEmbedder(Embedder):
             return np.zeros((0, 0), dtype=np.float32)
         return np.stack([self._rows[self._keys[key]] for key in keys])
 
+    @property
+    def pools_parts(self) -> bool:  # type: ignore[override]
+        return self.inner.pools_parts
+
+    def embed_parts(self, texts: Sequence[str], parts: Sequence[Sequence[str]]) -> tuple[Matrix, list[Matrix]]:
+        """The inner model's pooled parts, cached under their text and part (a part's
+        vector depends on the text around it), so trees build as the engine's do."""
+        if not self.inner.pools_parts:
+            return super().embed_parts(texts, parts)
+        keys = [
+            [self._key(f"{text}\x00part\x00{part}") for part in own] for text, own in zip(texts, parts, strict=True)
+        ]
+        wanted = [self._key(text) for text in texts] + [key for own in keys for key in own]
+        if any(key not in self._keys for key in wanted):
+            vectors, part_vectors = self.inner.embed_parts(texts, parts)
+            for text, vector, own, rows in zip(texts, vectors, keys, part_vectors, strict=True):
+                for key, row in [(self._key(text), vector), *zip(own, rows, strict=True)]:
+                    if key not in self._keys:
+                        self._keys[key] = len(self._rows)
+                        self._rows.append(np.asarray(row, dtype=np.float32))
+            self._dirty = True
+        text_rows = np.stack([self._rows[self._keys[self._key(text)]] for text in texts])
+        return text_rows, [np.stack([self._rows[self._keys[key]] for key in own]) for own in keys]
+
     def save(self) -> None:
         if not self._dirty:
             return

@@ -175,6 +175,18 @@ class SizeCheckedEmbedder(Embedder):
     async def aembed(self, texts: Sequence[str]) -> Matrix:
         return self._checked(await self.inner.aembed(texts))
 
+    @property
+    def pools_parts(self) -> bool:  # type: ignore[override]
+        return self.inner.pools_parts
+
+    def embed_parts(self, texts: Sequence[str], parts: Sequence[Sequence[str]]) -> tuple[Matrix, list[Matrix]]:
+        vectors, part_vectors = self.inner.embed_parts(texts, parts)
+        return self._checked(vectors), [self._checked(rows) for rows in part_vectors]
+
+    async def aembed_parts(self, texts: Sequence[str], parts: Sequence[Sequence[str]]) -> tuple[Matrix, list[Matrix]]:
+        vectors, part_vectors = await self.inner.aembed_parts(texts, parts)
+        return self._checked(vectors), [self._checked(rows) for rows in part_vectors]
+
     def embed_query(self, text: str) -> Matrix:
         return self._checked(self.inner.embed_query(text))
 

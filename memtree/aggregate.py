@@ -83,6 +83,12 @@ class Aggregator(ABC):
         :meth:`sentences_to_embed`; a new leaf's own text among them). By default ignored."""
         return
 
+    def known_vector(self, summary: str) -> Vector | None:
+        """A vector for ``summary`` made from vectors this aggregator already holds, so
+        the memory need not embed it (``parent_embedding="sentences"``); ``None``
+        when it cannot (the default: a model's prose is embedded)."""
+        return None
+
     @property
     def calls_model(self) -> bool:
         """Whether aggregation costs a model call (the engine reports these)."""
@@ -218,6 +224,21 @@ class ExtractiveAggregator(Aggregator):
                     self._cache[text] = np.asarray(vector, dtype=np.float32)
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
+
+    def known_vector(self, summary: str) -> Vector | None:
+        """The word-weighted mean of the summary's sentence vectors, when every one of
+        them is cached (an extractive summary is made of sentences the memory embedded
+        when their leaves came in); ``None`` otherwise. A text's own vector is close to
+        that mean: the model's vector is a mean over its tokens."""
+        sentences = split_sentences(summary)
+        with self._lock:
+            vectors = [self._cache.get(sentence) for sentence in sentences]
+        if not sentences or any(vector is None for vector in vectors):
+            return None
+        weights = np.array([count_words(sentence) or 1 for sentence in sentences], dtype=np.float32)
+        mean = weights @ np.stack(vectors)  # type: ignore[arg-type]
+        norm = float(np.linalg.norm(mean))
+        return (mean / norm).astype(np.float32) if norm > 0 else None
 
     def _sentence_vectors(self, sentences: list[str]) -> Matrix:
         if self.embedder is None:

@@ -13,7 +13,7 @@ from memtree.text import count_tokens
 
 RetrievalMode = Literal["collapsed", "traversal"]
 RETRIEVAL_MODES: tuple[str, ...] = ("collapsed", "traversal")
-ParentEmbedding = Literal["text", "mean"]
+ParentEmbedding = Literal["text", "mean", "sentences"]
 SummaryHits = Literal["leaves", "text"]
 Aggregation = Literal["eager", "deferred", "background"]
 AGGREGATION_MODES: tuple[str, ...] = ("eager", "deferred", "background")
@@ -26,6 +26,15 @@ class MemTreeConfig:
     The defaults follow ``design.md``: the paper's depth-adaptive threshold
     ``θ(d) = θ0 · exp(λ · d / D)`` clamped to ``max_threshold``, where ``D`` is
     ``threshold_depth`` or, when that is ``None``, the tree's current depth.
+
+    ``parent_embedding`` says where a summary's vector comes from. ``"sentences"``
+    (the default): an extractive summary's is the word-weighted mean of its
+    sentences' vectors, which the memory made when their texts came in, so writing
+    it costs no embedding; a model's summary (new prose) is embedded. ``"text"``:
+    every summary's text is embedded, as in the paper. ``"mean"``: the mean of its
+    leaves' vectors. On LoCoMo "sentences" left evidence recall where "text" had it
+    (paired difference at 500 words -0.0001 over 760 questions) and took a chat
+    turn's insert from 4.4× flat dense's CPU to 1.1× (docs/benchmarks.md).
 
     ``theta0="auto"`` calibrates θ0 from the embedder's own similarity scale: over the
     first ``calibration_samples`` inserts it records how similar each new text is to
@@ -91,7 +100,7 @@ class MemTreeConfig:
     depth_cap: int = 24
     near_duplicate: float = 0.99
     deduplicate: bool = True
-    parent_embedding: ParentEmbedding = "text"
+    parent_embedding: ParentEmbedding = "sentences"
     calibration_samples: int = 32
     calibration_quantile: float = 0.5
     auto_theta0_start: float = 0.4
@@ -147,8 +156,8 @@ class MemTreeConfig:
             _check_positive("threshold_depth", self.threshold_depth)
         if self.token_budget is not None:
             _check_positive("token_budget", self.token_budget)
-        if self.parent_embedding not in ("text", "mean"):
-            raise ValueError(f"parent_embedding must be 'text' or 'mean', got {self.parent_embedding!r}")
+        if self.parent_embedding not in ("text", "mean", "sentences"):
+            raise ValueError(f"parent_embedding must be 'text', 'mean' or 'sentences', got {self.parent_embedding!r}")
         if self.mode not in RETRIEVAL_MODES:
             raise ValueError(f"unknown mode {self.mode!r}; choose one of {', '.join(RETRIEVAL_MODES)}")
         if self.summary_hits not in ("leaves", "text"):

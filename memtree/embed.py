@@ -64,6 +64,24 @@ class Embedder(ABC):
         """Async :meth:`embed`; by default runs the sync one in a worker thread."""
         return await asyncio.to_thread(self.embed, list(texts))
 
+    def embed_parts(self, texts: Sequence[str], parts: Sequence[Sequence[str]]) -> tuple[Matrix, list[Matrix]]:
+        """Vectors of ``texts`` and of ``parts[i]``, pieces of ``texts[i]`` (an insert's
+        sentences, which the extractive summaries choose among): ``(text rows, one
+        matrix of part rows per text)``. By default every text and part is embedded
+        alone, in one :meth:`embed` call; a local model pools the parts from the
+        texts' own forward pass instead (:class:`LocalEmbedder`)."""
+        vectors = self.embed([*texts, *(part for own in parts for part in own)])
+        return split_part_rows(vectors, len(texts), parts)
+
+    async def aembed_parts(self, texts: Sequence[str], parts: Sequence[Sequence[str]]) -> tuple[Matrix, list[Matrix]]:
+        """Async :meth:`embed_parts`: one :meth:`aembed` call by default."""
+        vectors = await self.aembed([*texts, *(part for own in parts for part in own)])
+        return split_part_rows(vectors, len(texts), parts)
+
+    pools_parts = False
+    """Whether :meth:`embed_parts` pools parts instead of embedding them (then
+    they cost no embedded text)."""
+
     def embed_query(self, text: str) -> Matrix:
         """Embed a retrieval query (a ``(d,)`` vector); override for asymmetric models."""
         return self.embed([text])[0]
@@ -84,6 +102,17 @@ class Embedder(ABC):
         with ``background=True`` on a thread (returned), which the first call waits
         for only if it is still running."""
         return None
+
+
+def split_part_rows(vectors: Any, texts: int, parts: Sequence[Sequence[str]]) -> tuple[Any, list[Any]]:
+    """An :meth:`Embedder.embed` answer for texts followed by their parts, split back
+    into (text rows, part rows per text); a wrong row count is left for the
+    engine's vector check to name."""
+    array = np.asarray(vectors)
+    bounds = np.cumsum([texts, *(len(own) for own in parts)])
+    if array.ndim != 2 or array.shape[0] != bounds[-1]:
+        return array, [array[:0] for _ in parts]
+    return array[:texts], [array[start:end] for start, end in itertools.pairwise(bounds)]
 
 
 def check_embeddings(vectors: Any, count: int, dimension: int | None, source: str, *, verb: str = "returned") -> Matrix:
@@ -298,6 +327,47 @@ class LocalEmbedder(Embedder):
                 self._dimension = int(getter())
         return self._dimension
 
+    @property
+    def pools_parts(self) -> bool:  # type: ignore[override]
+        """Whether the numpy encoder runs (or will, once loaded): it pools parts from
+        the texts' own pass."""
+        if self._model is not None:
+            return isinstance(self._model, NumpyMiniLM)
+        return is_bundled_name(self.model_name) and self.backend != "sentence-transformers"
+
+    def embed_parts(self, texts: Sequence[str], parts: Sequence[Sequence[str]]) -> tuple[Matrix, list[Matrix]]:
+        """Text vectors, and part vectors pooled from the texts' own forward pass:
+        each part is the mean of its tokens there, in the context of the whole text
+        (:meth:`NumpyMiniLM.encode_with_spans`). An insert's sentences then cost no
+        second encoding; on 200 LoCoMo turns that had doubled the tokens encoded.
+        A part not found in its text, or cut off by the 256-token window, is embedded
+        alone; sentence-transformers embeds every part alone (the default)."""
+        model = self._load()
+        if not isinstance(model, NumpyMiniLM):
+            return super().embed_parts(texts, parts)
+        spans = [_spans_of(text, own) for text, own in zip(texts, parts, strict=True)]
+        vectors, pooled = model.encode_with_spans(list(texts), [[span for span in own if span] for own in spans])
+        part_rows: list[Matrix] = []
+        alone: list[tuple[int, int, str]] = []  # (text, part, part text) to embed on their own
+        for number, (own, found, rows) in enumerate(zip(parts, spans, pooled, strict=True)):
+            out = np.zeros((len(own), vectors.shape[1]), dtype=np.float32)
+            found_rows = iter(rows)
+            for index, span in enumerate(found):
+                row = next(found_rows) if span else None
+                if row is not None and row.any():
+                    out[index] = row
+                else:
+                    alone.append((number, index, own[index]))
+            part_rows.append(out)
+        if alone:
+            for (number, index, _), row in zip(alone, model.encode([text for *_, text in alone]), strict=True):
+                part_rows[number][index] = row
+        return vectors, part_rows
+
+    async def aembed_parts(self, texts: Sequence[str], parts: Sequence[Sequence[str]]) -> tuple[Matrix, list[Matrix]]:
+        """:meth:`embed_parts` in a worker thread, as :meth:`aembed` runs :meth:`embed`."""
+        return await asyncio.to_thread(self.embed_parts, list(texts), [list(own) for own in parts])
+
     def embed(self, texts: Sequence[str]) -> Matrix:
         model = self._load()
         if not texts:
@@ -313,6 +383,23 @@ class LocalEmbedder(Embedder):
                 show_progress_bar=False,
             )
         return np.asarray(vectors, dtype=np.float32)
+
+
+def _spans_of(text: str, parts: Sequence[str]) -> list[tuple[int, int] | None]:
+    """Where each part lies in ``text``, searched in order from the previous one's
+    end (sentences come in order); ``None`` for a part not found."""
+    spans: list[tuple[int, int] | None] = []
+    position = 0
+    for part in parts:
+        start = text.find(part, position)
+        if start < 0:
+            start = text.find(part)
+        if start < 0 or not part:
+            spans.append(None)
+            continue
+        spans.append((start, start + len(part)))
+        position = start + len(part)
+    return spans
 
 
 _fallback_warned = threading.Event()

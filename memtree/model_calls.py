@@ -45,10 +45,13 @@ class Aggregate:
 @dataclass(frozen=True)
 class Embed:
     """Request: embed these texts in one call; answer with a matrix or the exception.
-    ``query`` asks for the embedder's query embedding of a single text."""
+    ``query`` asks for the embedder's query embedding of a single text; ``parts``
+    (one list per text) asks :meth:`Embedder.embed_parts` for vectors of pieces of
+    each text too, and is answered with ``(matrix, [part matrix per text])``."""
 
     texts: list[str]
     query: bool = False
+    parts: list[list[str]] | None = None
 
 
 Request = Aggregate | Embed
@@ -68,6 +71,17 @@ def embed_steps(
             raise answer
         parts.append(check(answer, len(chunk)))
     return np.concatenate(parts) if parts else np.zeros((0, dimension or 1), np.float32)
+
+
+def embed_with_parts(text: str, parts: list[str], check: Callable[[Any, int], Matrix]) -> Steps[tuple[Matrix, Matrix]]:
+    """Embed one text and pieces of it (its sentences) in one call, checking both."""
+    answer = yield Embed([text], parts=[parts])
+    if isinstance(answer, BaseException):
+        raise answer
+    if not isinstance(answer, tuple) or len(answer) != 2 or len(answer[1]) != 1:
+        raise ValueError("embed_parts must return (text vectors, [part vectors per text])")
+    vectors, (part_vectors,) = answer
+    return check(vectors, 1), check(part_vectors, len(parts))
 
 
 def aggregations(jobs: list[AggregationJob], aggregator: Aggregator) -> Steps[list[str | BaseException]]:
@@ -137,11 +151,13 @@ class ModelCalls:
 
     def _answer_sync(self, request: Request) -> Any:
         if isinstance(request, Embed):
-            self._count_embedding(request.texts)
+            self._count_embedding(request)
             embedder = self.embedder
 
             def embed() -> Any:
                 with recording(self.counters):  # opened in the thread that calls the model
+                    if request.parts is not None:
+                        return embedder.embed_parts(request.texts, request.parts)
                     if request.query:
                         return _query_row(embedder.embed_query(request.texts[0]))
                     return embedder.embed(request.texts)
@@ -160,11 +176,13 @@ class ModelCalls:
 
     async def _answer_async(self, request: Request) -> Any:
         if isinstance(request, Embed):
-            self._count_embedding(request.texts)
+            self._count_embedding(request)
             embedder = self.embedder
 
             async def embed() -> Any:
                 with recording(self.counters):
+                    if request.parts is not None:
+                        return await embedder.aembed_parts(request.texts, request.parts)
                     if request.query:
                         return _query_row(await embedder.aembed_query(request.texts[0]))
                     return await embedder.aembed(request.texts)
@@ -215,9 +233,10 @@ class ModelCalls:
                 )
             return self._pool
 
-    def _count_embedding(self, texts: list[str]) -> None:
+    def _count_embedding(self, request: Embed) -> None:
         self.counters.add("embedding_calls")
-        self.counters.add("embedded_texts", len(texts))
+        parts = sum(map(len, request.parts or [])) if not self.embedder.pools_parts else 0
+        self.counters.add("embedded_texts", len(request.texts) + parts)
 
     def _count_aggregations(self, jobs: list[AggregationJob]) -> None:
         self.counters.add("aggregation_calls", len(jobs))

@@ -21,7 +21,7 @@ from memtree.config import MemTreeConfig
 from memtree.deferral import PendingSummaries, flush_base, rebase_flush
 from memtree.embed import Matrix, check_embeddings
 from memtree.inputs import Item
-from memtree.model_calls import ModelCalls, Steps, embed_steps
+from memtree.model_calls import ModelCalls, Steps, embed_steps, embed_with_parts
 from memtree.node import ROOT_ID, LeafVersion, Node, Vector
 from memtree.optimistic import Footprint, PreparedWrite, footprint_of
 from memtree.planning import InsertPlan, plan_delete_many, plan_insert, rebuild_job, root_node
@@ -52,6 +52,20 @@ class Procedures:
     def embed(self, texts: list[str], *, query: bool = False) -> Steps[Matrix]:
         """Embed texts in chunks, counting calls and checking every vector."""
         return embed_steps(texts, self.check_vectors, self.state.info.dimension, query=query)
+
+    def embed_new_text(self, text: str) -> Steps[Vector]:
+        """The vector of a text about to be inserted, in one embedding call with the
+        sentences the aggregator will need to fold it into summaries
+        (``Aggregator.sentences_to_embed``), which it is then given."""
+        aggregator = self.calls.aggregator
+        sentences = aggregator.sentences_to_embed(text)
+        if not sentences:
+            vectors = yield from self.embed([text])
+            aggregator.learn_vectors([text], vectors)
+            return vectors[0]
+        vector, sentence_vectors = yield from embed_with_parts(text, sentences, self.check_vectors)
+        aggregator.learn_vectors([text, *sentences], np.concatenate([vector, sentence_vectors]))
+        return vector[0]
 
     def check_vectors(self, vectors: Any, count: int) -> Matrix:
         return check_embeddings(vectors, count, self.state.info.dimension, type(self.calls.embedder).__name__)

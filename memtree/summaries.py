@@ -132,9 +132,20 @@ class SummaryWriter:
         node.stale = True
 
     def embed_summaries(self, written: list[Node], nodes: Iterable[Node]) -> Generator[Request, Any, None]:
-        """Embed rewritten summaries (``parent_embedding="text"``) in batches; give
-        the others their leaves' centroid where they need one."""
-        if self.config.parent_embedding == "text" and written:
+        """Embed rewritten summaries (``parent_embedding="text"``) in batches, or with
+        ``"sentences"`` give each the aggregator's vector from its sentences and embed
+        only those it has none for; give the others their leaves' centroid where they
+        need one."""
+        if self.config.parent_embedding == "sentences":
+            unknown = []
+            for node in written:
+                known = self.calls.aggregator.known_vector(node.text)
+                if known is None:
+                    unknown.append(node)
+                else:
+                    node.embedding = known
+            written = unknown
+        if self.config.parent_embedding in ("text", "sentences") and written:
             try:
                 vectors = yield from self.embed([node.text for node in written])
             except Exception as error:  # noqa: BLE001 - a summary embedding must not lose the leaf

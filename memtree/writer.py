@@ -81,10 +81,8 @@ class Writer:
         existing = self.stored_duplicate(item)
         if existing is not None:
             return existing
-        texts = self._with_sentences(item.text)
-        vectors = self.calls.drive(self.procedures.embed(texts))
-        self.calls.aggregator.learn_vectors(texts, vectors)
-        leaf_id = self.write(lambda: self.procedures.insert(item, vectors[0], defer=mode != "eager"))
+        vector = self.calls.drive(self.procedures.embed_new_text(item.text))
+        leaf_id = self.write(lambda: self.procedures.insert(item, vector, defer=mode != "eager"))
         self._after_insert(mode)
         return leaf_id
 
@@ -94,10 +92,8 @@ class Writer:
         existing = self.stored_duplicate(item)
         if existing is not None:
             return existing
-        texts = self._with_sentences(item.text)
-        vectors = await self.calls.adrive(self.procedures.embed(texts))
-        self.calls.aggregator.learn_vectors(texts, vectors)
-        leaf_id = await self.awrite(lambda: self.procedures.insert(item, vectors[0], defer=mode != "eager"))
+        vector = await self.calls.adrive(self.procedures.embed_new_text(item.text))
+        leaf_id = await self.awrite(lambda: self.procedures.insert(item, vector, defer=mode != "eager"))
         self._after_insert(mode)
         return leaf_id
 
@@ -138,11 +134,6 @@ class Writer:
             return ids
         async with block:
             return await self._ainsert_all(items, vectors, defer=True)
-
-    def _with_sentences(self, text: str) -> list[str]:
-        """A new text and the sentences the aggregator will embed to fold it into
-        summaries: one embedding call for both (see ``Aggregator.sentences_to_embed``)."""
-        return [text, *self.calls.aggregator.sentences_to_embed(text)]
 
     def stored_duplicate(self, item: Item, *, refresh: bool = True) -> str | None:
         """The id of a leaf already holding exactly ``item`` (text, metadata, source

@@ -50,6 +50,19 @@ class CachedEmbedder(Embedder):
             return np.zeros((0, 0), dtype=np.float32)
         return np.stack([self._cache[text] for text in texts])
 
+    @property
+    def pools_parts(self) -> bool:  # type: ignore[override]
+        return self.inner.pools_parts
+
+    def embed_parts(self, texts: Sequence[str], parts: Sequence[Sequence[str]]) -> tuple[Matrix, list[Matrix]]:
+        """The inner model's pooled parts (never cached: a part's vector depends on
+        the text around it), its text vectors cached as :meth:`embed` caches them."""
+        if not self.inner.pools_parts:
+            return super().embed_parts(texts, parts)
+        vectors, part_vectors = self.inner.embed_parts(texts, parts)
+        self._cache.update(zip(texts, np.asarray(vectors, dtype=np.float32), strict=True))
+        return vectors, part_vectors
+
 
 @dataclass
 class IngestCost:

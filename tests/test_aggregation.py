@@ -275,12 +275,34 @@ def test_word_budget_shrinks_with_leaf_count() -> None:
 
 
 def test_summary_embedding_matches_text_after_aggregation() -> None:
-    memory = MemTree(embedder=HashingEmbedder(32), config=MemTreeConfig(theta0=-1.0))
+    memory = MemTree(embedder=HashingEmbedder(32), config=MemTreeConfig(theta0=-1.0, parent_embedding="text"))
     for text in CHAIN[:4]:
         memory.add(text)
     for node in memory.walk():
         if node.id != ROOT_ID and not node.is_leaf:
             np.testing.assert_allclose(node.embedding, HashingEmbedder(32).embed([node.text])[0], atol=1e-6)
+
+
+def test_sentence_made_summary_vectors_cost_no_embedding_and_a_model_summary_is_embedded() -> None:
+    config = MemTreeConfig(theta0=-1.0, parent_embedding="sentences")
+    embedder = HashingEmbedder(32)
+    extractive = MemTree(embedder=embedder, config=config)
+    texts = ["The roses bloomed early. We cut them for the table.", "The tulips came up red. They smelled of honey."]
+    for text in texts:
+        extractive.add(text)
+    (summary,) = [node for node in extractive.walk() if node.id != ROOT_ID and not node.is_leaf]
+    sentences = summary.text.splitlines()
+    assert len(sentences) == 4
+    weights = np.array([count_words(sentence) for sentence in sentences], dtype=np.float32)
+    mean = weights @ embedder.embed(sentences)
+    np.testing.assert_allclose(summary.embedding, mean / np.linalg.norm(mean), atol=1e-6)
+    assert extractive.stats().embedded_texts == 2 + 4  # two texts and their sentences, no summary
+
+    model = MemTree(embedder=embedder, llm=lambda prompt: "Roses and tulips in the garden.", config=config)
+    for text in texts:
+        model.add(text)
+    (summary,) = [node for node in model.walk() if node.id != ROOT_ID and not node.is_leaf]
+    np.testing.assert_allclose(summary.embedding, embedder.embed([summary.text])[0], atol=1e-6)
 
 
 def fresh_summaries_cover_their_leaves(memory: MemTree) -> None:

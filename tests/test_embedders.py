@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from memtree import HashingEmbedder, LocalEmbedder, MemTree, MemTreeConfig
-from memtree.embed import check_embeddings
+from memtree.embed import Embedder, check_embeddings
 
 
 @pytest.mark.slow
@@ -76,6 +76,9 @@ def test_the_local_embedder_runs_on_the_callers_thread() -> None:
 
         def embed_query(self, text):  # type: ignore[no-untyped-def]
             return self.embed([text])[0]
+
+        def embed_parts(self, texts, parts):  # type: ignore[no-untyped-def]
+            return Embedder.embed_parts(self, texts, parts)  # through embed, which records the thread
 
     spy = Spy()
     memory = MemTree(embedder=spy, config=MemTreeConfig(theta0=0.0))

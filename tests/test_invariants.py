@@ -7,10 +7,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memtree import ROOT_ID, HashingEmbedder, MemTree, MemTreeConfig
+from memtree.text import count_words, split_sentences
 
 WORDS = ["cat", "dog", "run", "park", "rain", "code", "tea", "book", "sea", "hill", "jazz", "bike"]
 
-texts = st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(" ".join)
+sentences = st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(" ".join)
+texts = st.lists(sentences, min_size=1, max_size=3).map(". ".join)  # one to three sentences
 operations = st.lists(
     st.one_of(
         st.tuples(st.just("add"), texts),
@@ -27,7 +29,7 @@ operations = st.lists(
     ops=operations,
     theta0=st.floats(min_value=0.0, max_value=0.7),
     depth_cap=st.integers(min_value=2, max_value=8),
-    parent_embedding=st.sampled_from(["text", "mean"]),
+    parent_embedding=st.sampled_from(["text", "mean", "sentences"]),
 )
 def test_invariants_hold_after_any_adds_updates_and_deletes(
     ops: list[tuple[str, object]], theta0: float, depth_cap: int, parent_embedding: str
@@ -68,6 +70,13 @@ def test_invariants_hold_after_any_adds_updates_and_deletes(
                 continue
             if parent_embedding == "text":
                 expected = memory.embedder.embed([node.text])[0]
+            elif parent_embedding == "sentences":  # its sentences' word-weighted mean, or its text's if unknown
+                expected = memory.embedder.embed([node.text])[0]
+                sentences = split_sentences(node.text)
+                weights = np.array([max(1, count_words(sentence)) for sentence in sentences], dtype=np.float32)
+                mean = weights @ memory.embedder.embed(sentences)
+                if not np.allclose(node.embedding, expected, atol=1e-5):
+                    expected = mean / np.linalg.norm(mean)
             else:
                 below = np.array([memory.get(leaf).embedding for leaf in memory.leaf_ids_under(node.id)])
                 expected = below.mean(axis=0) / np.linalg.norm(below.mean(axis=0))

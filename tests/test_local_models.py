@@ -260,3 +260,43 @@ def test_the_memtree_command_runs_blas_on_one_thread_unless_the_user_chose() -> 
     assert run_python(code, **clean) == "True [1]"
     assert run_python(code, **{**clean, "OPENBLAS_NUM_THREADS": "2"}).startswith("False")
     assert "blas_on_one_thread_for_this_process()" in (ROOT / "memtree" / "cli.py").read_text(encoding="utf-8")
+
+
+@needs_bundled
+def test_a_batch_of_mixed_lengths_gives_each_text_the_vector_it_gets_alone() -> None:
+    """The dense layers skip padding: a short text batched with a long one must not change."""
+    model = LocalEmbedder(backend="numpy")
+    texts = [*ODD_TEXTS, "Maya adopted a greyhound.", "hi"]
+    together = model.embed(texts)
+    alone = np.concatenate([model.embed([text]) for text in texts])
+    assert (together * alone).sum(axis=1).min() >= 0.99999
+
+
+@needs_bundled
+def test_sentence_vectors_are_pooled_from_the_text_and_odd_parts_are_embedded_alone() -> None:
+    model = LocalEmbedder(backend="numpy")
+    turn = "Maya adopted a greyhound. She named him Biscuit. They run by the lake every morning."
+    sentences = ["Maya adopted a greyhound.", "She named him Biscuit.", "They run by the lake every morning."]
+    long_text = " ".join(["memory"] * 600) + " The end is here."
+    parts = [sentences, ["not in the text at all.", "The end is here."]]
+    vectors, part_vectors = model.embed_parts([turn, long_text], parts)
+
+    assert (vectors * model.embed([turn, long_text])).sum(axis=1).min() >= 0.99999  # same text vectors
+    assert [rows.shape for rows in part_vectors] == [(3, 384), (2, 384)]
+    assert np.allclose(np.linalg.norm(part_vectors[0], axis=1), 1.0, atol=1e-5)
+    alone = model.embed(sentences)
+    pooled_cosines = (part_vectors[0] * alone).sum(axis=1)
+    assert pooled_cosines.min() > 0.5 and pooled_cosines.max() < 0.9999  # its own sentence, seen in context
+    # each pooled sentence is nearest to itself alone, not to its neighbours
+    assert list(np.argmax(part_vectors[0] @ alone.T, axis=1)) == [0, 1, 2]
+    # a part not in its text, and one past the 256-token window, get their own vectors
+    assert np.allclose(part_vectors[1], model.embed(parts[1]), atol=1e-5)
+
+
+@needs_bundled
+def test_an_insert_pools_its_sentences_from_one_encoding_of_the_turn() -> None:
+    memory = MemTree(embedder=LocalEmbedder(backend="numpy"))
+    memory.add("Maya adopted a greyhound. She named him Biscuit. They run by the lake every morning.")
+    memory.add("Tom bought a red bike. He rides it to work.")
+    stats = memory.stats()
+    assert (stats.embedding_calls, stats.embedded_texts) == (2, 2)  # the sentences cost no encoding of their own

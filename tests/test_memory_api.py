@@ -100,10 +100,11 @@ def test_stats_report_shape_and_costs() -> None:
     assert stats.inserts == 5
     assert stats.aggregation_calls == sum(ancestors_per_insert) > 0
     assert stats.llm_calls == 0  # extractive summaries call no model
-    # One call per insert for the leaf, one per insert that wrote summaries, and the
-    # offline summarizer's own calls for sentences it had not seen.
+    # One call per insert for the leaf and its sentences, and the offline summarizer's
+    # own calls for sentences it had not seen: a summary's vector is made from its
+    # sentences' (parent_embedding="sentences"), with no call of its own.
     sentence_calls = memory.aggregator.embedding_calls  # type: ignore[attr-defined]
-    assert stats.embedding_calls == 5 + sum(1 for n in ancestors_per_insert if n) + sentence_calls
+    assert stats.embedding_calls == 5 + sentence_calls
     assert stats.max_depth == max(n.depth for n in memory.walk())
     assert 0 < stats.largest_root_share <= 1
     assert sum(stats.depth_histogram.values()) == stats.nodes

@@ -196,7 +196,7 @@ def test_hybrid_ranking_is_the_same_with_the_bm25_search_on_a_helper_thread(monk
 
 
 def test_hybrid_ranking_discounts_summaries_and_dense_ranking_does_not() -> None:
-    memory = build(lexical_weight=0.3)
+    memory = build(lexical_weight=0.3, parent_embedding="text")  # a summary's vector is its text's
     summary = next(node for node in memory.walk() if node.id != ROOT_ID and not node.is_leaf)
     query = summary.text
     hybrid = {r.id: r.score for r in memory.retrieve(query, k=100, min_score=-1.0)}
