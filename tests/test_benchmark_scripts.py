@@ -38,6 +38,48 @@ def test_ingestion_benchmark_writes_its_tables_and_plot(tmp_path: Path) -> None:
     assert (tmp_path / "ingestion.png").stat().st_size > 10_000
 
 
+def test_chat_ingestion_benchmark_pairs_a_baseline_run_with_this_codes(tmp_path: Path) -> None:
+    """Two runs of the same code on a tiny conversation: the report pairs them question by
+    question (no difference), with this code's extra row beside the default."""
+    from tests.test_bench_locomo import QA, SESSIONS
+
+    data = tmp_path / "locomo_small.json"
+    conversation = {"speaker_a": "Ana", "speaker_b": "Ben", **SESSIONS}
+    data.write_text(json.dumps([{"sample_id": "tiny-1", "conversation": conversation, "qa": QA}]), encoding="utf-8")
+    script = str(ROOT / "benchmarks" / "chat_ingestion.py")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    for side, extra in (("base", []), ("new", ['--extra=memtree, text parents={"parent_embedding": "text"}'])):
+        command = [
+            sys.executable,
+            script,
+            "run",
+            f"--data={data}",
+            "--embedder=hashing",
+            f"--json={tmp_path / side}.json",
+        ]
+        subprocess.run([*command, *extra], check=True, cwd=ROOT, env=env, capture_output=True, timeout=600)
+    report = [
+        sys.executable,
+        script,
+        "report",
+        "--half",
+        "tiny",
+        str(tmp_path / "base.json"),
+        str(tmp_path / "new.json"),
+    ]
+    subprocess.run(
+        [*report, "--also=memtree, text parents", f"--out={tmp_path}"], check=True, cwd=ROOT, env=env, timeout=600
+    )
+    text = (tmp_path / "chat_ingestion.md").read_text(encoding="utf-8")
+    assert "## Conversations tiny (4 questions)" in text
+    assert "| this code: memtree | " in text and "| this code: memtree, text parents | " in text
+    assert "+0.0000 [+0.0000, +0.0000], 0 differ |" in text  # the same code: every question the same
+    summary = json.loads((tmp_path / "chat_ingestion.json").read_text(encoding="utf-8"))
+    assert (
+        summary["tiny"]["questions"] == 4 and "recall_500_per_question" not in summary["tiny"]["this code"]["memtree"]
+    )
+
+
 @pytest.mark.slow
 def test_storage_benchmark_times_reopen_with_and_without_the_bm25_index(tmp_path: Path) -> None:
     command = [
