@@ -16,7 +16,7 @@ and for this checkout at the same time, so both see the same load; then
     python benchmarks/chat_ingestion.py run --conversations 0-4 --json new_0-4.json &
     ... (the same for 5-9)
     python benchmarks/chat_ingestion.py report --half 0-4 base_0-4.json new_0-4.json \\
-        --half 5-9 base_5-9.json new_5-9.json --row "memtree, parent from sentences" --out benchmarks/results
+        --half 5-9 base_5-9.json new_5-9.json --out benchmarks/results
 
 The JSON files hold per-question scores of LoCoMo (CC BY-NC 4.0): keep them out of
 the repository; the report holds only aggregates.

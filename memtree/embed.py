@@ -346,21 +346,10 @@ class LocalEmbedder(Embedder):
         if not isinstance(model, NumpyMiniLM):
             return super().embed_parts(texts, parts)
         spans = [_spans_of(text, own) for text, own in zip(texts, parts, strict=True)]
-        vectors, pooled = model.encode_with_spans(list(texts), [[span for span in own if span] for own in spans])
-        part_rows: list[Matrix] = []
-        alone: list[tuple[int, int, str]] = []  # (text, part, part text) to embed on their own
-        for number, (own, found, rows) in enumerate(zip(parts, spans, pooled, strict=True)):
-            out = np.zeros((len(own), vectors.shape[1]), dtype=np.float32)
-            found_rows = iter(rows)
-            for index, span in enumerate(found):
-                row = next(found_rows) if span else None
-                if row is not None and row.any():
-                    out[index] = row
-                else:
-                    alone.append((number, index, own[index]))
-            part_rows.append(out)
-        if alone:
-            for (number, index, _), row in zip(alone, model.encode([text for *_, text in alone]), strict=True):
+        vectors, part_rows = model.encode_with_spans(list(texts), spans)
+        alone = [(n, int(i)) for n, rows in enumerate(part_rows) for i in np.flatnonzero(~rows.any(axis=1))]
+        if alone:  # parts with no token of their own in the pass: embedded on their own
+            for (number, index), row in zip(alone, model.encode([parts[n][i] for n, i in alone]), strict=True):
                 part_rows[number][index] = row
         return vectors, part_rows
 
@@ -385,17 +374,18 @@ class LocalEmbedder(Embedder):
         return np.asarray(vectors, dtype=np.float32)
 
 
-def _spans_of(text: str, parts: Sequence[str]) -> list[tuple[int, int] | None]:
+def _spans_of(text: str, parts: Sequence[str]) -> list[tuple[int, int]]:
     """Where each part lies in ``text``, searched in order from the previous one's
-    end (sentences come in order); ``None`` for a part not found."""
-    spans: list[tuple[int, int] | None] = []
+    end (sentences come in order); the empty span ``(0, 0)``, which holds no token,
+    for a part not found."""
+    spans: list[tuple[int, int]] = []
     position = 0
     for part in parts:
         start = text.find(part, position)
         if start < 0:
             start = text.find(part)
         if start < 0 or not part:
-            spans.append(None)
+            spans.append((0, 0))
             continue
         spans.append((start, start + len(part)))
         position = start + len(part)
