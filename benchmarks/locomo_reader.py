@@ -42,7 +42,7 @@ sys.path.insert(0, str(HERE))
 
 import locomo_research as research  # noqa: E402
 
-from memtree.llm import ChatModel  # noqa: E402
+from memtree.llm import ChatModel, Completion  # noqa: E402
 from memtree_bench.answer_f1 import contains, f1  # noqa: E402
 from memtree_bench.locomo import CATEGORY_NAMES, Conversation, load_locomo, select_conversations  # noqa: E402
 from memtree_bench.metrics import context_at_budget  # noqa: E402
@@ -59,33 +59,41 @@ BASELINE = "flat hybrid"
 
 
 class ReplyCache:
-    """The reader's replies on disk, keyed by the model's name and the exact prompt."""
+    """A model's replies on disk, keyed by the model's name and the exact prompt
+    (also used by ``summary_prompt_replay.py``)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.replies: dict[str, str] = {}
+        self.replies: dict[str, Completion] = {}
         if path.is_file():
             for line in path.read_text(encoding="utf-8").splitlines():
                 if line.strip():
                     item = json.loads(line)
-                    self.replies[item["key"]] = item["reply"]
+                    self.replies[item["key"]] = Completion(item["reply"], truncated=item.get("truncated", False))
 
     @staticmethod
     def key(model: str, prompt: str) -> str:
         return hashlib.sha256(f"{model}\n{prompt}".encode()).hexdigest()
 
-    def answer(self, model: ChatModel, prompt: str, *, ask: bool = True) -> str | None:
-        """The cached reply, else the model's (``ask=False``: else ``None``)."""
+    def complete(self, model: ChatModel, prompt: str, *, ask: bool = True) -> Completion | None:
+        """The cached completion, else the model's (``ask=False``: else ``None``)."""
         key = self.key(model.name, prompt)
         if key not in self.replies:
             if not ask:
                 return None
-            reply = model.complete(prompt).text.strip()
-            self.replies[key] = reply
+            completion = model.complete(prompt)
+            completion = Completion(completion.text.strip(), truncated=completion.truncated)
+            self.replies[key] = completion
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            line = {"key": key, "model": model.name, "reply": completion.text, "truncated": completion.truncated}
             with self.path.open("a", encoding="utf-8") as stream:  # one write per line: shards may share the file
-                stream.write(json.dumps({"key": key, "model": model.name, "reply": reply}) + "\n")
+                stream.write(json.dumps(line) + "\n")
         return self.replies[key]
+
+    def answer(self, model: ChatModel, prompt: str, *, ask: bool = True) -> str | None:
+        """The cached reply's text, else the model's (``ask=False``: else ``None``)."""
+        completion = self.complete(model, prompt, ask=ask)
+        return None if completion is None else completion.text
 
 
 @dataclass

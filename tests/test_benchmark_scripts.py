@@ -352,3 +352,47 @@ def test_locomo_reader_scores_each_rows_answers_and_never_asks_twice(
     assert f1("Pepper, a greyhound", "greyhound named Pepper", 4) == 0.8
     assert f1("painting, pottery", "pottery, camping, painting", 1) == 2 / 3
     assert contains("She ran on 7 May 2023.", "7 May 2023") == 1.0 and contains("May 2023", "7 May 2023") == 0.0
+
+
+def test_summary_prompt_replay_judges_each_prompt_with_todays_guards_and_asks_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 22 item 5's prompt replay: the logged replies are judged as they are, a
+    candidate prompt's replies come from the model once and then from the cache, and
+    the report counts rejections per guard."""
+    import importlib.util
+
+    from memtree.llm import CallableChatModel
+
+    base = {"count": 0, "truncated": False, "guard": None, "reason": None}
+    new_texts = ["8 May, 2023 Caroline: Gonna study counseling at Harvard.", "8 May, 2023 Mel: Great!"]
+    faithful = "On 8 May 2023 Caroline told Mel she will study counseling at Harvard."
+    lines = [
+        {**base, "summary": "", "new_texts": new_texts, "reply": faithful},
+        {**base, "summary": "Mel likes tea.", "new_texts": new_texts, "reply": faithful[:-1] + " with Ana."},
+    ]
+    log = tmp_path / "conv__abc.replies.jsonl"
+    log.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    script = ROOT / "benchmarks" / "summary_prompt_replay.py"
+    spec = importlib.util.spec_from_file_location("summary_prompt_replay", script)
+    assert spec is not None and spec.loader is not None
+    replay = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "summary_prompt_replay", replay)
+    spec.loader.exec_module(replay)
+    prompts: list[str] = []
+
+    def answers(prompt: str) -> str:
+        prompts.append(prompt)
+        return faithful if "Mel likes tea" not in prompt else faithful[:-1] + " with Ana."  # a name no input has
+
+    args = [str(log), "--variants=logged,new_first", "--sample=2", f"--replies={tmp_path / 'replies.jsonl'}",
+            f"--out={tmp_path}", "--name=replay"]  # fmt: skip
+    replay.main(args, model=CallableChatModel(answers))
+    results = json.loads((tmp_path / "replay.json").read_text(encoding="utf-8"))["results"]
+    assert results["logged"]["rejected"] == 1 and results["logged"]["invented"] == 1
+    assert results["new_first"] == {**results["new_first"], "rejected": 1, "invented": 1, "asked": 2}
+    assert len(prompts) == 2 and all("New notes:" in prompt for prompt in prompts)
+    replay.main(args, model=CallableChatModel(answers))
+    assert len(prompts) == 2  # every reply came from the cache
+    assert json.loads((tmp_path / "replay.json").read_text(encoding="utf-8"))["results"]["new_first"]["asked"] == 0
+    assert "| new_first | 1/2 (50%) | 0 | 0 | 0 | 0 | 1 | 0 |" in (tmp_path / "replay.md").read_text(encoding="utf-8")
