@@ -186,7 +186,7 @@ def report(r: dict[str, Any]) -> str:
         f"{r['load_average'][0]:.1f} at the end). Commits: "
         + ", ".join(f"{label} {commit}" for label, commit in r["commits"].items())
         + ". Medians over fresh processes; the chat model is scripted (answers at once), the embedder is the "
-        "default offline one. `load now` (the default, `load_embedder=\"now\"`): the constructor loads the "
+        'default offline one. `load now` (the default, `load_embedder="now"`): the constructor loads the '
         "embedder; `load in background`: it starts a thread that loads it. `immediately`: the first message "
         "right after `create_agent` returns; `after-load`: once that thread has loaded the embedder.",
         "",

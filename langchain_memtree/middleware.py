@@ -181,9 +181,7 @@ class MemTreeMemoryMiddleware(AgentMiddleware):
         # Load the embedder off the agent's hot path: now, or on a thread that the first
         # retrieval waits for only if it is still running.
         embeds = recall or record
-        self.embedder_loading = (
-            memory.embedder.preload(background=load_embedder == "background") if embeds else None
-        )
+        self.embedder_loading = memory.embedder.preload(background=load_embedder == "background") if embeds else None
 
     # -- recall: before each model call ---------------------------------------------
 

@@ -357,4 +357,3 @@ def test_empty_memory_returns_nothing() -> None:
     memory = MemTree(embedder=HashingEmbedder(32))
     assert memory.retrieve("anything") == []
     assert memory.retrieve("anything", mode="traversal") == []
-
