@@ -16,7 +16,9 @@ the earlier summary, number of new texts), and which words the ``facts`` and
 ``invented`` guards name most (folded to their kind: a number, a number word, a
 month, a name), never the texts themselves: the logs are derived from LoCoMo
 (CC BY-NC 4.0) and stay out of the repository. ``--show N`` prints N rejected
-replies per guard to the terminal, to read them.
+replies per guard to the terminal, to read them. A tree built with the retry prompt
+logs a second line for each merge whose first reply was rejected (``"attempt": 2``),
+judged here against that prompt; the shares are per reply, not per merge.
 """
 
 from __future__ import annotations
@@ -64,7 +66,10 @@ def recheck(records: list[dict[str, Any]], baseline: ModuleType | None = None) -
     checker = LLMAggregator(lambda prompt: "", guarded=True)
     for record in records:
         completion = Completion(record["reply"], truncated=bool(record["truncated"]))
-        verdict = checker.verdict(completion, record["summary"], record["new_texts"], int(record["count"]))
+        template = checker.retry_prompt if record.get("attempt", 1) == 2 else None  # the prompt it answered
+        verdict = checker.verdict(
+            completion, record["summary"], record["new_texts"], int(record["count"]), template=template
+        )
         record["guard_now"] = verdict.guard if verdict else None
         record["reason_now"] = verdict.reason if verdict else None
         if baseline is not None:
@@ -72,7 +77,7 @@ def recheck(records: list[dict[str, Any]], baseline: ModuleType | None = None) -
                 baseline.clean_reply(record["reply"]),
                 summary=record["summary"],
                 new_texts=record["new_texts"],
-                **checker.guard_context(record["summary"], record["new_texts"], int(record["count"])),
+                **checker.guard_context(record["summary"], record["new_texts"], int(record["count"]), template),
                 truncated=bool(record["truncated"]),
                 max_words=checker.max_words,
             )

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -37,10 +38,10 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 from locomo_reader import ReplyCache  # noqa: E402
 from summary_guard_audit import read_logs  # noqa: E402
 
-from memtree.aggregate import SMALL_MODEL_PROMPT, LLMAggregator  # noqa: E402
+from memtree.aggregate import SMALL_MODEL_PROMPT, SMALL_MODEL_RETRY_PROMPT, LLMAggregator  # noqa: E402
 from memtree.llm import ChatModel, Completion  # noqa: E402
 from memtree.models.resolve import resolve_chat_model  # noqa: E402
-from memtree.summary_guard import GUARDS  # noqa: E402
+from memtree.summary_guard import GUARDS, GuardVerdict  # noqa: E402
 from memtree_bench.report import markdown_table  # noqa: E402
 
 NEW_FIRST = """You keep a memory of a chat. Fold the new notes into the current summary: one short \
@@ -56,23 +57,8 @@ Rules: start with what the new notes say, with their date; keep every name, numb
 the new notes; keep the current summary's main points in fewer words; do not copy chat lines; \
 write nothing the notes and the summary do not say. At most 60 words. Reply with the summary only."""
 
-NEW_FIRST_EXAMPLE = """You keep a memory of a chat. Fold the new notes into the current summary: one short \
-summary in plain third-person prose.
-
-How it is done (made-up people; never write about them):
-- 3 March, 2024 Ana: I finally adopted a puppy named Biscuit!
-- 3 March, 2024 Tom: Congrats! I start my nursing course in April.
-Summary: On 3 March 2024 Ana adopted a puppy named Biscuit, and Tom said he starts a nursing course in April.
-
-New notes:
-{new_texts}
-
-Current summary ({count} earlier notes):
-{summary}
-
-Rules: start with what the new notes say, with their date; keep every name, number and date of \
-the new notes; keep the current summary's main points in fewer words; do not copy chat lines; \
-write nothing the notes and the summary do not say. At most 60 words. Reply with the summary only."""
+NEW_FIRST_EXAMPLE = SMALL_MODEL_RETRY_PROMPT
+"""``NEW_FIRST`` with the worked example: adopted as the retry prompt."""
 
 DATE_FIRST = """You maintain a memory of a chat. Merge the current summary and the new notes into one \
 short summary in plain third-person prose.
@@ -105,7 +91,7 @@ VARIANT_NOTES: dict[str, str] = {
     "current": "SMALL_MODEL_PROMPT asked again (checks that `logged` is what it gives)",
     "new_first": "new notes before the summary, rules that ask to start with them and their date, no example, "
     "no abstraction guidance (its entry count leaked into replies as a number)",
-    "new_first_example": "`new_first` with the worked example, marked as made-up people",
+    "new_first_example": "`new_first` with the worked example, marked as made-up people (now SMALL_MODEL_RETRY_PROMPT)",
     "date_first": "SMALL_MODEL_PROMPT with rules that ask to begin with the new notes' date and say what they add, "
     "no abstraction guidance",
 }
@@ -113,12 +99,12 @@ VARIANT_NOTES: dict[str, str] = {
 
 def judge(
     records: list[dict[str, Any]], variant: str, model: ChatModel | None, cache: ReplyCache | None
-) -> tuple[Counter[str], int]:
-    """(verdicts: rejections per guard and ``kept``, replies the model was asked for)
-    of one variant; ``model=None`` uses cached replies only."""
+) -> tuple[list[GuardVerdict | None], int]:
+    """(each record's verdict, replies the model was asked for) of one variant;
+    ``model=None`` uses cached replies only."""
     prompt = SMALL_MODEL_PROMPT if variant == "logged" else VARIANTS[variant]
     aggregator = LLMAggregator(lambda _: "", prompt=prompt, guarded=True)
-    verdicts: Counter[str] = Counter()
+    verdicts: list[GuardVerdict | None] = []
     asked = 0
     for number, record in enumerate(records, 1):
         summary, new_texts, count = record["summary"], record["new_texts"], int(record["count"])
@@ -134,21 +120,43 @@ def judge(
                 asked += 1
                 print(f"{variant}: {number}/{len(records)}", file=sys.stderr, flush=True)
         assert completion is not None
-        verdict = aggregator.verdict(completion, summary, new_texts, count)
-        verdicts[verdict.guard if verdict else "kept"] += 1
+        verdicts.append(aggregator.verdict(completion, summary, new_texts, count))
     return verdicts, asked
+
+
+def judge_with_retries(
+    records: list[dict[str, Any]], spec: str, model: ChatModel | None, cache: ReplyCache | None
+) -> tuple[list[GuardVerdict | None], int, int]:
+    """``first+second``: each record judged with the first prompt, and those it
+    rejects asked again with the second (and so on). Returns (final verdicts, replies
+    asked for, retries)."""
+    first, *retries = spec.split("+")
+    verdicts, asked = judge(records, first, model, cache)
+    retried = 0
+    for variant in retries:
+        failed = [number for number, verdict in enumerate(verdicts) if verdict is not None]
+        again, more = judge([records[number] for number in failed], variant, model, cache)
+        for number, verdict in zip(failed, again, strict=True):
+            verdicts[number] = verdict
+        asked, retried = asked + more, retried + len(failed)
+    return verdicts, asked, retried
 
 
 def main(argv: list[str] | None = None, model: ChatModel | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("logs", nargs="+", type=Path)
-    parser.add_argument("--variants", default=",".join(["logged", *VARIANTS]))
+    parser.add_argument(
+        "--variants",
+        default=",".join(["logged", *VARIANTS]),
+        help="comma-separated; 'a+b': a, and b asked again where the guards reject a's reply",
+    )
     parser.add_argument("--sample", type=int, default=40, help="requests drawn from the logs (seeded)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--llm", help="the model to ask, e.g. llama-cpp:/models/x.gguf (needed unless only 'logged')")
     parser.add_argument("--replies", type=Path, help="JSON Lines cache of the model's replies")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--name", default="summary_prompt_replay")
+    parser.add_argument("--title", default="Summary prompts replayed", help="the report's heading")
     args = parser.parse_args(argv)
     records = read_logs(args.logs)
     sample = random.Random(args.seed).sample(records, min(args.sample, len(records)))
@@ -156,26 +164,30 @@ def main(argv: list[str] | None = None, model: ChatModel | None = None) -> None:
     cache = ReplyCache(args.replies) if args.replies else None
     rows, results = [], {}
     for variant in args.variants.split(","):
-        verdicts, asked = judge(sample, variant, model, cache)
-        rejected = len(sample) - verdicts["kept"]
-        results[variant] = {"rejected": rejected, "asked": asked, **{g: verdicts[g] for g in GUARDS}}
+        verdicts, asked, retried = judge_with_retries(sample, variant, model, cache)
+        counts = Counter(verdict.guard for verdict in verdicts if verdict is not None)
+        rejected = sum(counts.values())
+        results[variant] = {"rejected": rejected, "asked": asked, "retried": retried, **{g: counts[g] for g in GUARDS}}
         share = f"{rejected}/{len(sample)} ({rejected / len(sample):.0%})"
-        rows.append([variant, share, *(str(verdicts[g]) for g in GUARDS)])
-    table = "\n".join(markdown_table(["prompt", "rejected", *GUARDS], rows))
+        calls = f"{(len(sample) + retried) / len(sample):.2f}"
+        rows.append([variant, share, calls, *(str(counts[g]) for g in GUARDS)])
+    table = "\n".join(markdown_table(["prompt", "rejected", "model calls per merge", *GUARDS], rows))
     logs = ", ".join(path.name for path in args.logs)
+    named = set(re.split(r"[,+]", args.variants))
     command = "python benchmarks/summary_prompt_replay.py " + " ".join(argv if argv is not None else sys.argv[1:])
     text = (
         f"{len(sample)} requests drawn (seed {args.seed}) from {len(records)} logged in {logs}; "
         f"model: {model.name if model else 'none (logged replies only)'}. "
         "`logged` is the reply the tree got (the current prompt), judged with today's guards.\n\n"
         f"{table}\n\n"
-        + "".join(f"- `{name}`: {VARIANT_NOTES[name]}\n" for name in args.variants.split(",") if name in VARIANT_NOTES)
+        + "".join(f"- `{name}`: {note}\n" for name, note in VARIANT_NOTES.items() if name in named)
+        + "- `first+second`: the first prompt's reply, and where the guards reject it, the second prompt's\n"
         + f"\nCommand: `{command}`\n"
     )
     print(text)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / f"{args.name}.md").write_text(f"# Summary prompts replayed\n\n{text}", encoding="utf-8")
+        (args.out / f"{args.name}.md").write_text(f"# {args.title}\n\n{text}", encoding="utf-8")
         payload = {
             "sample": len(sample),
             "seed": args.seed,

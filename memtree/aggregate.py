@@ -337,6 +337,34 @@ its names in a real summary ("Ana adopted a puppy") fail the ``invented`` guard
 (benchmarks/results/local_model_summaries.md).
 """
 
+SMALL_MODEL_RETRY_PROMPT = """You keep a memory of a chat. Fold the new notes into the current summary: one short \
+summary in plain third-person prose.
+
+How it is done (made-up people; never write about them):
+- 3 March, 2024 Ana: I finally adopted a puppy named Biscuit!
+- 3 March, 2024 Tom: Congrats! I start my nursing course in April.
+Summary: On 3 March 2024 Ana adopted a puppy named Biscuit, and Tom said he starts a nursing course in April.
+
+New notes:
+{new_texts}
+
+Current summary ({count} earlier notes):
+{summary}
+
+Rules: start with what the new notes say, with their date; keep every name, number and date of \
+the new notes; keep the current summary's main points in fewer words; do not copy chat lines; \
+write nothing the notes and the summary do not say. At most 60 words. Reply with the summary only."""
+"""What a guarded model is asked once more when the guards reject its reply to
+:data:`SMALL_MODEL_PROMPT`, before the extractive summary stands in.
+
+The new notes come first, and the rules ask to begin with them and their date: most
+rejected replies dropped the new notes' date or all of the new notes. Asked alone,
+this prompt does worse than :data:`SMALL_MODEL_PROMPT` (15 of 40 logged LoCoMo merges
+rejected against 10); asked only where that one's reply was rejected, it rescues 3 of
+those 10, so 7 of 40 end with the extractive summary, for 1.25 model calls per merge
+(``benchmarks/results/summary_prompt_tuning.md``).
+"""
+
 _NO_SUMMARY = "(none yet: summarize the new entries on their own)"
 
 
@@ -371,6 +399,12 @@ class LLMAggregator(Aggregator):
     node's old text and marks it stale for :meth:`~memtree.MemTree.repair`. Either
     way the memory's ``stats().extra`` counts it: ``summaries_checked``,
     ``summary_guard_<guard>`` per failed guard, ``summary_fallbacks``.
+    Before falling back, a guarded model is asked once more with ``retry_prompt``
+    (:data:`SMALL_MODEL_RETRY_PROMPT` unless given; counted as ``summary_retries``),
+    and that reply is guarded the same way. ``retry`` (default: on for a guarded
+    model, unless a ``prompt`` of your own is given without a ``retry_prompt``)
+    switches it. So the share of merges left to the fallback is
+    ``summary_fallbacks / (summaries_checked - summary_retries)``.
     ``max_words`` caps a guarded reply's length in words. ``on_reply``, if given, is
     called with a :class:`~memtree.summary_guard.GuardedReply` for every guarded
     reply, kept or rejected: what was asked, what came back and the verdict, so a
@@ -394,18 +428,20 @@ class LLMAggregator(Aggregator):
         fallback: Aggregator | None = None,
         max_words: int | None = 200,
         on_reply: Callable[[GuardedReply], None] | None = None,
+        retry_prompt: str | None = None,
+        retry: bool | None = None,
     ) -> None:
         self.model: ChatModel = resolve_chat_model(llm)
         self.guarded = self.model.guard_summaries if guarded is None else guarded
+        if retry is None:  # on for a guarded model with the default prompt (or a retry prompt given)
+            retry = self.guarded and (prompt is None or retry_prompt is not None)
         if prompt is None:
             prompt = SMALL_MODEL_PROMPT if self.guarded else AGGREGATE_PROMPT
-        try:
-            prompt.format(summary="", count=0, new_texts="", guidance="")
-        except (KeyError, IndexError) as error:
-            raise ValueError(
-                f"prompt uses an unknown placeholder {error}; "
-                "allowed: {summary}, {count}, {new_texts}, {guidance}"
-            ) from None
+        _check_placeholders(prompt, "prompt")
+        self.retry_prompt: str | None = None
+        if retry and self.guarded:
+            self.retry_prompt = retry_prompt if retry_prompt is not None else SMALL_MODEL_RETRY_PROMPT
+            _check_placeholders(self.retry_prompt, "retry_prompt")
         if max_words is not None and max_words < 1:
             raise ValueError(f"max_words must be a positive number of words or None, got {max_words}")
         self.prompt = prompt
@@ -428,13 +464,16 @@ class LLMAggregator(Aggregator):
             fallback=bound,
             max_words=self.max_words,
             on_reply=self.on_reply,
+            retry_prompt=self.retry_prompt,
+            retry=self.retry_prompt is not None,
         )
         return copy
 
-    def build_prompt(self, summary: str, new_texts: Sequence[str], count: int) -> str:
-        """The exact prompt sent for one aggregation."""
+    def build_prompt(self, summary: str, new_texts: Sequence[str], count: int, template: str | None = None) -> str:
+        """The exact prompt sent for one aggregation (with ``template``: that prompt's,
+        e.g. :attr:`retry_prompt`)."""
         total = count + len(new_texts)
-        return self.prompt.format(
+        return (template or self.prompt).format(
             summary=summary.strip() or _NO_SUMMARY,
             count=count,
             new_texts="\n".join(f"- {text.strip()}" for text in new_texts),
@@ -442,68 +481,99 @@ class LLMAggregator(Aggregator):
         )
 
     def aggregate(self, summary: str, new_texts: Sequence[str], count: int, *, centroid: Vector | None = None) -> str:
-        prompt = self.build_prompt(summary, new_texts, count)
         if not self.guarded:
-            return _require_summary(self.model.complete(prompt).text)
-        try:
-            completion = self.model.complete(prompt)
-        except EmptyReplyError:
-            completion = Completion("")
-        verdict = self.verdict(completion, summary, new_texts, count)
-        if verdict is None:
-            return clean_reply(completion.text)
-        self._reject(verdict)
+            return _require_summary(self.model.complete(self.build_prompt(summary, new_texts, count)).text)
+        templates = self._templates()
+        for attempt, template in enumerate(templates, 1):
+            try:
+                completion = self.model.complete(self.build_prompt(summary, new_texts, count, template))
+            except EmptyReplyError:
+                completion = Completion("")
+            verdict = self.verdict(completion, summary, new_texts, count, template=template, attempt=attempt)
+            if verdict is None:
+                return clean_reply(completion.text)
+            self._reject(verdict, last=attempt == len(templates))
         return self.fallback.aggregate(summary, new_texts, count, centroid=centroid)
 
     async def aaggregate(
         self, summary: str, new_texts: Sequence[str], count: int, *, centroid: Vector | None = None
     ) -> str:
-        prompt = self.build_prompt(summary, new_texts, count)
         if not self.guarded:
-            return _require_summary((await self.model.acomplete(prompt)).text)
-        try:
-            completion = await self.model.acomplete(prompt)
-        except EmptyReplyError:
-            completion = Completion("")
-        verdict = self.verdict(completion, summary, new_texts, count)
-        if verdict is None:
-            return clean_reply(completion.text)
-        self._reject(verdict)
+            return _require_summary((await self.model.acomplete(self.build_prompt(summary, new_texts, count))).text)
+        templates = self._templates()
+        for attempt, template in enumerate(templates, 1):
+            try:
+                completion = await self.model.acomplete(self.build_prompt(summary, new_texts, count, template))
+            except EmptyReplyError:
+                completion = Completion("")
+            verdict = self.verdict(completion, summary, new_texts, count, template=template, attempt=attempt)
+            if verdict is None:
+                return clean_reply(completion.text)
+            self._reject(verdict, last=attempt == len(templates))
         return await self.fallback.aaggregate(summary, new_texts, count, centroid=centroid)
 
+    def _templates(self) -> tuple[str, ...]:
+        """The prompts a guarded merge tries in turn: its own, then the retry prompt."""
+        return (self.prompt,) if self.retry_prompt is None else (self.prompt, self.retry_prompt)
+
     def verdict(
-        self, completion: Completion, summary: str, new_texts: Sequence[str], count: int
+        self,
+        completion: Completion,
+        summary: str,
+        new_texts: Sequence[str],
+        count: int,
+        *,
+        template: str | None = None,
+        attempt: int = 1,
     ) -> GuardVerdict | None:
-        """The guard the model's reply to this aggregation fails, or ``None`` if it
-        may be stored (counted as ``summaries_checked``); whether or not ``guarded``."""
+        """The guard the model's reply to this aggregation (asked with ``template``,
+        :attr:`prompt` if ``None``) fails, or ``None`` if it may be stored (counted as
+        ``summaries_checked``); whether or not ``guarded``."""
         report(summaries_checked=1)
         verdict = check_summary(
             clean_reply(completion.text),
             summary=summary,
             new_texts=new_texts,
-            **self.guard_context(summary, new_texts, count),
+            **self.guard_context(summary, new_texts, count, template),
             truncated=completion.truncated,
             max_words=self.max_words,
         )
         if self.on_reply is not None:
-            reply = GuardedReply(summary, tuple(new_texts), count, completion.text, completion.truncated, verdict)
+            reply = GuardedReply(
+                summary, tuple(new_texts), count, completion.text, completion.truncated, verdict, attempt
+            )
             self.on_reply(reply)
         return verdict
 
-    def guard_context(self, summary: str, new_texts: Sequence[str], count: int) -> dict[str, str]:
+    def guard_context(
+        self, summary: str, new_texts: Sequence[str], count: int, template: str | None = None
+    ) -> dict[str, str]:
         """What the echo guard compares a reply with: the exact ``prompt`` sent, and the
         ``instructions`` (the prompt without its inputs)."""
         return {
-            "prompt": self.build_prompt(summary, new_texts, count),
-            "instructions": self.build_prompt("", [], count + len(new_texts)).replace(_NO_SUMMARY, ""),
+            "prompt": self.build_prompt(summary, new_texts, count, template),
+            "instructions": self.build_prompt("", [], count + len(new_texts), template).replace(_NO_SUMMARY, ""),
         }
 
-    def _reject(self, verdict: GuardVerdict) -> None:
-        """Count the failed guard; in strict mode raise, else count the fallback."""
+    def _reject(self, verdict: GuardVerdict, *, last: bool) -> None:
+        """Count the failed guard; unless it was the ``last`` prompt to try, count the
+        retry; else raise in strict mode, or count the fallback."""
         report(**{"summary_guard_" + verdict.guard: 1})
-        if self.strict:
+        if not last:
+            report(summary_retries=1)
+        elif self.strict:
             raise SummaryRejectedError(verdict)
-        report(summary_fallbacks=1)
+        else:
+            report(summary_fallbacks=1)
+
+
+def _check_placeholders(prompt: str, name: str) -> None:
+    try:
+        prompt.format(summary="", count=0, new_texts="", guidance="")
+    except (KeyError, IndexError) as error:
+        raise ValueError(
+            f"{name} uses an unknown placeholder {error}; allowed: {{summary}}, {{count}}, {{new_texts}}, {{guidance}}"
+        ) from None
 
 
 def _require_summary(reply: str) -> str:

@@ -126,6 +126,9 @@ class GuardedReply:
     reply: str
     truncated: bool
     verdict: GuardVerdict | None
+    attempt: int = 1
+    """1: the reply to the aggregator's prompt; 2: to its retry prompt, asked because
+    the first reply was rejected."""
 
 
 class SummaryRejectedError(ModelResponseError):

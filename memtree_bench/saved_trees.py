@@ -145,6 +145,7 @@ class SavedTrees:
                 "truncated": reply.truncated,
                 "guard": verdict.guard if verdict else None,
                 "reason": verdict.reason if verdict else None,
+                "attempt": reply.attempt,
             }
             with lock, path.open("a", encoding="utf-8") as stream:
                 stream.write(json.dumps(line, ensure_ascii=False) + "\n")

@@ -385,8 +385,8 @@ def test_summary_prompt_replay_judges_each_prompt_with_todays_guards_and_asks_on
         prompts.append(prompt)
         return faithful if "Mel likes tea" not in prompt else faithful[:-1] + " with Ana."  # a name no input has
 
-    args = [str(log), "--variants=logged,new_first", "--sample=2", f"--replies={tmp_path / 'replies.jsonl'}",
-            f"--out={tmp_path}", "--name=replay"]  # fmt: skip
+    args = [str(log), "--variants=logged,new_first,logged+new_first", "--sample=2",
+            f"--replies={tmp_path / 'replies.jsonl'}", f"--out={tmp_path}", "--name=replay"]  # fmt: skip
     replay.main(args, model=CallableChatModel(answers))
     results = json.loads((tmp_path / "replay.json").read_text(encoding="utf-8"))["results"]
     assert results["logged"]["rejected"] == 1 and results["logged"]["invented"] == 1
@@ -395,4 +395,7 @@ def test_summary_prompt_replay_judges_each_prompt_with_todays_guards_and_asks_on
     replay.main(args, model=CallableChatModel(answers))
     assert len(prompts) == 2  # every reply came from the cache
     assert json.loads((tmp_path / "replay.json").read_text(encoding="utf-8"))["results"]["new_first"]["asked"] == 0
-    assert "| new_first | 1/2 (50%) | 0 | 0 | 0 | 0 | 1 | 0 |" in (tmp_path / "replay.md").read_text(encoding="utf-8")
+    report = (tmp_path / "replay.md").read_text(encoding="utf-8")
+    assert "| new_first | 1/2 (50%) | 1.00 | 0 | 0 | 0 | 0 | 1 | 0 |" in report
+    # logged, then new_first asked again only where the guards rejected the logged reply
+    assert "| logged+new_first | 1/2 (50%) | 1.50 | 0 | 0 | 0 | 0 | 1 | 0 |" in report

@@ -14,6 +14,7 @@ from memtree import (
     AGGREGATE_PROMPT,
     ROOT_ID,
     SMALL_MODEL_PROMPT,
+    SMALL_MODEL_RETRY_PROMPT,
     ExtractiveAggregator,
     HashingEmbedder,
     LLMAggregator,
@@ -183,9 +184,47 @@ def test_a_rejected_reply_falls_back_to_the_extractive_summary_and_is_counted() 
     assert summaries(memory) == [expected]
     stats = memory.stats()
     assert stats.stale == 0 and stats.aggregation_failures == 0
-    assert stats.extra["summaries_checked"] == 1
-    assert stats.extra["summary_guard_facts"] == 1
+    assert len(model.prompts) == 2 and "Fold the new notes" in model.prompts[1]  # asked once more, then it gave up
+    assert stats.extra["summaries_checked"] == 2
+    assert stats.extra["summary_guard_facts"] == 2
+    assert stats.extra["summary_retries"] == 1
     assert stats.extra["summary_fallbacks"] == 1
+
+
+def test_a_rejected_reply_is_asked_for_once_more_with_the_retry_prompt() -> None:
+    """Most rejected replies of the 1.5B model dropped the new notes or their date; the
+    retry prompt puts the new notes first, and its reply is guarded the same way."""
+    model = LocalLikeModel(lambda prompt: GOOD if "Fold the new notes" in prompt else "Maya got a job.")
+    seen: list[GuardedReply] = []
+    memory = two_leaf_memory(LLMAggregator(model, on_reply=seen.append))
+    assert summaries(memory) == [GOOD]
+    assert [model.prompts[0] == p for p in model.prompts] == [True, False]
+    assert (
+        model.prompts[1].startswith(SMALL_MODEL_RETRY_PROMPT.split("{new_texts}")[0]) and f"- {NEW}" in model.prompts[1]
+    )
+    assert [(reply.attempt, reply.verdict.guard if reply.verdict else None) for reply in seen] == [
+        (1, "facts"),
+        (2, None),
+    ]
+    extra = memory.stats().extra
+    assert extra["summaries_checked"] == 2 and extra["summary_retries"] == 1 and "summary_fallbacks" not in extra
+
+
+def test_the_retry_is_switched_by_retry_and_off_for_a_prompt_of_your_own() -> None:
+    custom = "Merge {summary} ({count}) with {new_texts}. {guidance}"
+    assert LLMAggregator(LocalLikeModel(lambda prompt: "x")).retry_prompt == SMALL_MODEL_RETRY_PROMPT
+    assert LLMAggregator(LocalLikeModel(lambda prompt: "x"), retry=False).retry_prompt is None
+    assert LLMAggregator(LocalLikeModel(lambda prompt: "x"), prompt=custom).retry_prompt is None
+    mine = LLMAggregator(LocalLikeModel(lambda prompt: "x"), prompt=custom, retry_prompt=custom + " Again.")
+    assert (
+        mine.retry_prompt == custom + " Again." and mine.bound_to(HashingEmbedder(8)).retry_prompt == mine.retry_prompt
+    )
+    assert LLMAggregator(lambda prompt: "x").retry_prompt is None  # unguarded: nothing is rejected
+    with pytest.raises(ValueError, match="retry_prompt uses an unknown placeholder 'name'"):
+        LLMAggregator(LocalLikeModel(lambda prompt: "x"), retry_prompt="Hi {name}")
+    model = LocalLikeModel(lambda prompt: "Maya got a job.")
+    two_leaf_memory(LLMAggregator(model, retry=False))
+    assert len(model.prompts) == 1
 
 
 def test_a_reply_that_passes_is_stored_cleaned() -> None:
@@ -198,15 +237,15 @@ def test_a_reply_that_passes_is_stored_cleaned() -> None:
 def test_an_empty_reply_is_retried_then_falls_back_as_the_empty_guard() -> None:
     model = LocalLikeModel(lambda prompt: "  ")
     memory = two_leaf_memory(LLMAggregator(model))
-    assert len(model.prompts) == 2  # the retry policy's two attempts
+    assert len(model.prompts) == 4  # the retry policy's two attempts, for each of the two prompts
     assert summaries(memory) == [ExtractiveAggregator(HashingEmbedder(64)).aggregate("", [OLD, NEW], 0)]
-    assert memory.stats().extra["summary_guard_empty"] == 1
+    assert memory.stats().extra["summary_guard_empty"] == 2
 
 
 def test_strict_mode_marks_the_summary_stale_and_repair_rewrites_it() -> None:
     both = "Maya started pottery on 14 January 2024 and on 22 February 2024 got a design job at Google."
     replies = iter([OLD, both])  # first an echo of a leaf, then a good summary of both (repair rebuilds)
-    aggregator = LLMAggregator(LocalLikeModel(lambda prompt: next(replies)), strict=True)
+    aggregator = LLMAggregator(LocalLikeModel(lambda prompt: next(replies)), strict=True, retry=False)
     memory = two_leaf_memory(aggregator)
     stats = memory.stats()
     assert stats.stale == 1 and stats.aggregation_failures == 1
@@ -216,10 +255,12 @@ def test_strict_mode_marks_the_summary_stale_and_repair_rewrites_it() -> None:
     assert summaries(memory) == [both] and memory.stats().stale == 0
 
 
-def test_strict_mode_raises_the_verdict() -> None:
-    aggregator = LLMAggregator(LocalLikeModel(lambda prompt: "Maya got a job."), strict=True)
+def test_strict_mode_raises_the_verdict_once_the_retry_failed_too() -> None:
+    model = LocalLikeModel(lambda prompt: "Maya got a job.")
+    aggregator = LLMAggregator(model, strict=True)
     with pytest.raises(SummaryRejectedError, match="failed the 'facts' guard: drops '2024', '22'"):
         aggregator.aggregate("", [NEW], 0)
+    assert len(model.prompts) == 2
 
 
 def test_a_model_that_raises_is_not_a_guard_failure_the_summary_goes_stale() -> None:
@@ -299,7 +340,7 @@ def test_on_reply_sees_every_guarded_reply_kept_or_rejected() -> None:
     faithful = "Maya took up pottery and got a design job at Google on 22 February 2024."
     replies = iter(["Maya got a job.", faithful])
     seen: list[GuardedReply] = []
-    aggregator = LLMAggregator(lambda prompt: next(replies), guarded=True, on_reply=seen.append)
+    aggregator = LLMAggregator(lambda prompt: next(replies), guarded=True, on_reply=seen.append, retry=False)
     bound = aggregator.bound_to(HashingEmbedder(32))
     assert bound is not aggregator and bound.on_reply is aggregator.on_reply  # a memory's copy reports too
     assert bound.aggregate(OLD, [NEW], 1) != "Maya got a job."  # rejected: the extractive summary stands in
