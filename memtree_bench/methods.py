@@ -273,6 +273,7 @@ class TreeBuilder:
         self.cost.quality = {
             **summary_quality(self.memory),
             "summaries_checked": counters["summaries_checked"],
+            "summary_retries": counters["summary_retries"],
             "summary_fallbacks": counters["summary_fallbacks"],
             "stale_summaries": float(stats.stale),
         }
@@ -327,7 +328,7 @@ class TreeBuilder:
             self._turns = None
 
 
-_COUNTERS = ("embedding_calls", "aggregation_calls", "summaries_checked", "summary_fallbacks")
+_COUNTERS = ("embedding_calls", "aggregation_calls", "summaries_checked", "summary_retries", "summary_fallbacks")
 
 
 def _counters(memory: Any, earlier: dict[str, float]) -> dict[str, float]:
@@ -338,6 +339,7 @@ def _counters(memory: Any, earlier: dict[str, float]) -> dict[str, float]:
         "embedding_calls": float(stats.embedding_calls),
         "aggregation_calls": float(stats.aggregation_calls),
         "summaries_checked": float(stats.extra.get("summaries_checked", 0)),
+        "summary_retries": float(stats.extra.get("summary_retries", 0)),
         "summary_fallbacks": float(stats.extra.get("summary_fallbacks", 0)),
     }
     return {name: now[name] + float(earlier.get(name, 0)) for name in _COUNTERS}
