@@ -483,16 +483,14 @@ class LLMAggregator(Aggregator):
     def aggregate(self, summary: str, new_texts: Sequence[str], count: int, *, centroid: Vector | None = None) -> str:
         if not self.guarded:
             return _require_summary(self.model.complete(self.build_prompt(summary, new_texts, count)).text)
-        templates = self._templates()
-        for attempt, template in enumerate(templates, 1):
+        for attempt, template in enumerate(self._templates(), 1):
             try:
                 completion = self.model.complete(self.build_prompt(summary, new_texts, count, template))
             except EmptyReplyError:
                 completion = Completion("")
-            verdict = self.verdict(completion, summary, new_texts, count, template=template, attempt=attempt)
-            if verdict is None:
-                return clean_reply(completion.text)
-            self._reject(verdict, last=attempt == len(templates))
+            kept = self._settle(completion, summary, new_texts, count, attempt)
+            if kept is not None:
+                return kept
         return self.fallback.aggregate(summary, new_texts, count, centroid=centroid)
 
     async def aaggregate(
@@ -500,21 +498,32 @@ class LLMAggregator(Aggregator):
     ) -> str:
         if not self.guarded:
             return _require_summary((await self.model.acomplete(self.build_prompt(summary, new_texts, count))).text)
-        templates = self._templates()
-        for attempt, template in enumerate(templates, 1):
+        for attempt, template in enumerate(self._templates(), 1):
             try:
                 completion = await self.model.acomplete(self.build_prompt(summary, new_texts, count, template))
             except EmptyReplyError:
                 completion = Completion("")
-            verdict = self.verdict(completion, summary, new_texts, count, template=template, attempt=attempt)
-            if verdict is None:
-                return clean_reply(completion.text)
-            self._reject(verdict, last=attempt == len(templates))
+            kept = self._settle(completion, summary, new_texts, count, attempt)
+            if kept is not None:
+                return kept
         return await self.fallback.aaggregate(summary, new_texts, count, centroid=centroid)
 
     def _templates(self) -> tuple[str, ...]:
         """The prompts a guarded merge tries in turn: its own, then the retry prompt."""
         return (self.prompt,) if self.retry_prompt is None else (self.prompt, self.retry_prompt)
+
+    def _settle(
+        self, completion: Completion, summary: str, new_texts: Sequence[str], count: int, attempt: int
+    ) -> str | None:
+        """The text to store if the reply to prompt number ``attempt`` passes the
+        guards; else ``None``, with the rejection counted (or raised, in strict mode,
+        when no prompt is left to try)."""
+        templates = self._templates()
+        verdict = self.verdict(completion, summary, new_texts, count, template=templates[attempt - 1], attempt=attempt)
+        if verdict is None:
+            return clean_reply(completion.text)
+        self._reject(verdict, last=attempt == len(templates))
+        return None
 
     def verdict(
         self,
