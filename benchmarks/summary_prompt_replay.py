@@ -44,39 +44,23 @@ from memtree.models.resolve import resolve_chat_model  # noqa: E402
 from memtree.summary_guard import GUARDS, GuardVerdict  # noqa: E402
 from memtree_bench.report import markdown_table  # noqa: E402
 
-NEW_FIRST = """You keep a memory of a chat. Fold the new notes into the current summary: one short \
-summary in plain third-person prose.
-
-New notes:
-{new_texts}
-
-Current summary ({count} earlier notes):
-{summary}
-
-Rules: start with what the new notes say, with their date; keep every name, number and date of \
-the new notes; keep the current summary's main points in fewer words; do not copy chat lines; \
-write nothing the notes and the summary do not say. At most 60 words. Reply with the summary only."""
+_EXAMPLE = SMALL_MODEL_RETRY_PROMPT[
+    SMALL_MODEL_RETRY_PROMPT.index("How it is done") : SMALL_MODEL_RETRY_PROMPT.index("New notes:")
+]
+NEW_FIRST = SMALL_MODEL_RETRY_PROMPT.replace(_EXAMPLE, "")
+"""The retry prompt without its worked example."""
 
 NEW_FIRST_EXAMPLE = SMALL_MODEL_RETRY_PROMPT
 """``NEW_FIRST`` with the worked example: adopted as the retry prompt."""
 
-DATE_FIRST = """You maintain a memory of a chat. Merge the current summary and the new notes into one \
-short summary in plain third-person prose.
-
-Example notes:
-- 3 March, 2024 Ana: I finally adopted a puppy named Biscuit!
-- 3 March, 2024 Tom: Congrats! I start my nursing course in April.
-Example summary: On 3 March 2024 Ana adopted a puppy named Biscuit, and Tom said he starts a nursing course in April.
-
-Current summary ({count} earlier notes):
-{summary}
-
-New notes:
-{new_texts}
-
-Rules: begin with the date of the new notes, as the example does; say what the new notes add, with \
-every name and number in them; keep the current summary's main points; do not copy the notes or write \
-chat lines. At most 60 words. Reply with the summary only."""
+_SMALL_RULES = SMALL_MODEL_PROMPT[SMALL_MODEL_PROMPT.index("Rules:") :]
+DATE_FIRST = SMALL_MODEL_PROMPT.replace(
+    _SMALL_RULES,
+    "Rules: begin with the date of the new notes, as the example does; say what the new notes add, with "
+    "every name and number in them; keep the current summary's main points; do not copy the notes or write "
+    "chat lines. At most 60 words. Reply with the summary only.",
+)
+"""``SMALL_MODEL_PROMPT`` with other rules (and no abstraction guidance)."""
 
 VARIANTS: dict[str, str] = {
     "current": SMALL_MODEL_PROMPT,
