@@ -67,11 +67,13 @@ def recheck(records: list[dict[str, Any]], baseline: ModuleType | None = None) -
     for record in records:
         completion = Completion(record["reply"], truncated=bool(record["truncated"]))
         template = checker.retry_prompt if record.get("attempt", 1) == 2 else None  # the prompt it answered
-        verdict = checker.verdict(
+        verdict, kept = checker.check(
             completion, record["summary"], record["new_texts"], int(record["count"]), template=template
         )
         record["guard_now"] = verdict.guard if verdict else None
         record["reason_now"] = verdict.reason if verdict else None
+        record["restored_now"] = verdict is not None and kept is not None  # stored with the date put back
+        record["fallback_now"] = kept is None
         if baseline is not None:
             then = baseline.check_summary(
                 baseline.clean_reply(record["reply"]),
@@ -164,6 +166,22 @@ def report(
             share(records, "guard_now"),
         ]
     )
+    guard_rows.append(
+        [
+            "of which stored with the date restored",
+            *(["–"] if baseline else []),
+            "–",
+            share(records, "restored_now"),
+        ]
+    )
+    guard_rows.append(
+        [
+            "**left to the extractive summary**",
+            *(["–"] if baseline else []),
+            share(records, "guard"),
+            share(records, "fallback_now"),
+        ]
+    )
     then_header = [f"guards of {baseline_commit}"] if baseline else []
     buckets: dict[str, list[dict[str, Any]]] = {}
     for record in records:
@@ -190,6 +208,7 @@ def report(
             *([share(group, "guard_then")] if baseline else []),
             share(group, "guard"),
             share(group, "guard_now"),
+            share(group, "fallback_now"),
         ]
         for name in sorted({record["log"] for record in records})
         for group in [[record for record in records if record["log"] == name]]
@@ -204,7 +223,9 @@ def report(
         "",
         f"{total} guarded replies of the local model, logged while building the trees of "
         f"{len(logs)} log file(s); "
-        "re-checked here with the guards of this commit, without calling the model.",
+        "re-checked here with the guards of this commit, without calling the model. "
+        "A reply rejected only for leaving out the new texts' date is now stored with the date put back "
+        "(`restore_dates`): it still counts as rejected by `facts`, but not as left to the extractive summary.",
         "",
         "## Rejections per guard (the first guard a reply fails names it)",
         "",
@@ -212,7 +233,10 @@ def report(
         "",
         "## Per log (each tree's log says which commit's guards judged it when built)",
         "",
-        *markdown_table(["log", "replies", *then_header, "rejected when built", "rejected now"], per_log),
+        *markdown_table(
+            ["log", "replies", *then_header, "rejected when built", "rejected now", "left to the extractive now"],
+            per_log,
+        ),
         "",
         "## Rejected share by the size of the merge",
         "",
@@ -228,6 +252,8 @@ def report(
         "logs": sorted(path.name for path in logs),
         "built": dict(built),
         "now": dict(now),
+        "dates_restored_now": sum(1 for record in records if record["restored_now"]),
+        "fallbacks_now": sum(1 for record in records if record["fallback_now"]),
         "baseline": {"commit": baseline_commit, "rejected": dict(then)} if baseline else None,
         "by_size": {row[0]: row[1:] for row in size_rows},
         "per_log": {row[0]: row[1:] for row in per_log},

@@ -82,14 +82,16 @@ VARIANT_NOTES: dict[str, str] = {
 
 
 def judge(
-    records: list[dict[str, Any]], variant: str, model: ChatModel | None, cache: ReplyCache | None
-) -> tuple[list[GuardVerdict | None], int]:
-    """(each record's verdict, replies the model was asked for) of one variant;
-    ``model=None`` uses cached replies only."""
+    records: list[dict[str, Any]], variant: str, model: ChatModel | None, cache: ReplyCache | None, restore: bool
+) -> tuple[list[GuardVerdict | None], int, int]:
+    """(each record's verdict, replies the model was asked for, replies stored with
+    their date restored) of one variant; ``model=None`` uses cached replies only. A
+    verdict is ``None`` where the reply is stored (with its date restored, if
+    ``restore`` and that was all it lacked)."""
     prompt = SMALL_MODEL_PROMPT if variant == "logged" else VARIANTS[variant]
-    aggregator = LLMAggregator(lambda _: "", prompt=prompt, guarded=True)
+    aggregator = LLMAggregator(lambda _: "", prompt=prompt, guarded=True, restore_dates=restore)
     verdicts: list[GuardVerdict | None] = []
-    asked = 0
+    asked = restored = 0
     for number, record in enumerate(records, 1):
         summary, new_texts, count = record["summary"], record["new_texts"], int(record["count"])
         if variant == "logged":
@@ -104,26 +106,28 @@ def judge(
                 asked += 1
                 print(f"{variant}: {number}/{len(records)}", file=sys.stderr, flush=True)
         assert completion is not None
-        verdicts.append(aggregator.verdict(completion, summary, new_texts, count))
-    return verdicts, asked
+        verdict, kept = aggregator.check(completion, summary, new_texts, count)
+        restored += kept is not None and verdict is not None
+        verdicts.append(None if kept is not None else verdict)
+    return verdicts, asked, restored
 
 
 def judge_with_retries(
-    records: list[dict[str, Any]], spec: str, model: ChatModel | None, cache: ReplyCache | None
-) -> tuple[list[GuardVerdict | None], int, int]:
+    records: list[dict[str, Any]], spec: str, model: ChatModel | None, cache: ReplyCache | None, restore: bool
+) -> tuple[list[GuardVerdict | None], int, int, int]:
     """``first+second``: each record judged with the first prompt, and those it
     rejects asked again with the second (and so on). Returns (final verdicts, replies
-    asked for, retries)."""
+    asked for, retries, replies stored with their date restored)."""
     first, *retries = spec.split("+")
-    verdicts, asked = judge(records, first, model, cache)
+    verdicts, asked, restored = judge(records, first, model, cache, restore)
     retried = 0
     for variant in retries:
         failed = [number for number, verdict in enumerate(verdicts) if verdict is not None]
-        again, more = judge([records[number] for number in failed], variant, model, cache)
+        again, more, mended = judge([records[number] for number in failed], variant, model, cache, restore)
         for number, verdict in zip(failed, again, strict=True):
             verdicts[number] = verdict
-        asked, retried = asked + more, retried + len(failed)
-    return verdicts, asked, retried
+        asked, retried, restored = asked + more, retried + len(failed), restored + mended
+    return verdicts, asked, retried, restored
 
 
 def main(argv: list[str] | None = None, model: ChatModel | None = None) -> None:
@@ -141,21 +145,38 @@ def main(argv: list[str] | None = None, model: ChatModel | None = None) -> None:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--name", default="summary_prompt_replay")
     parser.add_argument("--title", default="Summary prompts replayed", help="the report's heading")
+    parser.add_argument(
+        "--restore-dates",
+        default="on",
+        choices=("on", "off", "both"),
+        help="store a reply that lacks only the new texts' date with the date restored (both: a row each)",
+    )
     args = parser.parse_args(argv)
     records = read_logs(args.logs)
     sample = random.Random(args.seed).sample(records, min(args.sample, len(records)))
     model = model or (resolve_chat_model(args.llm) if args.llm else None)
     cache = ReplyCache(args.replies) if args.replies else None
     rows, results = [], {}
+    modes = {"on": [True], "off": [False], "both": [False, True]}[args.restore_dates]
     for variant in args.variants.split(","):
-        verdicts, asked, retried = judge_with_retries(sample, variant, model, cache)
-        counts = Counter(verdict.guard for verdict in verdicts if verdict is not None)
-        rejected = sum(counts.values())
-        results[variant] = {"rejected": rejected, "asked": asked, "retried": retried, **{g: counts[g] for g in GUARDS}}
-        share = f"{rejected}/{len(sample)} ({rejected / len(sample):.0%})"
-        calls = f"{(len(sample) + retried) / len(sample):.2f}"
-        rows.append([variant, share, calls, *(str(counts[g]) for g in GUARDS)])
-    table = "\n".join(markdown_table(["prompt", "rejected", "model calls per merge", *GUARDS], rows))
+        for restore in modes:
+            verdicts, asked, retried, restored = judge_with_retries(sample, variant, model, cache, restore)
+            counts = Counter(verdict.guard for verdict in verdicts if verdict is not None)
+            rejected = sum(counts.values())
+            name = f"{variant}, dates restored" if restore and len(modes) > 1 else variant
+            results[name] = {
+                "rejected": rejected,
+                "asked": asked,
+                "retried": retried,
+                "dates_restored": restored,
+                **{g: counts[g] for g in GUARDS},
+            }
+            share = f"{rejected}/{len(sample)} ({rejected / len(sample):.0%})"
+            calls = f"{(len(sample) + retried) / len(sample):.2f}"
+            rows.append([name, share, calls, str(restored), *(str(counts[g]) for g in GUARDS)])
+    table = "\n".join(
+        markdown_table(["prompt", "rejected", "model calls per merge", "stored with the date restored", *GUARDS], rows)
+    )
     logs = ", ".join(path.name for path in args.logs)
     named = set(re.split(r"[,+]", args.variants))
     command = "python benchmarks/summary_prompt_replay.py " + " ".join(argv if argv is not None else sys.argv[1:])
@@ -166,7 +187,9 @@ def main(argv: list[str] | None = None, model: ChatModel | None = None) -> None:
         f"{table}\n\n"
         + "".join(f"- `{name}`: {note}\n" for name, note in VARIANT_NOTES.items() if name in named)
         + "- `first+second`: the first prompt's reply, and where the guards reject it, the second prompt's\n"
-        + f"\nCommand: `{command}`\n"
+        + "- rejected: replies the guards reject, so the node gets the extractive summary; a reply that lacks "
+        "only the new texts' date is stored with that date in front (`restore_dates`), not rejected, and "
+        "is not asked again\n" + f"\nCommand: `{command}`\n"
     )
     print(text)
     if args.out:

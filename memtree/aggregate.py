@@ -29,7 +29,14 @@ from memtree.model_usage import report
 from memtree.models.resolve import resolve_chat_model
 from memtree.node import Vector
 from memtree.retry import EmptyReplyError, ModelResponseError
-from memtree.summary_guard import GuardedReply, GuardVerdict, SummaryRejectedError, check_summary, clean_reply
+from memtree.summary_guard import (
+    GuardedReply,
+    GuardVerdict,
+    SummaryRejectedError,
+    check_summary,
+    clean_reply,
+    restore_dates,
+)
 from memtree.text import count_words, fold, split_sentences
 
 
@@ -405,6 +412,9 @@ class LLMAggregator(Aggregator):
     model, unless a ``prompt`` of your own is given without a ``retry_prompt``)
     switches it. So the share of merges left to the fallback is
     ``summary_fallbacks / (summaries_checked - summary_retries)``.
+    A reply that fails only for leaving out the date the new texts start with is
+    stored with that date put in front instead of rejected (counted as
+    ``summary_dates_restored``; ``restore_dates=False`` rejects it).
     ``max_words`` caps a guarded reply's length in words. ``on_reply``, if given, is
     called with a :class:`~memtree.summary_guard.GuardedReply` for every guarded
     reply, kept or rejected: what was asked, what came back and the verdict, so a
@@ -430,6 +440,7 @@ class LLMAggregator(Aggregator):
         on_reply: Callable[[GuardedReply], None] | None = None,
         retry_prompt: str | None = None,
         retry: bool | None = None,
+        restore_dates: bool = True,
     ) -> None:
         self.model: ChatModel = resolve_chat_model(llm)
         self.guarded = self.model.guard_summaries if guarded is None else guarded
@@ -449,6 +460,7 @@ class LLMAggregator(Aggregator):
         self.fallback: Aggregator = fallback if fallback is not None else ExtractiveAggregator()
         self.max_words = max_words
         self.on_reply = on_reply
+        self.restores_dates = restore_dates
 
     def bound_to(self, embedder: Embedder) -> LLMAggregator:
         """This aggregator with its fallback bound to ``embedder`` (the extractive
@@ -466,6 +478,7 @@ class LLMAggregator(Aggregator):
             on_reply=self.on_reply,
             retry_prompt=self.retry_prompt,
             retry=self.retry_prompt is not None,
+            restore_dates=self.restores_dates,
         )
         return copy
 
@@ -516,14 +529,15 @@ class LLMAggregator(Aggregator):
         self, completion: Completion, summary: str, new_texts: Sequence[str], count: int, attempt: int
     ) -> str | None:
         """The text to store if the reply to prompt number ``attempt`` passes the
-        guards; else ``None``, with the rejection counted (or raised, in strict mode,
-        when no prompt is left to try)."""
+        guards (or only lacks the new texts' date); else ``None``, with the rejection
+        counted (or raised, in strict mode, when no prompt is left to try)."""
         templates = self._templates()
-        verdict = self.verdict(completion, summary, new_texts, count, template=templates[attempt - 1], attempt=attempt)
-        if verdict is None:
-            return clean_reply(completion.text)
-        self._reject(verdict, last=attempt == len(templates))
-        return None
+        verdict, kept = self.check(
+            completion, summary, new_texts, count, template=templates[attempt - 1], attempt=attempt
+        )
+        if kept is None and verdict is not None:
+            self._reject(verdict, last=attempt == len(templates))
+        return kept
 
     def verdict(
         self,
@@ -536,23 +550,58 @@ class LLMAggregator(Aggregator):
         attempt: int = 1,
     ) -> GuardVerdict | None:
         """The guard the model's reply to this aggregation (asked with ``template``,
-        :attr:`prompt` if ``None``) fails, or ``None`` if it may be stored (counted as
-        ``summaries_checked``); whether or not ``guarded``."""
+        :attr:`prompt` if ``None``) fails, or ``None``; whether or not ``guarded``.
+        A reply stored with its date restored still names the guard it failed
+        (:meth:`check` says what is stored)."""
+        return self.check(completion, summary, new_texts, count, template=template, attempt=attempt)[0]
+
+    def check(
+        self,
+        completion: Completion,
+        summary: str,
+        new_texts: Sequence[str],
+        count: int,
+        *,
+        template: str | None = None,
+        attempt: int = 1,
+    ) -> tuple[GuardVerdict | None, str | None]:
+        """(the guard the reply fails or ``None``, the text to store or ``None``).
+
+        The text is the cleaned reply when it passes; when it fails ``facts`` only
+        for the date the new texts start with, it is the reply with that date in
+        front (:func:`~memtree.summary_guard.restore_dates`, unless
+        ``restore_dates=False``), which passes every guard. Counted as
+        ``summaries_checked``, and a restored one as ``summary_guard_facts`` and
+        ``summary_dates_restored``."""
         report(summaries_checked=1)
-        verdict = check_summary(
-            clean_reply(completion.text),
-            summary=summary,
-            new_texts=new_texts,
-            **self.guard_context(summary, new_texts, count, template),
-            truncated=completion.truncated,
-            max_words=self.max_words,
-        )
-        if self.on_reply is not None:
-            reply = GuardedReply(
-                summary, tuple(new_texts), count, completion.text, completion.truncated, verdict, attempt
+        reply = clean_reply(completion.text)
+        context = self.guard_context(summary, new_texts, count, template)
+
+        def judged(text: str, truncated: bool = False) -> GuardVerdict | None:
+            return check_summary(
+                text,
+                summary=summary,
+                new_texts=new_texts,
+                prompt=context["prompt"],
+                instructions=context["instructions"],
+                truncated=truncated,
+                max_words=self.max_words,
             )
-            self.on_reply(reply)
-        return verdict
+
+        verdict = judged(reply, completion.truncated)
+        kept = reply if verdict is None else None
+        if verdict is not None and verdict.guard == "facts" and self.restores_dates:
+            mended = restore_dates(reply, new_texts)
+            if mended is not None and judged(mended) is None:
+                kept = mended
+                report(summary_guard_facts=1, summary_dates_restored=1)
+        if self.on_reply is not None:
+            restored = kept if verdict is not None else None
+            reply_seen = GuardedReply(
+                summary, tuple(new_texts), count, completion.text, completion.truncated, verdict, attempt, restored
+            )
+            self.on_reply(reply_seen)
+        return verdict, kept
 
     def guard_context(
         self, summary: str, new_texts: Sequence[str], count: int, template: str | None = None

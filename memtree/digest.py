@@ -36,13 +36,12 @@ from datetime import datetime
 from memtree.aggregate import ExtractiveAggregator, _select_mmr, _unique_sentences
 from memtree.embed import Embedder, Matrix
 from memtree.node import Vector
-from memtree.text import count_words, fold
+from memtree.text import count_words, date_of, fold
 
 SPAN = " – "
 SEPARATOR = " · "
 EMPTY = "-"
 
-_DATE = re.compile(r"\b(\d{1,2} [A-Z][a-z]+,? \d{4}|[A-Z][a-z]+ \d{1,2},? \d{4}|\d{4}-\d{2}-\d{2})\b")
 _SPEAKER = re.compile(r"^(?P<head>.{0,60}?)(?P<speaker>[A-Z][\w'’-]*(?: [A-Z][\w'’-]*)?):\s")
 _WORD = re.compile(r"[A-Za-z][A-Za-z'’-]{2,}")
 _DATE_FORMATS = ("%d %B %Y", "%d %B, %Y", "%B %d %Y", "%B %d, %Y", "%Y-%m-%d", "%d %b %Y", "%d %b, %Y")
@@ -87,12 +86,6 @@ class Heading:
         if not any(fields):
             return ""
         return SEPARATOR.join(field or EMPTY for field in fields)
-
-
-def date_of(text: str) -> str | None:
-    """The date a text starts with (within its first 60 characters), as written."""
-    match = _DATE.search(text[:60])
-    return match.group(1) if match else None
 
 
 def speaker_of(text: str) -> str | None:

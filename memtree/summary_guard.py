@@ -29,6 +29,12 @@ The guards, in the order they are tried (the first that fails names the verdict)
 * ``shorter``: the reply has at least as many words as its inputs together (the
   current summary and the new texts): it summarizes nothing.
 
+One failure is mended instead of rejected: a reply that fails ``facts`` only because
+it leaves out the date the new texts start with (``23 March, 2023``; small models
+summarize the event and drop the date nearly every time on some conversations) is
+stored with that date put in front (:func:`restore_dates`), if the mended reply
+then passes every guard. The date is copied from the inputs, so nothing is invented.
+
 They are heuristics with known misses: a date rewritten (``2024-02-22`` as
 ``22 February``) fails ``facts`` (a number spelled out, ``twelve`` for ``12``, does
 not: :data:`NUMBER_WORDS`); a name that only ever opens a
@@ -44,7 +50,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from memtree.retry import ModelResponseError
-from memtree.text import count_words, split_sentences
+from memtree.text import count_words, date_of, split_sentences
 
 GUARDS = ("empty", "truncated", "echo", "facts", "invented", "shorter")
 """The guards' names, as counted in ``stats().extra`` (``summary_guard_<name>``)."""
@@ -129,6 +135,30 @@ class GuardedReply:
     attempt: int = 1
     """1: the reply to the aggregator's prompt; 2: to its retry prompt, asked because
     the first reply was rejected."""
+    restored: str | None = None
+    """What was stored instead of a reply rejected only for the new texts' date: the
+    reply with that date in front (:func:`restore_dates`); ``None`` otherwise."""
+
+
+def restore_dates(reply: str, new_texts: Sequence[str]) -> str | None:
+    """``reply`` with the date (or first and last dates) the new texts start with put
+    in front, when it does not state them all; ``None`` when it does, or when the
+    texts start with no date. The caller re-checks the result with
+    :func:`check_summary`: only the date is restored, a missing name still fails.
+
+    Example::
+
+        restore_dates("Calvin plans a trip to Japan.", ["11:53 am on 23 March, 2023 Calvin: I'm off to Japan!"])
+        # '23 March, 2023: Calvin plans a trip to Japan.'
+    """
+    dates = list(dict.fromkeys(date for date in map(date_of, new_texts) if date))
+    if not dates:
+        return None
+    stated = stated_words(reply)
+    if all(stated_words(date) <= stated for date in dates):
+        return None
+    span = dates[0] if len(dates) == 1 else f"{dates[0]} – {dates[-1]}"
+    return f"{span}: {reply}"
 
 
 class SummaryRejectedError(ModelResponseError):

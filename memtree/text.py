@@ -8,6 +8,7 @@ import unicodedata
 _SENTENCE_END = re.compile(r"(?<=[.!?…])[\"')\]]*\s+|\n+")
 _TOKEN = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 _SPACE = re.compile(r"\s+")
+_DATE = re.compile(r"\b(\d{1,2} [A-Z][a-z]+,? \d{4}|[A-Z][a-z]+ \d{1,2},? \d{4}|\d{4}-\d{2}-\d{2})\b")
 
 
 def require_text(text: object, what: str = "text") -> str:
@@ -128,3 +129,10 @@ def preview(text: str, width: int = 80) -> str:
 def tokenize_words(text: str) -> list[str]:
     """Lower-cased word tokens (for hashing and lexical scoring)."""
     return [token.casefold() for token in re.findall(r"\w+", text, re.UNICODE)]
+
+
+def date_of(text: str) -> str | None:
+    """The date a text starts with (within its first 60 characters), as written:
+    ``8 May, 2023`` of ``1:56 pm on 8 May, 2023 Caroline: hi``; ``None`` if none."""
+    match = _DATE.search(text[:60])
+    return match.group(1) if match else None

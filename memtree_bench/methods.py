@@ -274,6 +274,7 @@ class TreeBuilder:
             **summary_quality(self.memory),
             "summaries_checked": counters["summaries_checked"],
             "summary_retries": counters["summary_retries"],
+            "summary_dates_restored": counters["summary_dates_restored"],
             "summary_fallbacks": counters["summary_fallbacks"],
             "stale_summaries": float(stats.stale),
         }
@@ -328,7 +329,14 @@ class TreeBuilder:
             self._turns = None
 
 
-_COUNTERS = ("embedding_calls", "aggregation_calls", "summaries_checked", "summary_retries", "summary_fallbacks")
+_COUNTERS = (
+    "embedding_calls",
+    "aggregation_calls",
+    "summaries_checked",
+    "summary_retries",
+    "summary_dates_restored",
+    "summary_fallbacks",
+)
 
 
 def _counters(memory: Any, earlier: dict[str, float]) -> dict[str, float]:
@@ -340,6 +348,7 @@ def _counters(memory: Any, earlier: dict[str, float]) -> dict[str, float]:
         "aggregation_calls": float(stats.aggregation_calls),
         "summaries_checked": float(stats.extra.get("summaries_checked", 0)),
         "summary_retries": float(stats.extra.get("summary_retries", 0)),
+        "summary_dates_restored": float(stats.extra.get("summary_dates_restored", 0)),
         "summary_fallbacks": float(stats.extra.get("summary_fallbacks", 0)),
     }
     return {name: now[name] + float(earlier.get(name, 0)) for name in _COUNTERS}

@@ -146,6 +146,7 @@ class SavedTrees:
                 "guard": verdict.guard if verdict else None,
                 "reason": verdict.reason if verdict else None,
                 "attempt": reply.attempt,
+                "restored": reply.restored,
             }
             with lock, path.open("a", encoding="utf-8") as stream:
                 stream.write(json.dumps(line, ensure_ascii=False) + "\n")

@@ -396,6 +396,20 @@ def test_summary_prompt_replay_judges_each_prompt_with_todays_guards_and_asks_on
     assert len(prompts) == 2  # every reply came from the cache
     assert json.loads((tmp_path / "replay.json").read_text(encoding="utf-8"))["results"]["new_first"]["asked"] == 0
     report = (tmp_path / "replay.md").read_text(encoding="utf-8")
-    assert "| new_first | 1/2 (50%) | 1.00 | 0 | 0 | 0 | 0 | 1 | 0 |" in report
+    assert "| new_first | 1/2 (50%) | 1.00 | 0 | 0 | 0 | 0 | 0 | 1 | 0 |" in report
     # logged, then new_first asked again only where the guards rejected the logged reply
-    assert "| logged+new_first | 1/2 (50%) | 1.50 | 0 | 0 | 0 | 0 | 1 | 0 |" in report
+    assert "| logged+new_first | 1/2 (50%) | 1.50 | 0 | 0 | 0 | 0 | 0 | 1 | 0 |" in report
+    # A reply that drops only the date: rejected without restoring, stored with it.
+    undated = {
+        **base,
+        "summary": "",
+        "new_texts": new_texts,
+        "reply": "Caroline told Mel she will study counseling at Harvard.",
+    }
+    log.write_text(json.dumps(undated) + "\n", encoding="utf-8")
+    replay.main(
+        [str(log), "--variants=logged", "--sample=1", "--restore-dates=both", f"--out={tmp_path}", "--name=dates"]
+    )
+    report = (tmp_path / "dates.md").read_text(encoding="utf-8")
+    assert "| logged | 1/1 (100%) | 1.00 | 0 | 0 | 0 | 0 | 1 | 0 | 0 |" in report
+    assert "| logged, dates restored | 0/1 (0%) | 1.00 | 1 | 0 | 0 | 0 | 0 | 0 | 0 |" in report

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from memtree import HashingEmbedder, MemTree
-from memtree.digest import DigestAggregator, Heading, date_of, parse_heading, speaker_of
-from memtree.text import fold
+from memtree.digest import DigestAggregator, Heading, parse_heading, speaker_of
+from memtree.text import date_of, fold
 
 TURNS = [
     "14 January 2024 Maya: I signed up for the Lisbon marathon in October.",
