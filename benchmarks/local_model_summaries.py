@@ -144,7 +144,7 @@ def run_model(
         else:
             failure = ""
         seconds.append(time.perf_counter() - started)
-        verdict = aggregator.verdict(completion, summary, new_texts, count)
+        verdict = aggregator.check(completion, summary, new_texts, count)[0]
         verdicts[verdict.guard if verdict else "passed"] += 1
         samples[label].append(
             {

@@ -4,7 +4,7 @@
 builds (the earlier summary, the new texts, the model's reply, the verdict). This
 script draws a seeded sample of those requests and asks the model again with each
 candidate prompt of :data:`VARIANTS`, then judges every reply with the guards of the
-code it runs with (``LLMAggregator.verdict``, so the echo guard compares with the
+code it runs with (``LLMAggregator.check``, so the echo guard compares with the
 variant's own prompt). The ``logged`` row is the reply the tree got, re-judged with
 today's guards: the same model at ``temperature=0`` with a fixed seed, so it is what
 the current :data:`~memtree.aggregate.SMALL_MODEL_PROMPT` gives (the ``current``

@@ -539,22 +539,6 @@ class LLMAggregator(Aggregator):
             self._reject(verdict, last=attempt == len(templates))
         return kept
 
-    def verdict(
-        self,
-        completion: Completion,
-        summary: str,
-        new_texts: Sequence[str],
-        count: int,
-        *,
-        template: str | None = None,
-        attempt: int = 1,
-    ) -> GuardVerdict | None:
-        """The guard the model's reply to this aggregation (asked with ``template``,
-        :attr:`prompt` if ``None``) fails, or ``None``; whether or not ``guarded``.
-        A reply stored with its date restored still names the guard it failed
-        (:meth:`check` says what is stored)."""
-        return self.check(completion, summary, new_texts, count, template=template, attempt=attempt)[0]
-
     def check(
         self,
         completion: Completion,
@@ -565,7 +549,9 @@ class LLMAggregator(Aggregator):
         template: str | None = None,
         attempt: int = 1,
     ) -> tuple[GuardVerdict | None, str | None]:
-        """(the guard the reply fails or ``None``, the text to store or ``None``).
+        """(the guard the model's reply to this aggregation, asked with ``template``
+        (:attr:`prompt` if ``None``), fails or ``None``; the text to store or ``None``),
+        whether or not ``guarded``.
 
         The text is the cleaned reply when it passes; when it fails ``facts`` only
         for the date the new texts start with, it is the reply with that date in

@@ -169,7 +169,7 @@ def test_the_one_shot_examples_names_count_as_an_echo_when_copied() -> None:
     """A small model that copies the prompt's example instead of summarizing is caught."""
     aggregator = LLMAggregator(LocalLikeModel(lambda prompt: "x"))
     copied = "On 3 March 2024 Ana adopted a puppy named Biscuit, and Tom said he starts a nursing course in April."
-    found = aggregator.verdict(Completion(copied), OLD, [NEW], 1)
+    found = aggregator.check(Completion(copied), OLD, [NEW], 1)[0]
     assert found is not None and found.guard == "echo"
 
 
