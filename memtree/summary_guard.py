@@ -30,10 +30,12 @@ The guards, in the order they are tried (the first that fails names the verdict)
   current summary and the new texts): it summarizes nothing.
 
 One failure is mended instead of rejected: a reply that fails ``facts`` only because
-it leaves out the date the new texts start with (``23 March, 2023``; small models
-summarize the event and drop the date nearly every time on some conversations) is
-stored with that date put in front (:func:`restore_dates`), if the mended reply
-then passes every guard. The date is copied from the inputs, so nothing is invented.
+it states no date, where the new texts start with one (``23 March, 2023``; small
+models summarize the event and drop the date nearly every time on some
+conversations), is stored with that date put in front (:func:`restore_dates`), if
+the mended reply then passes every guard. The date is copied from the inputs, so
+nothing is invented; a reply that gives another date is not mended (it may have
+put the new event on the earlier summary's day).
 
 They are heuristics with known misses: a date rewritten (``2024-02-22`` as
 ``22 February``) fails ``facts`` (a number spelled out, ``twelve`` for ``12``, does
@@ -140,11 +142,18 @@ class GuardedReply:
     reply with that date in front (:func:`restore_dates`); ``None`` otherwise."""
 
 
+_A_DATE = re.compile(
+    r"\b(?:January|February|March|April|May|June|July|August|September|October|November|December|\d{4}-\d{2}-\d{2})\b"
+)
+"""A month named as a month (capitalized: ``may`` is a verb) or an ISO date."""
+
+
 def restore_dates(reply: str, new_texts: Sequence[str]) -> str | None:
     """``reply`` with the date (or first and last dates) the new texts start with put
-    in front, when it does not state them all; ``None`` when it does, or when the
-    texts start with no date. The caller re-checks the result with
-    :func:`check_summary`: only the date is restored, a missing name still fails.
+    in front, when it states no date at all; ``None`` when it names a month or an ISO
+    date (it dated its events itself, perhaps wrongly: that reply is judged as
+    written), or when the texts start with no date. The caller re-checks the result
+    with :func:`check_summary`: only the date is restored, a missing name still fails.
 
     Example::
 
@@ -152,10 +161,7 @@ def restore_dates(reply: str, new_texts: Sequence[str]) -> str | None:
         # '23 March, 2023: Calvin plans a trip to Japan.'
     """
     dates = list(dict.fromkeys(date for date in map(date_of, new_texts) if date))
-    if not dates:
-        return None
-    stated = stated_words(reply)
-    if all(stated_words(date) <= stated for date in dates):
+    if not dates or _A_DATE.search(reply):
         return None
     span = dates[0] if len(dates) == 1 else f"{dates[0]} – {dates[-1]}"
     return f"{span}: {reply}"

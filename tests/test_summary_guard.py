@@ -222,7 +222,11 @@ def test_restore_dates_puts_the_new_texts_date_in_front_only_when_the_reply_lack
         "22 February 2024: Maya got a design job at Google."
     )
     assert restore_dates(GOOD, [NEW]) is None  # it states the date already
-    assert restore_dates("Maya got a job in February.", [NEW]) == "22 February 2024: Maya got a job in February."
+    # A reply that dates the event itself is judged as written: it may have put it on the wrong day.
+    assert restore_dates("Maya got a job in February.", [NEW]) is None
+    assert restore_dates("On 14 January Maya got a job.", [NEW]) is None
+    assert restore_dates("Maya got a job on 2024-01-14.", [NEW]) is None
+    assert restore_dates("Maya may get a job.", [NEW]) == "22 February 2024: Maya may get a job."  # a verb
     assert restore_dates("Maya got a job.", ["Maya: I got the job!"]) is None  # no date to restore
     later = "1:56 pm on 8 May, 2023 Maya: The first day went well."
     assert restore_dates("Maya started a job.", [NEW, later]) == "22 February 2024 – 8 May, 2023: Maya started a job."
