@@ -124,8 +124,10 @@ def test_a_memory_written_by_the_real_model_keeps_only_summaries_that_pass_the_g
     checked = stats.extra["summaries_checked"]
     guards = sum(value for name, value in stats.extra.items() if name.startswith("summary_guard_"))
     retries, fallbacks = stats.extra.get("summary_retries", 0), stats.extra.get("summary_fallbacks", 0)
+    restored = stats.extra.get("summary_dates_restored", 0)
     assert checked == stats.llm_calls + retries > 0  # one reply per merge, and one per retry
-    assert guards == retries + fallbacks <= checked  # a rejected reply is asked for again, then falls back
+    # A rejected reply is mended (only its date was missing), or asked for again, then falls back.
+    assert guards == restored + retries + fallbacks <= checked
     assert stats.stale == 0 and stats.aggregation_failures == 0
     assert sorted(node.text for node in memory.leaves()) == sorted(texts)
     for node in memory.walk():
