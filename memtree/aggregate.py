@@ -412,9 +412,9 @@ class LLMAggregator(Aggregator):
     model, unless a ``prompt`` of your own is given without a ``retry_prompt``)
     switches it. So the share of merges left to the fallback is
     ``summary_fallbacks / (summaries_checked - summary_retries)``.
-    A reply that fails only for leaving out the date the new texts start with is
-    stored with that date put in front instead of rejected (counted as
-    ``summary_dates_restored``; ``restore_dates=False`` rejects it).
+    A reply that states no date and fails only for leaving out the date the new
+    texts start with is stored with that date put in front instead of rejected
+    (counted as ``summary_dates_restored``; ``restore_dates=False`` rejects it).
     ``max_words`` caps a guarded reply's length in words. ``on_reply``, if given, is
     called with a :class:`~memtree.summary_guard.GuardedReply` for every guarded
     reply, kept or rejected: what was asked, what came back and the verdict, so a
@@ -553,10 +553,10 @@ class LLMAggregator(Aggregator):
         (:attr:`prompt` if ``None``), fails or ``None``; the text to store or ``None``),
         whether or not ``guarded``.
 
-        The text is the cleaned reply when it passes; when it fails ``facts`` only
-        for the date the new texts start with, it is the reply with that date in
-        front (:func:`~memtree.summary_guard.restore_dates`, unless
-        ``restore_dates=False``), which passes every guard. Counted as
+        The text is the cleaned reply when it passes; when it states no date and
+        fails ``facts`` only for the date the new texts start with, it is the reply
+        with that date in front (:func:`~memtree.summary_guard.restore_dates`,
+        unless ``restore_dates=False``), which passes every guard. Counted as
         ``summaries_checked``, and a restored one as ``summary_guard_facts`` and
         ``summary_dates_restored``."""
         report(summaries_checked=1)
