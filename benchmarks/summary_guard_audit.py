@@ -74,6 +74,7 @@ def recheck(records: list[dict[str, Any]], baseline: ModuleType | None = None) -
         record["reason_now"] = verdict.reason if verdict else None
         record["restored_now"] = verdict is not None and kept is not None  # stored with the date put back
         record["fallback_now"] = kept is None
+        record["fallback_built"] = bool(record["guard"]) and not record.get("restored")  # a log may say it was mended
         if baseline is not None:
             then = baseline.check_summary(
                 baseline.clean_reply(record["reply"]),
@@ -176,9 +177,9 @@ def report(
     )
     guard_rows.append(
         [
-            "**left to the extractive summary**",
+            "**not stored (rejected, not mended)**",
             *(["–"] if baseline else []),
-            share(records, "guard"),
+            share(records, "fallback_built"),
             share(records, "fallback_now"),
         ]
     )
@@ -224,8 +225,9 @@ def report(
         f"{total} guarded replies of the local model, logged while building the trees of "
         f"{len(logs)} log file(s); "
         "re-checked here with the guards of this commit, without calling the model. "
-        "A reply rejected only for leaving out the new texts' date is now stored with the date put back "
-        "(`restore_dates`): it still counts as rejected by `facts`, but not as left to the extractive summary.",
+        "A reply that states no date and is rejected only for leaving out the new texts' date is now stored "
+        "with the date put back "
+        "(`restore_dates`): it still counts as rejected by `facts`, but as stored.",
         "",
         "## Rejections per guard (the first guard a reply fails names it)",
         "",
@@ -234,7 +236,7 @@ def report(
         "## Per log (each tree's log says which commit's guards judged it when built)",
         "",
         *markdown_table(
-            ["log", "replies", *then_header, "rejected when built", "rejected now", "left to the extractive now"],
+            ["log", "replies", *then_header, "rejected when built", "rejected now", "not stored now"],
             per_log,
         ),
         "",
