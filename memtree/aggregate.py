@@ -557,8 +557,8 @@ class LLMAggregator(Aggregator):
         fails ``facts`` only for the date the new texts start with, it is the reply
         with that date in front (:func:`~memtree.summary_guard.restore_dates`,
         unless ``restore_dates=False``), which passes every guard. Counted as
-        ``summaries_checked``, and a restored one as ``summary_guard_facts`` and
-        ``summary_dates_restored``."""
+        ``summaries_checked``, a failed guard as ``summary_guard_<guard>`` (a restored
+        reply too) and a restored one as ``summary_dates_restored``."""
         report(summaries_checked=1)
         reply = clean_reply(completion.text)
         context = self.guard_context(summary, new_texts, count, template)
@@ -576,11 +576,13 @@ class LLMAggregator(Aggregator):
 
         verdict = judged(reply, completion.truncated)
         kept = reply if verdict is None else None
+        if verdict is not None:
+            report(**{"summary_guard_" + verdict.guard: 1})
         if verdict is not None and verdict.guard == "facts" and self.restores_dates:
             mended = restore_dates(reply, new_texts)
             if mended is not None and judged(mended) is None:
                 kept = mended
-                report(summary_guard_facts=1, summary_dates_restored=1)
+                report(summary_dates_restored=1)
         if self.on_reply is not None:
             restored = kept if verdict is not None else None
             reply_seen = GuardedReply(
@@ -600,9 +602,8 @@ class LLMAggregator(Aggregator):
         }
 
     def _reject(self, verdict: GuardVerdict, *, last: bool) -> None:
-        """Count the failed guard; unless it was the ``last`` prompt to try, count the
-        retry; else raise in strict mode, or count the fallback."""
-        report(**{"summary_guard_" + verdict.guard: 1})
+        """Unless it was the ``last`` prompt to try, count the retry; else raise in
+        strict mode, or count the fallback (:meth:`check` counted the failed guard)."""
         if not last:
             report(summary_retries=1)
         elif self.strict:

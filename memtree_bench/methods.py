@@ -272,10 +272,7 @@ class TreeBuilder:
         }
         self.cost.quality = {
             **summary_quality(self.memory),
-            "summaries_checked": counters["summaries_checked"],
-            "summary_retries": counters["summary_retries"],
-            "summary_dates_restored": counters["summary_dates_restored"],
-            "summary_fallbacks": counters["summary_fallbacks"],
+            **{name: counters[name] for name in _GUARD_COUNTERS},
             "stale_summaries": float(stats.stale),
         }
         self._turns = turns
@@ -329,14 +326,9 @@ class TreeBuilder:
             self._turns = None
 
 
-_COUNTERS = (
-    "embedding_calls",
-    "aggregation_calls",
-    "summaries_checked",
-    "summary_retries",
-    "summary_dates_restored",
-    "summary_fallbacks",
-)
+_GUARD_COUNTERS = ("summaries_checked", "summary_retries", "summary_dates_restored", "summary_fallbacks")
+"""What a guarded model's ``stats().extra`` counts, as a build reports it."""
+_COUNTERS = ("embedding_calls", "aggregation_calls", *_GUARD_COUNTERS)
 
 
 def _counters(memory: Any, earlier: dict[str, float]) -> dict[str, float]:
@@ -346,10 +338,7 @@ def _counters(memory: Any, earlier: dict[str, float]) -> dict[str, float]:
     now = {
         "embedding_calls": float(stats.embedding_calls),
         "aggregation_calls": float(stats.aggregation_calls),
-        "summaries_checked": float(stats.extra.get("summaries_checked", 0)),
-        "summary_retries": float(stats.extra.get("summary_retries", 0)),
-        "summary_dates_restored": float(stats.extra.get("summary_dates_restored", 0)),
-        "summary_fallbacks": float(stats.extra.get("summary_fallbacks", 0)),
+        **{name: float(stats.extra.get(name, 0)) for name in _GUARD_COUNTERS},
     }
     return {name: now[name] + float(earlier.get(name, 0)) for name in _COUNTERS}
 
