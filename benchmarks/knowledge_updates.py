@@ -16,7 +16,7 @@ retrieval returned the two. The rows, side by side in one run, same embedder:
   fact a leaf of the root), as in ``memtree bench locomo``;
 * ``memtree, ranking only``: the default tree, the recency ordering switched off;
 * ``memtree`` (the defaults): same-subject leaves newest first
-  (:func:`memtree.retrieval.newer_first`);
+  (:func:`memtree.recency.newer_first`);
 * ``flat hybrid + newer first``: the same ordering on the flat memory, which has
   no siblings, so only leaves' similarity links them.
 
@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from memtree.config import MemTreeConfig  # noqa: E402
 from memtree.embed import Embedder  # noqa: E402
-from memtree.retrieval import RECENCY_MARGIN, SIBLINGS  # noqa: E402
+from memtree.recency import RECENCY_MARGIN, SIBLINGS  # noqa: E402
 from memtree.text import fold  # noqa: E402
 from memtree.tree import MemTree  # noqa: E402
 from memtree_bench.locomo_bench import FLAT_TREE  # noqa: E402
@@ -162,7 +162,7 @@ def write_report(results: dict[str, dict[str, Any]], info: dict[str, str], out: 
         "",
         "*newer ranks first*: the newer fact is retrieved and ranks above the older one (or the older one "
         "is not retrieved); *both found*: both are delivered among the k results. *Newer first* "
-        "(`retrieve(same_subject=...)`, memtree.retrieval.newer_first) moves a newer result just above an older "
+        "(`retrieve(same_subject=...)`, memtree.recency.newer_first) moves a newer result just above an older "
         f"leaf when it scores at most {RECENCY_MARGIN} below it and is about the same subject: a sibling leaf "
         "under one summary, a leaf whose cosine with it reaches `same_subject`, or a summary above it that "
         "quotes a newer leaf. Nothing enters or leaves the results, only their order changes.",

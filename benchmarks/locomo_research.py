@@ -427,7 +427,7 @@ def order(scene: Scene, scores: np.ndarray, mask: np.ndarray) -> list[int]:
 
 
 class Packer:
-    """The engine's packing (retrieval.pack): each text in order, without the sentences
+    """The engine's packing (packing.pack): each text in order, without the sentences
     an earlier one already gave; a text with nothing new is skipped. Stops at ``k``
     results or ``words`` words."""
 

@@ -41,7 +41,7 @@ from langchain_memtree.messages import closes_round, exchange_text, latest_human
 from memtree import MemTree, RetrievedNode
 from memtree.config import AGGREGATION_MODES, Aggregation, RetrievalMode
 from memtree.inputs import TimeLike, to_min_score
-from memtree.retrieval import SIBLINGS
+from memtree.recency import SIBLINGS
 from memtree.store import Namespace, Store, namespace_key
 from memtree.store.base import not_a_langgraph_store
 
@@ -96,7 +96,7 @@ class MemTreeMemoryMiddleware(AgentMiddleware):
     ``newer_first`` (default on) puts a newer memory just above an older sibling in
     the tree (a near-duplicate by construction) that it scores no more than 0.3
     below, so "I moved to Porto" is read before "I live in Lisbon"
-    (:func:`memtree.retrieval.newer_first`; on 34 written knowledge updates the newer
+    (:func:`memtree.recency.newer_first`; on 34 written knowledge updates the newer
     fact comes first 82% of the time, against 6% with flat hybrid ranking,
     benchmarks/results/knowledge_updates.md).
     ``record=False`` only recalls; ``recall=False`` only records.

@@ -19,10 +19,8 @@ enough nodes pass the filters (:func:`retrieve`). Nothing is cut by score unless
 the caller sets a ``min_score``. Traversal lists the nodes its beam kept, then the
 best leaves below them, then (if still short) every other node by collapsed rank.
 
-De-duplication matters because a summary repeats sentences of its leaves (an
-extractive one only repeats them): a result's ``context`` keeps just the sentences
-no better-ranked result already contributed, a result with nothing new is skipped,
-and the budget is charged on ``context``.
+Packing (:mod:`memtree.packing`) and the newer-first order
+(:mod:`memtree.recency`) have modules of their own.
 """
 
 from __future__ import annotations
@@ -40,11 +38,14 @@ from memtree.index import Mask, VectorIndex
 from memtree.inputs import TimeLike, to_min_score, to_time_range
 from memtree.lexical import LexicalQuery as PreparedQuery
 from memtree.node import ROOT_ID, RetrievedNode, Vector
+from memtree.packing import Packing, pack
+from memtree.recency import SIBLINGS as SIBLINGS  # where users imported it from before
+from memtree.recency import newer_first
 from memtree.replica import Replica
 from memtree.spare_core import IN_TURN, SEARCHES, Overlap
 from memtree.state import TreeState
-from memtree.summary_hits import LEAF_ALLOWANCE, SUMMARY_HIT_WEIGHT, best_leaves_under, check_summary_hits
-from memtree.text import fold, require_text, split_sentences
+from memtree.summary_hits import SUMMARY_HIT_WEIGHT, best_leaves_under, check_summary_hits
+from memtree.text import require_text
 from memtree.where import Selection, Where, parse_where
 
 Ranked = list[tuple[str, float]]
@@ -423,117 +424,6 @@ def _gated(index: VectorIndex, state: TreeState, query: Vector, ranked: Ranked, 
     return ranked
 
 
-SIBLINGS = 1.0
-"""``same_subject`` that links only siblings (and identical texts): the tree's own
-grouping, which costs LoCoMo the least (benchmarks/results/knowledge_updates.md)."""
-
-SIBLING_SIMILARITY = 0.4
-"""The least cosine similarity a sibling (or a summary above a leaf) needs to count
-as about the leaf's subject: routing groups by a threshold learnt from the
-embedder, and a small or young tree can group loosely. 0.4 is below the similarity
-of 33 of the 34 pairs of benchmarks/data/knowledge_updates.json (all-MiniLM-L6-v2)."""
-
-RECENCY_MARGIN = 0.3
-"""How far below an older memory's score a newer one about the same subject may
-score and still be put above it (:func:`newer_first`): a tie-break, not a re-sort."""
-
-
-def newer_first(
-    index: VectorIndex,
-    state: TreeState,
-    results: list[RetrievedNode],
-    same_subject: float,
-    margin: float = RECENCY_MARGIN,
-) -> None:
-    """Put (in place) a newer memory about the same subject just above an older one.
-
-    For each leaf among the results, best first, the best-ranked result below it
-    that is newer, scores at most ``margin`` below it and is about the same subject
-    moves to just above it. About the same subject: a leaf that is its sibling under
-    one summary (routing put them together: each was the other's closest match) or
-    whose own cosine similarity with it reaches ``same_subject``; or a summary above
-    it whose ``context`` quotes a newer leaf of its subtree (an LLM summary quotes
-    none and never moves); a sibling or summary must also have a cosine of at least
-    :data:`SIBLING_SIMILARITY` with the leaf. So "I moved to Porto" comes before the older "I live in
-    Lisbon" when the question's words favour Lisbon. A leaf that a summary hit brought
-    in (``found_by``, the default packing) whose summary also holds the older leaf is
-    about its subject too, and the margin does not apply to it: it was delivered for
-    the summary's match, and its own score can be far lower.
-
-    Only the order changes: the results are those packing chose (a newer fact
-    outside them is not pulled in), each keeps its own ``score`` and ``context``,
-    and a result moves once at most.
-    """
-    if len(results) < 2:
-        return
-    leaves = [i for i, result in enumerate(results) if result.is_leaf]
-    if not leaves:
-        return
-    vectors = index.vectors([result.id for result in results])
-    cosines = vectors @ vectors.T
-    when = {i: _when(state, results[i].id) for i in leaves}
-    quoted: dict[int, list[str]] = {}
-    below: dict[str, frozenset[str]] = {}
-    order = list(range(len(results)))
-    moved: set[int] = set()
-    for older in leaves:
-        parent = state.nodes[results[older].id].parent
-        for newer in range(older + 1, len(results)):
-            if newer in moved:
-                continue
-            candidate = results[newer]
-            # A leaf that a summary above the older one brought in was delivered for
-            # that summary's match, not its own score: the margin does not apply.
-            via = candidate.found_by
-            covered = via is not None and results[older].id in _leaf_set(state, via, below)
-            if not covered and candidate.score < results[older].score - margin:
-                continue
-            cosine = float(cosines[older, newer])
-            time: float | None
-            if candidate.is_leaf:
-                sibling = parent != ROOT_ID and state.nodes[candidate.id].parent == parent
-                same = cosine >= same_subject or ((sibling or covered) and cosine >= SIBLING_SIMILARITY)
-                time = when[newer]
-            else:  # a summary stands for the newest leaf it quotes about this one's subject
-                same = results[older].id in candidate.leaf_ids
-                if same and newer not in quoted:
-                    quoted[newer] = _quoted_leaves(state, candidate)
-                close = [leaf for leaf in quoted.get(newer, []) if leaf != results[older].id]
-                if close:
-                    near = (index.vectors(close) @ vectors[older]).tolist()
-                    close = [leaf for leaf, c in zip(close, near, strict=True) if c >= SIBLING_SIMILARITY]
-                time = max((_when(state, leaf) for leaf in close), default=None)
-            if same and time is not None and time > when[older]:
-                order.remove(newer)
-                order.insert(order.index(older), newer)
-                moved.add(newer)
-                break
-    results[:] = [results[i] for i in order]
-
-
-def _leaf_set(state: TreeState, summary_id: str, known: dict[str, frozenset[str]]) -> frozenset[str]:
-    """The leaves below a summary, each summary's looked up once per call (``known``)."""
-    if summary_id not in known:
-        known[summary_id] = frozenset(state.leaf_ids_under(summary_id)) if summary_id in state.nodes else frozenset()
-    return known[summary_id]
-
-
-def _when(state: TreeState, node_id: str) -> float:
-    """When a leaf's memory happened: its event time, else when it was stored."""
-    node = state.nodes[node_id]
-    return node.timestamp if node.timestamp is not None else node.created_at
-
-
-def _quoted_leaves(state: TreeState, result: RetrievedNode) -> list[str]:
-    """The leaves below a summary whose sentences its ``context`` quotes."""
-    quoted = {fold(sentence) for sentence in split_sentences(result.context)}
-    return [
-        leaf_id
-        for leaf_id in result.leaf_ids
-        if any(fold(sentence) in quoted for sentence in split_sentences(state.nodes[leaf_id].text))
-    ]
-
-
 def with_similarities(index: VectorIndex, query: Vector, results: list[RetrievedNode]) -> list[RetrievedNode]:
     """The results with their ``similarity``: each node's cosine with the query, in
     one product over the ``k`` results (the ranking's ``score`` is hybrid, on
@@ -556,162 +446,6 @@ def _allowed(state: TreeState, node_id: str, filters: Filters, selection: Select
         if (start is not None and node.timestamp < start) or (end is not None and node.timestamp > end):
             return False
     return True
-
-
-@dataclass(frozen=True)
-class Packing:
-    """How a ranking becomes results."""
-
-    k: int
-    token_budget: int | None
-    min_score: float | None
-    """The lowest score a result may have; ``None``: no cut."""
-    drop_repeated_sentences: bool
-    count_tokens: Callable[[str], int]
-    min_similarity: float | None = None
-    """The relevance gate: the lowest cosine similarity to the query a result may
-    have (whatever its hybrid score); ``None``: no gate."""
-    same_subject: float | None = None
-    """Leaves this similar to each other (or siblings) come newest first
-    (:func:`newer_first`); ``None``: ranking order kept."""
-    summary_hits: str = "leaves"
-    """What a summary that ranks delivers (:mod:`memtree.summary_hits`)."""
-
-
-class DeliveredSentences:
-    """The sentences already given to the reader, so each later text gives only what
-    is new. Sentences compare case- and whitespace-folded.
-
-    Retrieval packs with it, and the benchmark packs other trees' results with it,
-    so every tree method pays for a repeated sentence the same way (not at all).
-
-    Example::
-
-        delivered = DeliveredSentences()
-        delivered.new_part("Ana has a cat. It is grey.")  # the whole text
-        delivered.new_part("It is grey. Ben runs.")  # "Ben runs."
-        delivered.new_part("Ana has a cat.")  # None: nothing new
-    """
-
-    def __init__(self) -> None:
-        self._seen: set[str] = set()
-
-    def new_part(self, text: str) -> str | None:
-        """``text`` without the sentences given before (joined as ``text`` joins
-        them: by line breaks if it has any), or ``None`` when none is new. Its
-        sentences count as given from now on."""
-        sentences = split_sentences(text)
-        fresh = [sentence for sentence in sentences if fold(sentence) not in self._seen]
-        self._seen.update(fold(sentence) for sentence in sentences)
-        if not fresh:
-            return None
-        if len(fresh) == len(sentences):
-            return text
-        return ("\n" if "\n" in text else " ").join(fresh)
-
-
-def pack(
-    state: TreeState,
-    ranked: Ranked,
-    packing: Packing,
-    hidden: frozenset[str] = frozenset(),
-    leaves_of: Callable[[str], Ranked] | None = None,
-) -> tuple[list[RetrievedNode], bool]:
-    """Results in rank order; also whether the ranking ran out before ``k`` or the
-    budget. ``hidden`` (expired) leaves are left out of each result's ``leaf_ids``.
-
-    With ``leaves_of`` (``summary_hits="leaves"``, :mod:`memtree.summary_hits`) a
-    summary in the ranking is not delivered: its best leaves not delivered yet come
-    in its place, until they cost the tokens its own text would have."""
-    packer = _Packer(state, packing, hidden)
-    for node_id, score in ranked:
-        node = state.nodes[node_id]
-        if leaves_of is None or node.is_leaf:
-            if not packer.add(node_id, score):
-                return packer.results, False
-            continue
-        allowance, spent = LEAF_ALLOWANCE * packing.count_tokens(node.text), 0
-        for leaf_id, leaf_score in leaves_of(node_id):
-            if spent >= allowance:
-                break
-            delivered = len(packer.results)
-            if not packer.add(leaf_id, leaf_score, found_by=node_id):
-                return packer.results, False
-            if len(packer.results) > delivered:
-                spent += packing.count_tokens(packer.results[-1].context)
-    return packer.results, True
-
-
-class _Packer:
-    """The results so far, the sentences they gave and the tokens they cost."""
-
-    def __init__(self, state: TreeState, packing: Packing, hidden: frozenset[str]) -> None:
-        self.state = state
-        self.packing = packing
-        self.hidden = hidden
-        self.results: list[RetrievedNode] = []
-        self.delivered = DeliveredSentences()
-        self.given: set[str] = set()
-        self.used_tokens = 0
-
-    def add(self, node_id: str, score: float, found_by: str | None = None) -> bool:
-        """Deliver a node (or skip it: given already, or nothing new in it); ``False``
-        when the results are complete (``k`` reached or the budget spent)."""
-        if node_id in self.given:
-            return True
-        packing = self.packing
-        node = self.state.nodes[node_id]
-        context = node.text
-        if packing.drop_repeated_sentences:
-            new_part = self.delivered.new_part(node.text)
-            if new_part is None:
-                return True
-            context = new_part
-        full = True
-        if packing.token_budget is not None:
-            cost = packing.count_tokens(context)
-            if self.used_tokens + cost > packing.token_budget:
-                context = _cut(context, packing.token_budget - self.used_tokens, packing.count_tokens)
-                full = False
-                if not context:
-                    return False
-            self.used_tokens += packing.count_tokens(context)
-        self.given.add(node_id)
-        self.results.append(
-            RetrievedNode(
-                id=node.id,
-                text=node.text,
-                score=score,
-                depth=node.depth,
-                is_leaf=node.is_leaf,
-                timestamp=node.timestamp,
-                metadata=dict(node.metadata),
-                leaf_ids=_live(self.state.leaf_ids_under(node.id), self.hidden),
-                source_id=node.source_id,
-                context=context,
-                found_by=found_by,
-            )
-        )
-        return full and len(self.results) < packing.k
-
-
-def _live(leaf_ids: tuple[str, ...], hidden: frozenset[str]) -> tuple[str, ...]:
-    return tuple(leaf for leaf in leaf_ids if leaf not in hidden) if hidden else leaf_ids
-
-
-def _cut(text: str, budget: int, count_tokens: Callable[[str], int]) -> str:
-    """The longest word prefix of ``text`` that costs at most ``budget`` tokens."""
-    if budget <= 0:
-        return ""
-    words = text.split(" ")
-    low, high = 0, len(words)
-    while low < high:
-        middle = (low + high + 1) // 2
-        if count_tokens(" ".join(words[:middle])) <= budget:
-            low = middle
-        else:
-            high = middle - 1
-    return " ".join(words[:low]).strip()
 
 
 # -- a query from the public API, checked and answered -------------------------------

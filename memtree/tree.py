@@ -339,9 +339,9 @@ class MemTree:
         (:data:`memtree.retrieval.RELEVANCE_FLOOR` is the calibrated value;
         ``min_score`` instead cuts on the hybrid ``score``, which is relative to the
         best word match and so no measure of relevance by itself).
-        ``same_subject`` (a cosine; ``memtree.retrieval.SIBLINGS``: siblings only)
+        ``same_subject`` (a cosine; ``memtree.recency.SIBLINGS``: siblings only)
         puts a newer memory about the same subject just above an older one
-        (:func:`memtree.retrieval.newer_first`); ``None``: the config's, off by default.
+        (:func:`memtree.recency.newer_first`); ``None``: the config's, off by default.
         ``summary_hits``: what a summary that ranks delivers, ``"leaves"`` (its best
         leaves, marked ``found_by``; the config's default) or ``"text"`` (its own text)."""
         options = (k, token_budget, mode, leaves_only, where, time_range, min_score, lexical_weight)

@@ -19,7 +19,7 @@ import numpy as np
 from memtree.aggregate import Aggregator, LLMAggregator
 from memtree.config import MemTreeConfig
 from memtree.embed import Embedder, Matrix
-from memtree.retrieval import DeliveredSentences
+from memtree.packing import DeliveredSentences
 from memtree.text import count_words
 from memtree_bench.locomo import Turn
 from memtree_bench.saved_trees import SavedTrees, TreeRecipe
@@ -400,7 +400,7 @@ class RaptorMethod(Method):
 
     def ranked_texts(self, question: str, words: int) -> list[str]:
         """The collapsed ranking packed as memtree packs its own: each hit gives only
-        the sentences no better hit gave (:class:`~memtree.retrieval.DeliveredSentences`);
+        the sentences no better hit gave (:class:`~memtree.packing.DeliveredSentences`);
         the search widens until that holds ``words`` words or every node is in."""
         query = np.asarray(self.embedder.embed_query(question), dtype=np.float32).reshape(-1)
         searchable = int(self.tree.shape()["searchable"])

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from conftest import TableEmbedder
 
-from memtree import HashingEmbedder, MemTree, MemTreeConfig
-from memtree.retrieval import RELEVANCE_FLOOR, SIBLINGS, relevance_floor
+from memtree import HashingEmbedder, MemTree, MemTreeConfig, retrieval
+from memtree.recency import SIBLINGS
+from memtree.retrieval import RELEVANCE_FLOOR, relevance_floor
 from memtree.text import preview
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,6 +112,7 @@ def test_siblings_are_about_the_same_subject() -> None:
     memory.add("The weather was bad.", timestamp="2024-03-01")
     leaves = memory.retrieve("Where do I live in Lisbon or elsewhere?", k=3, leaves_only=True, same_subject=SIBLINGS)
     assert [hit.text for hit in leaves][:2] == ["I moved to Porto last month.", "I live in Lisbon near the river."]
+    assert retrieval.SIBLINGS is SIBLINGS  # the name users imported from memtree.retrieval before
 
 
 def test_preview_cuts_at_a_word_boundary() -> None:
@@ -138,7 +140,7 @@ def test_a_newer_leaf_a_summary_brought_in_moves_above_an_older_one_it_covers() 
     # the newer one was delivered for that summary's match, so the score margin does not
     # keep it below.
     from memtree.node import RetrievedNode
-    from memtree.retrieval import newer_first
+    from memtree.recency import newer_first
 
     memory = MemTree(embedder=TableEmbedder(UPDATE), config=MemTreeConfig(theta0=0.5, max_threshold=0.99))
     lisbon = memory.add("I live in Lisbon near the river.", timestamp="2024-01-05")

@@ -14,7 +14,8 @@ from conftest import TableEmbedder
 
 from memtree import ROOT_ID, HashingEmbedder, MemTree, MemTreeConfig, retrieval
 from memtree.lexical import lexical_tokens
-from memtree.retrieval import SUMMARY_WEIGHT, DeliveredSentences, Filters, LexicalQuery
+from memtree.packing import DeliveredSentences
+from memtree.retrieval import SUMMARY_WEIGHT, Filters, LexicalQuery
 from memtree.spare_core import Overlap
 from memtree.text import count_tokens
 
