@@ -226,10 +226,16 @@ def saved_tree(
     target = cache / "saved" / recipe.key / f"{conversation.sample_id}.jsonl"
     target.parent.mkdir(parents=True, exist_ok=True)
     if tree.is_file():
-        trees.load_sidecar(conversation.sample_id, recipe, len(conversation.turns))
-        if not target.exists() or target.stat().st_mtime < tree.stat().st_mtime:
+        facts = trees.load_sidecar(conversation.sample_id, recipe, len(conversation.turns))
+        # The export is keyed by the tree's sha256, not its age: two folders may hold
+        # a tree of one conversation and recipe (built by older and newer code), and
+        # switching between them must never read the other folder's export.
+        stamp = target.with_suffix(".sha256")
+        exported = stamp.read_text().strip() if stamp.is_file() and target.exists() else None
+        if exported != facts["tree_sha256"]:
             with trees.open(conversation.sample_id, recipe, embedder) as memory:
                 memory.export_jsonl(target)
+            stamp.write_text(facts["tree_sha256"] + "\n")
         return target, conversation
     checkpoint = trees.load_checkpoint(conversation.sample_id, recipe, len(conversation.turns))
     if checkpoint is None:

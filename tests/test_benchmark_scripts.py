@@ -268,6 +268,52 @@ def test_locomo_llm_retrieval_reads_saved_trees_and_checkpoints(tmp_path: Path) 
     assert tuning["turns"] == 3 and tuning["trees"][0]["state"] == "building: 1 sessions checkpointed"
 
 
+def test_saved_trees_of_one_recipe_in_two_folders_are_never_read_for_each_other(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two folders may hold a tree of one conversation and recipe (built by older and
+    newer summary code); the research cache exports each by its sha256, so switching
+    folders reads each folder's own tree, even when the other's export is newer."""
+    import importlib.util
+    import shutil
+
+    from memtree import HashingEmbedder, MemTree
+    from memtree_bench.locomo import load_locomo
+    from memtree_bench.saved_trees import SavedTrees, TreeRecipe, file_sha256
+    from tests.cli_runner import memtree, ok
+    from tests.test_bench_locomo import QA, SESSIONS
+
+    spec = importlib.util.spec_from_file_location("locomo_research", ROOT / "benchmarks" / "locomo_research.py")
+    assert spec is not None and spec.loader is not None
+    research = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "locomo_research", research)  # its dataclasses look themselves up there
+    spec.loader.exec_module(research)
+    data = tmp_path / "locomo_small.json"
+    conversation = {"speaker_a": "Ana", "speaker_b": "Ben", **SESSIONS}
+    data.write_text(json.dumps([{"sample_id": "tiny-1", "conversation": conversation, "qa": QA}]), encoding="utf-8")
+    older, newer = tmp_path / "older", tmp_path / "newer"
+    build = ("--embedder", "hashing", "--aggregation", "deferred", "--no-paper", "--no-raptor", "--no-qa")
+    ok(memtree("bench", "locomo", "--data", data, *build, "--keep-trees", older, "--out", tmp_path, embedder=None))
+    shutil.copytree(older, newer)
+    recipe = TreeRecipe.of({}, "extractive", None, "deferred")
+    tree = SavedTrees(newer).tree_path("tiny-1", recipe)
+    with MemTree.open(tree, embedder=HashingEmbedder()) as memory:  # the newer code wrote another tree
+        memory.add("Ana adopted a second cat named Pixel.")
+    sidecar = SavedTrees(newer).sidecar_path(tree)
+    facts = json.loads(sidecar.read_text())
+    sidecar.write_text(json.dumps({**facts, "tree_sha256": file_sha256(tree)}))
+    (full,) = load_locomo(data)
+    cache = tmp_path / "cache"
+
+    def exported(folder: Path) -> str:
+        path, _ = research.saved_tree(cache, folder, recipe, full, HashingEmbedder())
+        return str(path.read_text(encoding="utf-8"))
+
+    assert "Pixel" in exported(newer)
+    assert "Pixel" not in exported(older)  # older file, newer export: still re-exported
+    assert "Pixel" in exported(newer)
+
+
 def test_summary_guard_audit_rejudges_logged_replies_with_todays_and_a_past_commits_guards(tmp_path: Path) -> None:
     """The audit reads --keep-trees reply logs and judges each reply again, without a
     model: with the guards of this checkout and, named by commit, of another."""
