@@ -95,6 +95,10 @@ def goal_lines(half: dict[str, Any], model_written: bool) -> list[str]:
     return lines
 
 
+def _share(part: float, whole: float) -> str:
+    return f"{part:.0f} ({part / whole:.0%})" if whole else f"{part:.0f}"
+
+
 def build_facts(folder: Path, recipe: TreeRecipe, conversations: Sequence[Conversation]) -> list[dict[str, Any]]:
     """Per tree: finished or how many sessions so far, its sha256, the guard counts."""
     trees = SavedTrees(folder)
@@ -112,6 +116,8 @@ def build_facts(folder: Path, recipe: TreeRecipe, conversations: Sequence[Conver
                 model_sha256=data.get("model_sha256"),
                 commit=data.get("memtree_commit"),
                 checked=data["quality"].get("summaries_checked", 0),
+                retries=data["quality"].get("summary_retries", 0),
+                restored=data["quality"].get("summary_dates_restored", 0),
                 fallbacks=data["quality"].get("summary_fallbacks", 0),
                 stale=data["quality"].get("stale_summaries", 0),
                 invention=data["quality"].get("invention", 0.0),
@@ -219,17 +225,20 @@ def render(halves: dict[str, dict[str, Any]], environment: list[str], recipe: Tr
         lines += [f"## {label}: {half['turns']} turns, {half['questions']} questions", ""]
         if "trees" in half:
             lines += markdown_table(
-                ["conversation", "tree", "model replies checked", "replaced (guard failed)", "by guard", "stale",
-                 "summaries stating an invented name or number", "build s", "tree sha256"],
+                ["conversation", "tree", "built by", "model replies checked", "of which retries", "merges",
+                 "left to the extractive summary (guard failed)", "stored with the date restored", "by guard",
+                 "stale", "summaries stating an invented name or number", "build s", "tree sha256"],
                 [
-                    [t["conversation"], t["state"], f"{t['checked']:.0f}", f"{t['fallbacks']:.0f}",
+                    [t["conversation"], t["state"], t.get("commit") or "–", f"{t['checked']:.0f}",
+                     f"{t.get('retries', 0):.0f}", f"{t['checked'] - t.get('retries', 0):.0f}",
+                     _share(t["fallbacks"], t["checked"] - t.get("retries", 0)), f"{t.get('restored', 0):.0f}",
                      ", ".join(f"{g} {n}" for g, n in sorted(t["guards"].items())) or "–",
                      f"{t.get('stale', 0):.0f}",
                      f"{t['invention']:.1%}" if "invention" in t else "–",
                      f"{t['seconds']:.0f}", (t.get("sha256") or "–")[:16]]
                     for t in half["trees"]
                 ],
-                numeric_from=2,
+                numeric_from=3,
             )  # fmt: skip
             lines.append("")
         lines += markdown_table(

@@ -5,7 +5,8 @@ a way of reading it costs seconds. ``memtree bench locomo --keep-trees DIR`` sav
 every tree it builds as a SQLite memory file (``MemTree.open`` reads it) beside a
 JSON sidecar that says how it was built: the conversation and its turn count, the
 engine config, the summary writer and the model file's sha256, the aggregation
-mode, the memtree commit, the insert timings and the tree file's own sha256.
+mode, the memtree commit, a fingerprint of the summary code, the insert timings and
+the tree file's own sha256.
 ``--trees DIR`` scores the run's rows on those files instead of building them, and
 refuses a file whose sidecar does not match the run (another slice, another model).
 A build saves a checkpoint after each session, so a killed run resumes where it was
@@ -25,6 +26,7 @@ import os
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,6 +96,38 @@ def model_file_sha256(llm: str | None) -> str | None:
         return None
     path = Path(llm.partition(":")[2]).expanduser()
     return file_sha256(path) if path.is_file() else None
+
+
+SUMMARY_CODE = ("aggregate.py", "summary_guard.py")
+"""The engine's modules that decide what a summary says: the writers and their
+prompts, and the guards that reject a model's reply."""
+
+
+def summary_code_sha256() -> str:
+    """A fingerprint of this checkout's summary code (:data:`SUMMARY_CODE`): its
+    syntax tree without comments and docstrings, so only a change to what the code
+    does (or to a prompt, which is a string constant) changes it. The recipe leaves
+    it out, so a tree saved by older code is still found and read; a sidecar records
+    it, so reading such a tree says that its summaries are the older code's."""
+    import ast
+
+    import memtree
+
+    digest = hashlib.sha256()
+    for name in SUMMARY_CODE:
+        module = ast.parse((Path(memtree.__file__).parent / name).read_text(encoding="utf-8"))
+        for node in ast.walk(module):
+            body = getattr(node, "body", None)
+            if (
+                isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                and body
+                and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)
+            ):
+                node.body = body[1:] or [ast.Pass()]
+        digest.update(ast.dump(module).encode())
+    return digest.hexdigest()
 
 
 def file_sha256(path: Path) -> str:
@@ -223,6 +257,7 @@ class SavedTrees:
                 "recipe": recipe.describe(),
                 "recipe_key": recipe.key,
                 "config": config_dict(recipe.config),
+                "summary_code_sha256": summary_code_sha256(),
                 "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 **facts,
                 "tree_sha256": file_sha256(Path(temporary)),
@@ -253,6 +288,14 @@ class SavedTrees:
             raise ValueError(
                 f"{tree.name} holds {facts.get('turns')} turns of conversation {sample_id}, "
                 f"but this run reads {turns} (another --sessions slice?)"
+            )
+        if facts.get("summary_code_sha256") != summary_code_sha256():
+            warnings.warn(
+                f"{tree.name} was built by other summary code than this checkout's "
+                f"(memtree commit {facts.get('memtree_commit', 'unknown')}; {', '.join(SUMMARY_CODE)} differ or "
+                "were not recorded): its summaries are what that code wrote. Build it again into another "
+                "folder to score this code's summaries.",
+                stacklevel=2,
             )
         return facts
 

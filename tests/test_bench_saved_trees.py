@@ -160,3 +160,37 @@ def test_a_killed_build_resumes_from_its_last_session_and_ends_as_an_unbroken_on
     assert len(resumed[1].insert_seconds) == len(conversation.turns)
     assert not backup.exists() and not progress.exists()  # a finished build leaves no checkpoint
     assert saved.has(conversation.sample_id, recipe)
+
+
+def test_a_tree_built_by_other_summary_code_is_read_with_a_warning_naming_it(
+    small_locomo: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The recipe leaves the summary code out (reading an older tree with new ranking
+    code is the point), so the sidecar records it and reading says when it differs."""
+    import warnings
+
+    from memtree_bench.saved_trees import summary_code_sha256
+
+    (conversation,) = load_locomo(small_locomo)
+    embedder = HashingEmbedder(64)
+    recipe = TreeRecipe.of({}, "extractive", None, "eager")
+    saved = SavedTrees(tmp_path)
+    builder = TreeBuilder(
+        embedder, aggregator_factory=lambda: ExtractiveAggregator(embedder), saved=saved, recipe=recipe
+    )
+    builder.build(conversation.turns, conversation.sample_id)
+    builder.close()
+    sidecar = saved.sidecar_path(saved.tree_path(conversation.sample_id, recipe))
+    facts = json.loads(sidecar.read_text())
+    assert facts["summary_code_sha256"] == summary_code_sha256()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # this checkout's own tree: read without a word
+        saved.load_sidecar(conversation.sample_id, recipe, len(conversation.turns))
+    sidecar.write_text(json.dumps({**facts, "summary_code_sha256": "0" * 64, "memtree_commit": "abc1234"}))
+    with pytest.warns(UserWarning, match=r"tiny-1__\w+\.db was built by other summary code .*commit abc1234"):
+        saved.load_sidecar(conversation.sample_id, recipe, len(conversation.turns))
+    del facts["summary_code_sha256"]  # a sidecar written before the code was recorded
+    sidecar.write_text(json.dumps(facts))
+    with pytest.warns(UserWarning, match="differ or were not recorded"):
+        saved.load_sidecar(conversation.sample_id, recipe, len(conversation.turns))
