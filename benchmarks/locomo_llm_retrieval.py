@@ -214,7 +214,9 @@ def render(halves: dict[str, dict[str, Any]], environment: list[str], recipe: Tr
         f"The default row is `{research.POINTER_ROW}`; `{research.DEFAULT_ROW}` is what memtree delivered "
         "before. Protocol: the default was chosen on the tuning rows (the model-written tuning trees and the "
         "extractive trees of conversations 0-4) before any held-out row was scored; a held-out tree still being "
-        "built is scored on the sessions its last checkpoint holds, which the tree table says. The groups "
+        "built is scored on the sessions its last checkpoint holds, which the tree table says. A tree table's "
+        "'built by' is the memtree commit whose summary code wrote the tree's summaries (retries and restored "
+        "dates exist from the commits that added them); merges = replies checked minus retries. The groups "
         "`earns`, `ancestors`, `subtree relevance`, `siblings`, `speaker` and `feedback` were designed on "
         "extractive trees for earlier issues and scored here on the model-written trees after the default was "
         "chosen; each half's best rows at 500 words say whether any of them beats it.",
