@@ -27,6 +27,8 @@ Writing
   calibration      theta0="auto": the routing threshold learnt from the embedder's scale
 Reading
   retrieval        a query checked, ranked (collapsed or traversal, hybrid) and packed to a budget
+  recency          same_subject: a newer memory about the same subject put above an older one
+  packing          a ranking made into results under k, the token budget and sentence de-duplication
   summary_hits     what a summary that ranks delivers: its best leaves (default) or its own text
   replica          this process's tree and index of one namespace, caught up from the store
   integrity        every invariant of a tree and its index, checked
