@@ -277,7 +277,9 @@ def make_embedder(kind: str, cache: Path) -> DiskCachedEmbedder:
 class BM25:
     """Okapi BM25 as :class:`memtree.lexical.LexicalIndex` scores it (k1 1.5, b 0.75,
     the same tokens), over a chosen subset of documents, as a vector over all of them.
-    ``b`` may differ per document (length normalization of summaries)."""
+    ``b`` may differ per document (length normalization of summaries). With
+    ``statistics``, only those documents count towards idf and the average length (e.g.
+    the leaves alone, so that summaries repeating their words do not lower their idf)."""
 
     k1 = 1.5
 
@@ -287,12 +289,14 @@ class BM25:
         documents: np.ndarray,
         b: np.ndarray | float = 0.75,
         average_of: np.ndarray | None = None,
+        statistics: np.ndarray | None = None,
     ) -> None:
         self.size = len(texts)
         tokens = [lexical_tokens(text) if documents[i] else [] for i, text in enumerate(texts)]
         lengths = np.array([len(t) for t in tokens], dtype=np.float64)
-        self.count = int(documents.sum())
-        average = lengths[documents].sum() / max(1, self.count) or 1.0
+        counted = documents if statistics is None else statistics & documents
+        self.count = int(counted.sum())
+        average = lengths[counted].sum() / max(1, self.count) or 1.0
         if average_of is not None:  # per-document average length (e.g. summaries against summaries)
             average = average_of
         b_values = np.broadcast_to(np.asarray(b, dtype=np.float64), (self.size,))
@@ -306,6 +310,7 @@ class BM25:
             term: (np.fromiter(docs, dtype=np.int64), np.fromiter(docs.values(), dtype=np.float64))
             for term, docs in postings.items()
         }
+        self.df = {term: int(counted[docs].sum()) for term, (docs, _) in self.postings.items()}
 
     def scores(self, query: str) -> np.ndarray:
         out = np.zeros(self.size, dtype=np.float64)
@@ -315,7 +320,8 @@ class BM25:
                 continue
             docs, tf = posting
             repeats = lexical_tokens(query).count(term)
-            idf = np.log(1.0 + (self.count - len(docs) + 0.5) / (len(docs) + 0.5)) * repeats
+            df = self.df[term]
+            idf = np.log(1.0 + (self.count - df + 0.5) / (df + 0.5)) * repeats
             out[docs] += idf * tf * (self.k1 + 1.0) / (tf + self.norm[docs])
         return out
 
@@ -720,17 +726,25 @@ def siblings(ratio: float, base: str = "collapsed") -> Variant:
 
 
 def pointer(
-    gamma: float = SUMMARY_WEIGHT, per_hit: int | None = None, first: int = 0, scale: float = 1.0, gist: int = 0
+    gamma: float = SUMMARY_WEIGHT,
+    per_hit: int | None = None,
+    first: int = 0,
+    scale: float = 1.0,
+    gist: int = 0,
+    leaf_statistics: bool = False,
 ) -> Variant:
     """A summary hit as a pointer: it delivers, in its place, the best not-yet-given
     leaves under it by their own hybrid scores (``per_hit`` of them, or as many words
     as its own text when ``None``), never its own text. Summaries are skipped until
     ``first`` results are packed (expand only after the top leaves). With ``gist``,
     the summary's first ``gist`` words come first, as a one-line heading over its
-    leaves (what a reader may use; evidence recall cannot see it)."""
+    leaves (what a reader may use; evidence recall cannot see it). With
+    ``leaf_statistics``, BM25's idf and average length come from the leaves alone
+    (summaries are scored against them), as flat search over the same turns has them."""
 
     def run(scene: Scene, query: Query) -> list[str]:
-        scores = query.hybrid(scene, everything(scene), WEIGHT)
+        lexical = leaf_statistics_bm25(scene).scores(query.text) if leaf_statistics else None
+        scores = query.hybrid(scene, everything(scene), WEIGHT, lexical)
         ranking = order(scene, np.where(scene.is_leaf, scores, gamma * scores), everything(scene))
         packer = Packer()
         for i in ranking:
@@ -755,6 +769,15 @@ def pointer(
         return packer.texts
 
     return run
+
+
+def leaf_statistics_bm25(scene: Scene) -> BM25:
+    """BM25 over every node with the leaves' statistics (cached on the scene)."""
+    bm25 = scene.extra.get("bm25-leaf-statistics")
+    if bm25 is None:
+        bm25 = BM25(scene.texts, everything(scene), statistics=scene.is_leaf)
+        scene.extra["bm25-leaf-statistics"] = bm25
+    return bm25
 
 
 def ancestor_paths(scene: Scene) -> list[np.ndarray]:
@@ -975,6 +998,11 @@ def variant_table(embedder: DiskCachedEmbedder) -> dict[str, dict[str, Variant]]
                 SUMMARY_HIT_WEIGHT, scale=LEAF_ALLOWANCE, gist=words
             )
             for words in (12, 25)
+        },
+        "leaf statistics": {
+            f"pointer x {g}, allowance x {a}, BM25 statistics of the leaves": pointer(g, scale=a, leaf_statistics=True)
+            for g in (0.75, 0.8)
+            for a in (1.0, 2.0)
         },
         "pointer tuning": {
             f"pointer x {g}, allowance x {a}": pointer(g, scale=a) for g in (0.75, 0.8, 0.85, 0.9) for a in (1.0, 2.0)

@@ -459,3 +459,31 @@ def test_summary_prompt_replay_judges_each_prompt_with_todays_guards_and_asks_on
     report = (tmp_path / "dates.md").read_text(encoding="utf-8")
     assert "| logged | 1/1 (100%) | 1.00 | 0 | 0 | 0 | 0 | 1 | 0 | 0 |" in report
     assert "| logged, dates restored | 0/1 (0%) | 1.00 | 1 | 0 | 0 | 0 | 0 | 0 | 0 |" in report
+
+
+def test_research_bm25_with_the_leaves_statistics_scores_leaves_as_flat_search_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The 'leaf statistics' variant scores every node with the idf and average length
+    of the leaves alone: a leaf's score must then equal flat BM25 over the leaves, and a
+    summary repeating a leaf's words must not lower their idf (it does in the index
+    over every node, which is why the variant exists)."""
+    import importlib.util
+
+    import numpy as np
+
+    spec = importlib.util.spec_from_file_location("locomo_research", ROOT / "benchmarks" / "locomo_research.py")
+    assert spec is not None and spec.loader is not None
+    research = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "locomo_research", research)
+    spec.loader.exec_module(research)
+    texts = ["pottery class on Monday", "dance studio downtown", "Ana likes pottery and dance", "pottery pottery"]
+    leaf = np.array([True, True, False, True])
+    everything = np.ones(len(texts), dtype=bool)
+    query = "pottery class"
+    flat = research.BM25(texts, leaf).scores(query)
+    with_leaf_statistics = research.BM25(texts, everything, statistics=leaf).scores(query)
+    over_every_node = research.BM25(texts, everything).scores(query)
+    np.testing.assert_allclose(with_leaf_statistics[leaf], flat[leaf])
+    assert with_leaf_statistics[2] > 0 and flat[2] == 0  # the summary is scored, against the leaves' statistics
+    assert not np.allclose(over_every_node[leaf], flat[leaf])  # counting the summary changes the leaves' scores
