@@ -146,6 +146,7 @@ def build_facts(folder: Path, recipe: TreeRecipe, conversations: Sequence[Conver
                 if guard:
                     guards[guard] += 1
         row["guards"] = dict(guards)
+        row["merges"] = row["checked"] - row.get("retries", 0)  # a retry re-asks for a merge already counted
         facts.append(row)
     return facts
 
@@ -242,8 +243,8 @@ def render(halves: dict[str, dict[str, Any]], environment: list[str], recipe: Tr
                  "stale", "summaries stating an invented name or number", "build s", "tree sha256"],
                 [
                     [t["conversation"], t["state"], t.get("commit") or "–", f"{t['checked']:.0f}",
-                     f"{t.get('retries', 0):.0f}", f"{t['checked'] - t.get('retries', 0):.0f}",
-                     _share(t["fallbacks"], t["checked"] - t.get("retries", 0)), f"{t.get('restored', 0):.0f}",
+                     f"{t.get('retries', 0):.0f}", f"{t['merges']:.0f}",
+                     _share(t["fallbacks"], t["merges"]), f"{t.get('restored', 0):.0f}",
                      ", ".join(f"{g} {n}" for g, n in sorted(t["guards"].items())) or "–",
                      f"{t.get('stale', 0):.0f}",
                      f"{t['invention']:.1%}" if "invention" in t else "–",
