@@ -48,6 +48,7 @@ from memtree_bench.locomo import CATEGORY_NAMES, Conversation, load_locomo, sele
 from memtree_bench.metrics import context_at_budget  # noqa: E402
 from memtree_bench.qa import EMPTY_CONTEXT, READER_PROMPT, READER_PROMPT_VERSION  # noqa: E402
 from memtree_bench.report import machine_info, machine_lines, markdown_table  # noqa: E402
+from memtree_bench.saved_trees import SavedTrees, TreeRecipe  # noqa: E402
 
 ROWS = {
     "flat hybrid": "flat hybrid",
@@ -233,6 +234,17 @@ def render(summary: dict[str, Any], facts: dict[str, Any], environment: list[str
     return "\n".join(lines)
 
 
+def tree_origin(folder: Path, recipe: TreeRecipe, conversation: Conversation) -> str:
+    """Which code built the tree a reader read, from its sidecar: its summary code
+    decides what the summary rows deliver, so a report names it."""
+    trees = SavedTrees(folder)
+    sidecar = trees.sidecar_path(trees.tree_path(conversation.sample_id, recipe))
+    if not sidecar.is_file():
+        return "tree still being built: its last checkpoint"
+    data = json.loads(sidecar.read_text(encoding="utf-8"))
+    return f"tree built by {data.get('memtree_commit') or 'an unknown commit'}, sha256 {data['tree_sha256'][:16]}"
+
+
 def make_reader(spec: str) -> ChatModel:
     """``llama-cpp:PATH`` (answers are short: 48 tokens at most) or what MemTree(llm=) takes."""
     if spec.startswith("llama-cpp:"):
@@ -302,7 +314,9 @@ def main(argv: Sequence[str] | None = None, model: ChatModel | None = None) -> N
         "budget": args.budget,
         "trees": f"recipe {recipe.key} ({json.dumps(recipe.describe())})",
         "conversations": ", ".join(
-            f"{scene.conversation.sample_id} ({len(scene.conversation.turns)} turns)" for scene, _ in scenes
+            f"{scene.conversation.sample_id} ({len(scene.conversation.turns)} turns; "
+            f"{tree_origin(args.saved_trees, recipe, scene.conversation)})"
+            for scene, _ in scenes
         ),
     }
     command = ["python", "benchmarks/locomo_reader.py", *(sys.argv[1:] if argv is None else argv)]

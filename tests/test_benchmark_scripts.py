@@ -379,7 +379,12 @@ def test_locomo_reader_scores_each_rows_answers_and_never_asks_twice(
     assert "f1_minus_flat_hybrid" in rows["memtree (default: a summary hit delivers its best leaves)"]
     reader.main(args, model=CallableChatModel(first_words))
     assert len(prompts) == asked  # every reply came from the cache
-    assert "| flat hybrid | 4 |" in (tmp_path / "reader.md").read_text(encoding="utf-8")
+    report = (tmp_path / "reader.md").read_text(encoding="utf-8")
+    assert "| flat hybrid | 4 |" in report
+    sidecars = [json.loads(path.read_text(encoding="utf-8")) for path in trees.glob("tiny-1__*.json")]
+    (sidecar,) = [car for car in sidecars if not car["recipe"]["overrides"]]  # the default recipe
+    assert f"sha256 {sidecar['tree_sha256'][:16]}" in report  # the report names the tree it read
+    assert f"tree built by {sidecar.get('memtree_commit') or 'an unknown commit'}," in report
     # Two shards fill one cache; --cached-only scores what it holds and asks nothing.
     half = [arg for arg in args if not arg.startswith("--replies=")] + [f"--replies={tmp_path / 'half.jsonl'}"]
     prompts.clear()
