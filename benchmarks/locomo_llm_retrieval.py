@@ -226,11 +226,11 @@ def render(halves: dict[str, dict[str, Any]], environment: list[str], recipe: Tr
         "`earns`, `ancestors`, `subtree relevance`, `siblings`, `speaker` and `feedback` were designed on "
         "extractive trees for earlier issues and scored here on the model-written trees after the default was "
         "chosen; each half's best rows at 500 words say whether any of them beats it. The group `leaf "
-        "statistics` (BM25's idf and average length from the leaves alone, as flat search has them) came from "
-        "a held-out observation: there, leaves only (hybrid) trails flat hybrid at 250 words, and the two "
-        "differ only in those statistics. It is scored on the extractive trees too; on the tuning rows it does "
-        "not beat the default (model-written at 500 words, extractive 0-4 at 1000 and 2000), so it was not "
-        "adopted.",
+        "statistics` (BM25's idf and average length from the leaves alone, as flat search has them; or the "
+        "leaves scored exactly as in flat hybrid, summaries as the engine scores them) came from a held-out "
+        "observation: there, leaves only (hybrid) trails flat hybrid at 250 words, and the two differ only in "
+        "those statistics. It is scored on the extractive trees too; on the tuning rows none of its rows beats "
+        "the default (model-written at 500 words, extractive 0-4 at 1000 and 2000), so none was adopted.",
         "",
     ]
     for label, half in halves.items():

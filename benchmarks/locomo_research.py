@@ -732,6 +732,7 @@ def pointer(
     scale: float = 1.0,
     gist: int = 0,
     leaf_statistics: bool = False,
+    flat_leaves: bool = False,
 ) -> Variant:
     """A summary hit as a pointer: it delivers, in its place, the best not-yet-given
     leaves under it by their own hybrid scores (``per_hit`` of them, or as many words
@@ -740,11 +741,16 @@ def pointer(
     the summary's first ``gist`` words come first, as a one-line heading over its
     leaves (what a reader may use; evidence recall cannot see it). With
     ``leaf_statistics``, BM25's idf and average length come from the leaves alone
-    (summaries are scored against them), as flat search over the same turns has them."""
+    (summaries are scored against them), as flat search over the same turns has them.
+    With ``flat_leaves``, leaves score exactly as in flat hybrid search (their BM25 with
+    the leaves' statistics, normalized by the best leaf) and summaries as the engine
+    scores them."""
 
     def run(scene: Scene, query: Query) -> list[str]:
         lexical = leaf_statistics_bm25(scene).scores(query.text) if leaf_statistics else None
         scores = query.hybrid(scene, everything(scene), WEIGHT, lexical)
+        if flat_leaves:
+            scores = np.where(scene.is_leaf, query.hybrid(scene, scene.is_leaf, WEIGHT, query.lexical_turns), scores)
         ranking = order(scene, np.where(scene.is_leaf, scores, gamma * scores), everything(scene))
         packer = Packer()
         for i in ranking:
@@ -1001,6 +1007,11 @@ def variant_table(embedder: DiskCachedEmbedder) -> dict[str, dict[str, Variant]]
         },
         "leaf statistics": {
             f"pointer x {g}, allowance x {a}, BM25 statistics of the leaves": pointer(g, scale=a, leaf_statistics=True)
+            for g in (0.75, 0.8)
+            for a in (1.0, 2.0)
+        }
+        | {
+            f"pointer x {g}, allowance x {a}, leaves scored as in flat hybrid": pointer(g, scale=a, flat_leaves=True)
             for g in (0.75, 0.8)
             for a in (1.0, 2.0)
         },
