@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCOMO = Path(os.environ.get("MEMTREE_LOCOMO", ROOT.parent / "shared" / "data" / "locomo10.json"))
 """Where the benchmarks find LoCoMo: ``../shared/data`` beside the repository, or ``$MEMTREE_LOCOMO``."""
+
+
+def benchmark_script(name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """``benchmarks/<name>.py`` imported as a module, registered in ``sys.modules`` for
+    the test (its dataclasses look their module up there)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, module)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.mark.slow
@@ -274,7 +287,6 @@ def test_saved_trees_of_one_recipe_in_two_folders_are_never_read_for_each_other(
     """Two folders may hold a tree of one conversation and recipe (built by older and
     newer summary code); the research cache exports each by its sha256, so switching
     folders reads each folder's own tree, even when the other's export is newer."""
-    import importlib.util
     import shutil
 
     from memtree import HashingEmbedder, MemTree
@@ -283,11 +295,7 @@ def test_saved_trees_of_one_recipe_in_two_folders_are_never_read_for_each_other(
     from tests.cli_runner import memtree, ok
     from tests.test_bench_locomo import QA, SESSIONS
 
-    spec = importlib.util.spec_from_file_location("locomo_research", ROOT / "benchmarks" / "locomo_research.py")
-    assert spec is not None and spec.loader is not None
-    research = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "locomo_research", research)  # its dataclasses look themselves up there
-    spec.loader.exec_module(research)
+    research = benchmark_script("locomo_research", monkeypatch)
     data = tmp_path / "locomo_small.json"
     conversation = {"speaker_a": "Ana", "speaker_b": "Ben", **SESSIONS}
     data.write_text(json.dumps([{"sample_id": "tiny-1", "conversation": conversation, "qa": QA}]), encoding="utf-8")
@@ -343,8 +351,6 @@ def test_locomo_reader_scores_each_rows_answers_and_never_asks_twice(
     """Item 4's reader on a tiny conversation, with a stand-in reader that answers with
     the first words of its context: every row is scored with LoCoMo's F1 and with
     containment, and a rerun finds every reply in the cache."""
-    import importlib.util
-
     from memtree.llm import CallableChatModel
     from memtree_bench.answer_f1 import contains, f1
     from tests.cli_runner import memtree, ok
@@ -356,11 +362,7 @@ def test_locomo_reader_scores_each_rows_answers_and_never_asks_twice(
     trees = tmp_path / "trees"
     build = ("--embedder", "hashing", "--aggregation", "deferred", "--no-paper", "--no-raptor", "--no-qa")
     ok(memtree("bench", "locomo", "--data", data, *build, "--keep-trees", trees, "--out", tmp_path, embedder=None))
-    spec = importlib.util.spec_from_file_location("locomo_reader", ROOT / "benchmarks" / "locomo_reader.py")
-    assert spec is not None and spec.loader is not None
-    reader = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "locomo_reader", reader)  # its dataclasses look their module up
-    spec.loader.exec_module(reader)
+    reader = benchmark_script("locomo_reader", monkeypatch)
     prompts: list[str] = []
 
     def first_words(prompt: str) -> str:
@@ -411,8 +413,6 @@ def test_summary_prompt_replay_judges_each_prompt_with_todays_guards_and_asks_on
     """Issue 22 item 5's prompt replay: the logged replies are judged as they are, a
     candidate prompt's replies come from the model once and then from the cache, and
     the report counts rejections per guard."""
-    import importlib.util
-
     from memtree.llm import CallableChatModel
 
     base = {"count": 0, "truncated": False, "guard": None, "reason": None}
@@ -424,12 +424,7 @@ def test_summary_prompt_replay_judges_each_prompt_with_todays_guards_and_asks_on
     ]
     log = tmp_path / "conv__abc.replies.jsonl"
     log.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
-    script = ROOT / "benchmarks" / "summary_prompt_replay.py"
-    spec = importlib.util.spec_from_file_location("summary_prompt_replay", script)
-    assert spec is not None and spec.loader is not None
-    replay = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "summary_prompt_replay", replay)
-    spec.loader.exec_module(replay)
+    replay = benchmark_script("summary_prompt_replay", monkeypatch)
     prompts: list[str] = []
 
     def answers(prompt: str) -> str:
@@ -473,15 +468,9 @@ def test_research_bm25_with_the_leaves_statistics_scores_leaves_as_flat_search_d
     of the leaves alone: a leaf's score must then equal flat BM25 over the leaves, and a
     summary repeating a leaf's words must not lower their idf (it does in the index
     over every node, which is why the variant exists)."""
-    import importlib.util
-
     import numpy as np
 
-    spec = importlib.util.spec_from_file_location("locomo_research", ROOT / "benchmarks" / "locomo_research.py")
-    assert spec is not None and spec.loader is not None
-    research = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "locomo_research", research)
-    spec.loader.exec_module(research)
+    research = benchmark_script("locomo_research", monkeypatch)
     texts = ["pottery class on Monday", "dance studio downtown", "Ana likes pottery and dance", "pottery pottery"]
     leaf = np.array([True, True, False, True])
     everything = np.ones(len(texts), dtype=bool)
