@@ -41,11 +41,11 @@ from memtree_bench.report import machine_info, machine_lines, markdown_table  # 
 from memtree_bench.saved_trees import SavedTrees, TreeRecipe  # noqa: E402
 
 DEFAULT_VARIANTS = (
-    "baselines,gist,pointer tuning,leaf statistics,earns,ancestors,subtree relevance,siblings,speaker,feedback"
+    "baselines,gist,pointer tuning,leaf statistics,fusion,earns,ancestors,subtree relevance,siblings,speaker,feedback"
 )
-EXTRACTIVE_VARIANTS = "baselines,leaf statistics"
-"""What the extractive halves score: the baselines, the default and the one group whose
-question (BM25 statistics) is the same for both kinds of tree."""
+EXTRACTIVE_VARIANTS = "baselines,leaf statistics,fusion"
+"""What the extractive halves score: the baselines, the default and the groups whose
+question (BM25 statistics; a floor of flat search's ranking) is the same for both kinds of tree."""
 FLAT = "flat hybrid"
 
 
@@ -65,14 +65,25 @@ def score_half(
     return results
 
 
+def paired_with_flat(scored: dict[str, research.Scored]) -> dict[str, list[float]]:
+    """Per budget: the default's recall minus flat hybrid's, mean and 95% interval over
+    the same questions (empty when either row was not scored)."""
+    if research.POINTER_ROW not in scored or FLAT not in scored:
+        return {}
+    return research.paired_difference(scored[research.POINTER_ROW], scored[FLAT])
+
+
 def goal_lines(half: dict[str, Any], model_written: bool) -> list[str]:
     """The issue's goals for one half, checked against flat hybrid."""
     rows = half["results"]
     ours, flat = rows[research.POINTER_ROW], rows[FLAT]
     gaps = {b: (ours["recall"][b] - flat["recall"][b]) * 100 for b in ours["recall"]}
+    paired = half.get("default_minus_flat_hybrid", {})
     lines = [
-        "Default against flat hybrid, points of evidence recall at each budget: "
-        + ", ".join(f"{b}: {gap:+.1f}" for b, gap in gaps.items())
+        "Default against flat hybrid, points of evidence recall at each budget"
+        + (" (95% paired bootstrap interval over the questions)" if paired else "")
+        + ": "
+        + ", ".join(f"{b}: {gap:+.1f}{_interval(paired.get(b))}" for b, gap in gaps.items())
         + "."
     ]
     answers = {
@@ -98,6 +109,11 @@ def goal_lines(half: dict[str, Any], model_written: bool) -> list[str]:
         met = min(gaps.values()) >= 0
         lines.append(f"Goal (at least equal at every budget): {'met' if met else 'not met'}.")
     return lines
+
+
+def _interval(paired: list[float] | None) -> str:
+    """`` [low, high]`` in points for a paired difference (mean, low, high), or nothing."""
+    return "" if paired is None else f" [{100 * paired[1]:+.1f}, {100 * paired[2]:+.1f}]"
 
 
 def _share(part: float, whole: float) -> str:
@@ -181,6 +197,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         scored = score_half(paths, cut, variants, embedder)
         _, payload = research.report(scored, cut, [], environment, f"saved {recipe.key}")
         payload["trees"] = build_facts(args.saved_trees, recipe, chosen)
+        payload["default_minus_flat_hybrid"] = paired_with_flat(scored)
         payload["questions"] = sum(len(c.questions) for c in cut)
         payload["turns"] = sum(len(c.turns) for c in cut)
         halves[label] = payload
@@ -197,6 +214,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             scored = score_half(paths, chosen, baselines, embedder)
             _, payload = research.report(scored, chosen, [], environment, "extractive (offline default)")
             payload["questions"] = sum(len(c.questions) for c in chosen)
+            payload["default_minus_flat_hybrid"] = paired_with_flat(scored)
             payload["turns"] = sum(len(c.turns) for c in chosen)
             halves[label] = payload
     markdown = render(halves, environment, recipe)

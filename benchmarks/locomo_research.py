@@ -747,34 +747,82 @@ def pointer(
     scores them."""
 
     def run(scene: Scene, query: Query) -> list[str]:
-        lexical = leaf_statistics_bm25(scene).scores(query.text) if leaf_statistics else None
-        scores = query.hybrid(scene, everything(scene), WEIGHT, lexical)
-        if flat_leaves:
-            scores = np.where(scene.is_leaf, query.hybrid(scene, scene.is_leaf, WEIGHT, query.lexical_turns), scores)
-        ranking = order(scene, np.where(scene.is_leaf, scores, gamma * scores), everything(scene))
-        packer = Packer()
-        for i in ranking:
-            if packer.full:
-                break
-            if scene.is_leaf[i]:
-                packer.add(scene.texts[i])
-                continue
-            if len(packer.texts) < first:
-                continue
-            units = sorted(scene.leaves[i].tolist(), key=lambda u: (-scores[u], scene.id_rank[u]))
-            if gist:
-                packer.add(" ".join(scene.texts[i].split()[:gist]))
-            # the engine's allowance: the summary's own cost in its token counter
-            limit = scale * count_tokens(scene.texts[i]) if per_hit is None else per_hit
-            given = 0
-            for u in units:
-                if given >= limit or packer.full:
-                    break
-                if packer.add(scene.texts[u]):
-                    given += count_tokens(packer.texts[-1]) if per_hit is None else 1
-        return packer.texts
+        return pointer_delivery(
+            scene, query, gamma, per_hit, first, scale, gist, leaf_statistics=leaf_statistics, flat_leaves=flat_leaves
+        )[0]
 
     return run
+
+
+def pointer_delivery(
+    scene: Scene,
+    query: Query,
+    gamma: float = SUMMARY_HIT_WEIGHT,
+    per_hit: int | None = None,
+    first: int = 0,
+    scale: float = LEAF_ALLOWANCE,
+    gist: int = 0,
+    *,
+    leaf_statistics: bool = False,
+    flat_leaves: bool = False,
+) -> tuple[list[str], list[int]]:
+    """What :func:`pointer` packs, and the node index each packed text came from."""
+    lexical = leaf_statistics_bm25(scene).scores(query.text) if leaf_statistics else None
+    scores = query.hybrid(scene, everything(scene), WEIGHT, lexical)
+    if flat_leaves:
+        scores = np.where(scene.is_leaf, query.hybrid(scene, scene.is_leaf, WEIGHT, query.lexical_turns), scores)
+    ranking = order(scene, np.where(scene.is_leaf, scores, gamma * scores), everything(scene))
+    packer = Packer()
+    sources: list[int] = []
+    for i in ranking:
+        if packer.full:
+            break
+        if scene.is_leaf[i]:
+            if packer.add(scene.texts[i]):
+                sources.append(i)
+            continue
+        if len(packer.texts) < first:
+            continue
+        units = sorted(scene.leaves[i].tolist(), key=lambda u: (-scores[u], scene.id_rank[u]))
+        if gist and packer.add(" ".join(scene.texts[i].split()[:gist])):
+            sources.append(i)
+        # the engine's allowance: the summary's own cost in its token counter
+        limit = scale * count_tokens(scene.texts[i]) if per_hit is None else per_hit
+        given = 0
+        for u in units:
+            if given >= limit or packer.full:
+                break
+            if packer.add(scene.texts[u]):
+                sources.append(u)
+                given += count_tokens(packer.texts[-1]) if per_hit is None else 1
+    return packer.texts, sources
+
+
+def fusion(k: float, tree_weight: float = 1.0) -> Variant:
+    """Flat hybrid's ranking of the turns and the default's delivered turns, fused by
+    reciprocal rank (each list adds ``weight / (k + rank)``; a turn only one list
+    gives gets only that list's share). A turn both rank high comes first, and flat
+    search's best turns cannot be pushed far down by a summary's leaves."""
+
+    def run(scene: Scene, query: Query) -> list[str]:
+        flat_scores = query.hybrid(scene, scene.is_leaf, WEIGHT, query.lexical_turns)
+        flat = order(scene, flat_scores, scene.is_leaf)
+        _, tree = pointer_delivery(scene, query)
+        return pack_order(scene, reciprocal_rank_fusion([flat, tree], [1.0, tree_weight], k, scene.id_rank))
+
+    return run
+
+
+def reciprocal_rank_fusion(
+    rankings: Sequence[Sequence[int]], weights: Sequence[float], k: float, tie_rank: np.ndarray
+) -> list[int]:
+    """Items of several rankings by the sum of ``weight / (k + rank)`` over the rankings
+    that hold them (ranks from 1), best first; ties by ``tie_rank`` (the engine's id order)."""
+    fused: dict[int, float] = {}
+    for ranking, weight in zip(rankings, weights, strict=True):
+        for rank, item in enumerate(ranking, 1):
+            fused[item] = fused.get(item, 0.0) + weight / (k + rank)
+    return sorted(fused, key=lambda item: (-fused[item], tie_rank[item]))
 
 
 def leaf_statistics_bm25(scene: Scene) -> BM25:
@@ -999,6 +1047,11 @@ def variant_table(embedder: DiskCachedEmbedder) -> dict[str, dict[str, Variant]]
             "leaves only, lexical 0.2": leaves_only(0.2),
         },
         "pointer": {POINTER_ROW: pointer(SUMMARY_HIT_WEIGHT, scale=LEAF_ALLOWANCE)},
+        "fusion": {
+            f"default and flat hybrid fused by reciprocal rank, k {k}, default x {w}": fusion(k, w)
+            for k in (5, 20, 60)
+            for w in (1.0, 1.5)
+        },
         "gist": {
             f"pointer x {SUMMARY_HIT_WEIGHT} under a {words}-word gist of the summary": pointer(
                 SUMMARY_HIT_WEIGHT, scale=LEAF_ALLOWANCE, gist=words

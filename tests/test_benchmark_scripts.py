@@ -264,7 +264,11 @@ def test_locomo_llm_retrieval_reads_saved_trees_and_checkpoints(tmp_path: Path) 
     assert tree["state"] == "finished" and tree["sha256"] == sidecar["tree_sha256"]
     (default,) = [row for name, row in halves["model-written, tuning"]["results"].items() if "engine default" in name]
     assert default["questions"] == 4 and default["recall"]["2000"] == 1.0
-    assert "Goal (+2 points at 500 words" in (tmp_path / "report.md").read_text(encoding="utf-8")
+    # both find every turn at 2000 words: no difference, and no interval around it
+    assert halves["model-written, tuning"]["default_minus_flat_hybrid"]["2000"] == [0.0, 0.0, 0.0]
+    markdown = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert "Goal (+2 points at 500 words" in markdown
+    assert "(95% paired bootstrap interval over the questions)" in markdown and "2000: +0.0 [+0.0, +0.0]" in markdown
 
     # A build still running: only its first session is checkpointed.
     saved = SavedTrees(trees)
@@ -481,3 +485,20 @@ def test_research_bm25_with_the_leaves_statistics_scores_leaves_as_flat_search_d
     np.testing.assert_allclose(with_leaf_statistics[leaf], flat[leaf])
     assert with_leaf_statistics[2] > 0 and flat[2] == 0  # the summary is scored, against the leaves' statistics
     assert not np.allclose(over_every_node[leaf], flat[leaf])  # counting the summary changes the leaves' scores
+
+
+def test_reciprocal_rank_fusion_puts_first_what_both_rankings_hold_high(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The 'fusion' variant's merge of flat hybrid's and the default's rankings: an item
+    both hold high beats one only a single ranking holds first; a weight tilts it; equal
+    sums fall back to the id order; an item only one ranking holds keeps its share."""
+    import numpy as np
+
+    research = benchmark_script("locomo_research", monkeypatch)
+    flat, tree = [0, 1, 2], [2, 1, 3]
+    ids = np.array([3, 2, 1, 0])  # item 3 first in id order, item 0 last
+    # k 5: item 0 1/6; item 1 1/7 + 1/7; item 2 1/8 + 1/6; item 3 1/8
+    assert research.reciprocal_rank_fusion([flat, tree], [1.0, 1.0], 5, ids) == [2, 1, 0, 3]
+    # the tree's ranking weighed at 0: flat's order, and item 3 (only the tree's) last at 0
+    assert research.reciprocal_rank_fusion([flat, tree], [1.0, 0.0], 5, ids) == [0, 1, 2, 3]
+    # two rankings in opposite order tie on every item: id order decides
+    assert research.reciprocal_rank_fusion([[0, 1], [1, 0]], [1.0, 1.0], 5, ids) == [1, 0]
