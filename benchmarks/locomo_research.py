@@ -766,7 +766,9 @@ def pointer_delivery(
     leaf_statistics: bool = False,
     flat_leaves: bool = False,
 ) -> tuple[list[str], list[int]]:
-    """What :func:`pointer` packs, and the node index each packed text came from."""
+    """What :func:`pointer` packs, and the node index each packed text came from (a
+    leaf's, or a summary's for its gist). The defaults are the engine's: summaries
+    x ``SUMMARY_HIT_WEIGHT``, a hit delivering up to ``LEAF_ALLOWANCE`` x its length."""
     lexical = leaf_statistics_bm25(scene).scores(query.text) if leaf_statistics else None
     scores = query.hybrid(scene, everything(scene), WEIGHT, lexical)
     if flat_leaves:
