@@ -430,6 +430,11 @@ class Query:
         lex = normalized(self.lexical if lexical is None else lexical, mask)
         return (self.dense + weight * lex) / (1.0 + weight)
 
+    def flat(self, scene: Scene, weight: float = WEIGHT) -> np.ndarray:
+        """Flat hybrid search's scores of the turns: BM25 with the turns' own statistics,
+        normalized by the best turn (what every flat-hybrid row and comparison uses)."""
+        return self.hybrid(scene, scene.is_leaf, weight, self.lexical_turns)
+
 
 def order(scene: Scene, scores: np.ndarray, mask: np.ndarray) -> list[int]:
     """Node indices in ``mask`` best first, ties by id (as the engine sorts)."""
@@ -504,7 +509,7 @@ def flat_dense(dedup: bool = False) -> Variant:
 
 def flat_hybrid(weight: float = WEIGHT) -> Variant:
     def run(scene: Scene, query: Query) -> list[str]:
-        scores = query.hybrid(scene, scene.is_leaf, weight, query.lexical_turns)
+        scores = query.flat(scene, weight)
         return pack_order(scene, order(scene, scores, scene.is_leaf))
 
     return run
@@ -772,7 +777,7 @@ def pointer_delivery(
     lexical = leaf_statistics_bm25(scene).scores(query.text) if leaf_statistics else None
     scores = query.hybrid(scene, everything(scene), WEIGHT, lexical)
     if flat_leaves:
-        scores = np.where(scene.is_leaf, query.hybrid(scene, scene.is_leaf, WEIGHT, query.lexical_turns), scores)
+        scores = np.where(scene.is_leaf, query.flat(scene), scores)
     ranking = order(scene, np.where(scene.is_leaf, scores, gamma * scores), everything(scene))
     packer = Packer()
     sources: list[int] = []
@@ -807,8 +812,7 @@ def fusion(k: float, tree_weight: float = 1.0) -> Variant:
     search's best turns cannot be pushed far down by a summary's leaves."""
 
     def run(scene: Scene, query: Query) -> list[str]:
-        flat_scores = query.hybrid(scene, scene.is_leaf, WEIGHT, query.lexical_turns)
-        flat = order(scene, flat_scores, scene.is_leaf)
+        flat = order(scene, query.flat(scene), scene.is_leaf)
         _, tree = pointer_delivery(scene, query)
         return pack_order(scene, reciprocal_rank_fusion([flat, tree], [1.0, tree_weight], k, scene.id_rank))
 
@@ -901,7 +905,7 @@ def speaker_boost(delta: float, base: str = "collapsed", gamma: float = SUMMARY_
         speakers = speakers_of(scene)
         if base == "flat":
             mask = scene.is_leaf
-            scores = query.hybrid(scene, mask, WEIGHT, query.lexical_turns)
+            scores = query.flat(scene)
         else:
             mask = everything(scene)
             scores = query.hybrid(scene, mask, WEIGHT) * summary_factor(scene, gamma)
