@@ -140,7 +140,7 @@ class NumpyMiniLM:
         vectors = model.encode(["Maya adopted a greyhound."])  # shape (1, 384)
     """
 
-    def __init__(self, directory: str, *, batch_size: int = 64, threads: int | None = None) -> None:
+    def __init__(self, directory: str, *, batch_size: int = 32, threads: int | None = None) -> None:
         from safetensors import SafetensorError
         from safetensors.numpy import load_file
         from tokenizers import Tokenizer
