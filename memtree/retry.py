@@ -328,10 +328,12 @@ class BatchSplitter:
         self, batches: Sequence[Sequence[Item]], call: Callable[[list[Item]], T], what: str = "the model"
     ) -> list[T]:
         """``call`` on each batch, in order; timed-out batches split (see the class)."""
-        pending = deque(self._fitted(batches))
+        pending = deque(list(batch) for batch in batches)
         results: list[T] = []
         while pending:
             batch = pending.popleft()
+            if self._recut(batch, pending):
+                continue
             try:
                 results.append(call(batch))
             except Exception as error:
@@ -344,10 +346,12 @@ class BatchSplitter:
         self, batches: Sequence[Sequence[Item]], call: Callable[[list[Item]], Awaitable[T]], what: str = "the model"
     ) -> list[T]:
         """Async :meth:`run`."""
-        pending = deque(self._fitted(batches))
+        pending = deque(list(batch) for batch in batches)
         results: list[T] = []
         while pending:
             batch = pending.popleft()
+            if self._recut(batch, pending):
+                continue
             try:
                 results.append(await call(batch))
             except Exception as error:
@@ -356,13 +360,13 @@ class BatchSplitter:
                 pending.extendleft(reversed(self._split(batch, what, error)))
         return results
 
-    def _fitted(self, batches: Sequence[Sequence[Item]]) -> list[list[Item]]:
+    def _recut(self, batch: list[Item], pending: deque[list[Item]]) -> bool:
+        """Put ``batch`` back in pieces below the cap, if it is above it (then ``True``)."""
         cap = self.cap
-        pieces: list[list[Item]] = []
-        for batch in batches:
-            size = len(batch) if cap is None else max(1, min(cap, len(batch)))
-            pieces += [list(batch[start : start + size]) for start in range(0, len(batch), size)]
-        return pieces
+        if cap is None or len(batch) <= cap:
+            return False
+        pending.extendleft(reversed([batch[start : start + cap] for start in range(0, len(batch), cap)]))
+        return True
 
     def _split(self, batch: list[Item], what: str, error: BaseException) -> list[list[Item]]:
         half = (len(batch) + 1) // 2
