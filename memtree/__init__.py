@@ -46,10 +46,10 @@ Models
   models/          OpenAI, LangChain, LlamaIndex and llama.cpp adapters; the resolver of what callers pass
   embed            Embedder: local (bundled MiniLM on numpy, else sentence-transformers), hashing (tests); checks
   local_models     where a local: model comes from: bundled, a folder, the HF cache, or the hub if reachable
-  minilm           the bundled all-MiniLM-L6-v2 on numpy (tokenizers + safetensors): no torch
+  minilm           the bundled all-MiniLM-L6-v2 on numpy (tokenizers + safetensors): no torch, a batch per idle core
   llm              ChatModel: what memtree asks of a language model; plain callables
   summary_guard    checks on a model-written summary before the tree stores it
-  retry            backoff with jitter, Retry-After and per-call timeouts for every model call
+  retry            backoff with jitter, Retry-After, per-call timeouts; batches split when they time out
   model_usage      usage reports: adapters say what a call cost, the calling memory counts it
 Storage
   store/           the Store boundary: in memory, SQLite (sqlite_inspect checks a file first), PostgreSQL

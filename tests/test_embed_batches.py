@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+import numpy as np
 import pytest
 from llama_index.core import Document, Settings
 from llama_index.core.embeddings import BaseEmbedding
@@ -25,6 +26,7 @@ import memtree.retry as retry
 from llamaindex_memtree import MemTreeIndex
 from memtree import HashingEmbedder, MemTree, MemTreeConfig
 from memtree.embed import Embedder, Matrix
+from memtree.models.base import EmbeddingBatch, RemoteEmbedder
 from memtree.retry import BatchSplitter, RetryPolicy
 
 T = TypeVar("T")
@@ -189,3 +191,59 @@ def test_from_documents_shows_a_progress_bar_while_it_embeds(
 
     text = shown.getvalue()
     assert "Generating embeddings" in text and "40/40" in text
+
+
+class SelfTimingAPI(RemoteEmbedder):
+    """An API client that enforces the timeout it is given (as HTTP clients do) and needs
+    2 s per text: requests over 60 texts cannot finish within 60 s + 1 s per text."""
+
+    handles_timeout = True
+    batch_size = 256
+
+    def __init__(self) -> None:
+        self.retry = RetryPolicy(timeout=60.0, initial_delay=0.0)
+        self.sizes: list[int] = []
+        self.timeouts: list[float | None] = []
+
+    def _embed_batch(self, texts: list[str], timeout: float | None) -> EmbeddingBatch:
+        self.sizes.append(len(texts))
+        self.timeouts.append(timeout)
+        if timeout is not None and 2.0 * len(texts) > timeout:
+            raise TimeoutError(f"request of {len(texts)} texts timed out after {timeout} s")
+        return EmbeddingBatch(HashingEmbedder(16).embed(texts))
+
+
+def test_an_api_embedder_gets_timeouts_scaled_to_each_request_and_splits_the_ones_that_time_out() -> None:
+    api = SelfTimingAPI()
+    texts = [f"text {n}" for n in range(200)]
+    vectors = api.embed(texts)
+
+    assert np.allclose(vectors, HashingEmbedder(16).embed(texts))  # every row, in order
+    assert api.sizes[:4] == [200, 100, 50, 50]  # 200 and 100 timed out once each, then halves fit
+    assert api.timeouts[:3] == [260.0, 160.0, 110.0]  # 60 s plus 1 s per text
+    assert api.sizes.count(200) == 1 and api.sizes.count(100) == 1
+
+
+async def test_async_calls_split_a_timed_out_batch_too() -> None:
+    api = SelfTimingAPI()
+    texts = [f"text {n}" for n in range(120)]
+    assert np.allclose(await api.aembed(texts), HashingEmbedder(16).embed(texts))
+    assert api.sizes == [120, 60, 60]
+
+    class OwnDeadline(Embedder):  # a custom embedder whose own client times out past 30 texts
+        call_timeout = None
+        batch_size = 100
+
+        def __init__(self) -> None:
+            self.sizes: list[int] = []
+
+        def embed(self, texts: Sequence[str]) -> Matrix:
+            self.sizes.append(len(texts))
+            if len(texts) > 30:
+                raise TimeoutError("the client's own deadline")
+            return HashingEmbedder(16).embed(texts)
+
+    embedder = OwnDeadline()
+    memory = MemTree(embedder=embedder, config=MemTreeConfig(deduplicate=False))
+    await memory.aadd_many([f"note {n} on the river" for n in range(100)])
+    assert len(memory) == 100 and embedder.sizes[:3] == [100, 50, 25]
