@@ -46,7 +46,7 @@ Models
   models/          OpenAI, LangChain, LlamaIndex and llama.cpp adapters; the resolver of what callers pass
   embed            Embedder: local (bundled MiniLM on numpy, else sentence-transformers), hashing (tests); checks
   local_models     where a local: model comes from: bundled, a folder, the HF cache, or the hub if reachable
-  minilm           the bundled all-MiniLM-L6-v2 on numpy (tokenizers + safetensors): no torch, a batch per idle core
+  minilm           the bundled all-MiniLM-L6-v2 on numpy (tokenizers + safetensors): no torch, a batch per core
   llm              ChatModel: what memtree asks of a language model; plain callables
   summary_guard    checks on a model-written summary before the tree stores it
   retry            backoff with jitter, Retry-After, per-call timeouts; batches split when they time out

@@ -238,8 +238,8 @@ class LocalEmbedder(Embedder):
     ``backend``: ``"auto"`` (numpy for the bundled model, else sentence-transformers),
     ``"numpy"`` (the bundled model only) or ``"sentence-transformers"``. ``batch_size``:
     texts per call a memory makes (and sentence-transformers' batch). ``threads``: the
-    numpy encoder's cores, one forward batch on each (``None``: as many as are idle
-    when a call starts, so a busy machine gets one; :func:`memtree.minilm.idle_cores`).
+    numpy encoder's threads, each running whole forward batches on one BLAS thread
+    (``None``: one per core the process may use; ``1`` keeps a call on one core).
     """
 
     call_timeout = None

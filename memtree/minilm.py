@@ -44,7 +44,7 @@ length are cut into batches of about this size, so a batch of long texts holds f
 them and a batch of short ones many. Batches this size keep each layer's
 intermediates (attention scores, the feed-forward block) a few megabytes, where one
 batch of 32 texts of 256 tokens held 100 MB of attention scores per layer, and give
-the idle cores batches to share even in a call of ten chunks (LlamaIndex's batch).
+the cores batches to share even in a call of ten chunks (LlamaIndex's batch).
 Measured at 512-4,096 on 150-word chunks: no difference outside the noise of a busy
 machine below 4,096."""
 
@@ -151,7 +151,7 @@ class NumpyMiniLM:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-            raise ValueError(f"threads must be an integer >= 1 or None (one per idle core), got {threads!r}")
+            raise ValueError(f"threads must be an integer >= 1 or None (one per core), got {threads!r}")
         self.directory = directory
         self.batch_size = batch_size
         self.threads = threads
@@ -211,7 +211,14 @@ class NumpyMiniLM:
                     own = states[offsets[row] : offsets[row + 1]]
                     pooled[index] = _span_means(own, encodings[index].offsets, spans[index])
 
-        workers = min(len(batches), self.threads or idle_cores())
+        # The thread policy: BLAS on one thread, and whole forward batches spread over
+        # at most one thread per core. Threaded OpenBLAS split each small product over
+        # threads that spin-wait for one another at every step, which thrashed on a
+        # busy machine (59-66 s for 47 chunks, 11 s on one thread); these threads
+        # never wait on one another, so a busy machine gives each its share of a core,
+        # as it gives torch's. One thread (threads=1) ran 0.9 texts/s against torch's
+        # 1.1-1.3 at load 15 on two cores; one per core ran 1.3-1.7.
+        workers = min(len(batches), self.threads or usable_cores())
         with one_blas_thread():
             if workers <= 1:
                 for rows in batches:
@@ -282,27 +289,12 @@ def length_batches(lengths: Sequence[int], max_rows: int, max_tokens: int) -> li
     return batches
 
 
-def idle_cores() -> int:
-    """How many of this process's cores are idle now (at least 1): its cores less the
-    other tasks that are running this instant (``/proc/loadavg``'s runnable count, which
-    counts the caller too), else less the one-minute load average.
-
-    Why: the encoder runs one batch per idle core, each on one BLAS thread. On a
-    machine that others keep busy it then runs on one core, where threaded OpenBLAS
-    had re-embedding 47 chunks take 59-66 s instead of 11 s."""
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity), at least 1."""
     try:
-        cores = len(os.sched_getaffinity(0))
+        return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    try:
-        with open("/proc/loadavg", encoding="ascii") as handle:
-            others = int(handle.read().split()[3].split("/")[0]) - 1
-    except (OSError, ValueError, IndexError):
-        try:
-            others = round(os.getloadavg()[0])
-        except OSError:
-            others = 0
-    return max(1, min(cores, cores - others))
+        return max(1, os.cpu_count() or 1)
 
 
 def _unit(rows: npt.NDArray[np.floating[Any]]) -> Matrix:

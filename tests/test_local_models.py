@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import memtree.embed as embed_module
 from memtree import LocalEmbedder, MemTree
 from memtree.local_models import LocalModelUnavailableError, bundled_minilm_dir, locate
-from memtree.minilm import ModelFileError, NumpyMiniLM, _gelu_, idle_cores, length_batches
+from memtree.minilm import ModelFileError, NumpyMiniLM, _gelu_, length_batches, usable_cores
 from memtree.models.resolve import resolve_embedder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -371,7 +371,7 @@ def test_gelu_is_berts_exact_gelu_within_float32_rounding() -> None:
     assert np.all(np.abs(got - exact) <= 1e-6 + 1e-6 * np.abs(exact))
 
 
-def test_idle_cores_is_at_least_one_and_at_most_the_process_cores() -> None:
-    assert 1 <= idle_cores() <= (os.cpu_count() or 1)
+def test_the_encoder_uses_at_most_one_thread_per_core_and_refuses_a_bad_count() -> None:
+    assert 1 <= usable_cores() <= (os.cpu_count() or 1)
     with pytest.raises(ValueError, match="threads must be an integer >= 1"):
         NumpyMiniLM(BUNDLED or ".", threads=0)
