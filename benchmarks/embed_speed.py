@@ -179,7 +179,8 @@ def report(r: dict[str, Any]) -> str:
         f"`{r['command']}` on {r['date']} ({r['machine']}; commit {r['commit']}). One process; in each "
         "condition the backends alternate on the same texts, one call per kind of text, medians of the runs. "
         f"sentence-transformers runs with torch's default threads ({r['torch_threads']}); numpy with memtree's "
-        'thread policy (one BLAS thread, one batch per idle core). "Spinning processes" are busy loops the '
+        "thread policy (BLAS on one thread, whole batches on at most one thread per core). "
+        '"Spinning processes" are busy loops the '
         "benchmark starts (benchmarks/busy_load.py); the machine is shared, so the load average before and "
         "after each condition is shown too.",
         "",
