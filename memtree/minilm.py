@@ -218,14 +218,14 @@ class NumpyMiniLM:
         # never wait on one another, so a busy machine gives each its share of a core,
         # as it gives torch's. One thread (threads=1) ran 0.9 texts/s against torch's
         # 1.1-1.3 at load 15 on two cores; one per core ran 1.3-1.7.
-        workers = min(len(batches), self.threads or usable_cores())
-        with one_blas_thread():
-            if workers <= 1:
-                for rows in batches:
-                    run(rows)
-            else:  # numpy lets go of the GIL in its products and element-wise loops
-                with ThreadPoolExecutor(workers, thread_name_prefix="memtree-minilm") as pool:
-                    list(pool.map(run, batches))
+        blas_threads = blas_on_one_thread_once()
+        workers = min(len(batches), self.threads or max(1, usable_cores() // blas_threads))
+        if workers <= 1:
+            for rows in batches:
+                run(rows)
+        else:  # numpy lets go of the GIL in its products and element-wise loops
+            with ThreadPoolExecutor(workers, thread_name_prefix="memtree-minilm") as pool:
+                list(pool.map(run, batches))
         return out, pooled
 
     def _token_states(self, batch: list[list[int]]) -> tuple[Matrix, npt.NDArray[np.int64]]:
@@ -470,6 +470,42 @@ def one_blas_thread() -> Iterator[None]:
 
 
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+_settled_threads: int | None = None
+
+
+def blas_on_one_thread_once() -> int:
+    """Put numpy's BLAS on one thread for the rest of the process, once (the encoder's
+    first call does it), unless one of :data:`BLAS_THREAD_VARIABLES` is set; returns
+    the BLAS threads now in force (1 unless the user chose more, or it could not be set).
+
+    Why once and for good, not around each call: numpy's OpenBLAS ignores a thread
+    count set from any thread but the main one once the main thread has set one, and
+    restoring the count after a call is such a set. A call made from a helper thread
+    (a model call under a timeout, ``asyncio.to_thread``) after one made from the main
+    thread then ran threaded: 50-60 s against 3-5 s for ten chunks on a busy two-core
+    machine. The encoder runs its own batches in parallel instead
+    (:class:`NumpyMiniLM`), so other numpy code of the process loses only BLAS's
+    threads for large products; set ``OPENBLAS_NUM_THREADS`` to keep them."""
+    global _settled_threads
+    if _settled_threads is not None:
+        return _settled_threads
+    with _controller_lock:
+        if _settled_threads is None:
+            _settled_threads = _settle_blas_threads()
+    return _settled_threads
+
+
+def _settle_blas_threads() -> int:
+    try:
+        from threadpoolctl import ThreadpoolController
+
+        blas = ThreadpoolController().select(user_api="blas")
+        if not any(os.environ.get(name) for name in BLAS_THREAD_VARIABLES):
+            blas.limit(limits=1)
+        return max([1, *(int(info["num_threads"]) for info in blas.info())])
+    except Exception:  # noqa: BLE001 - an optimization only: run as configured, on one worker
+        return usable_cores()
 
 
 def blas_on_one_thread_for_this_process() -> bool:
