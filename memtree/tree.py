@@ -154,14 +154,11 @@ class MemTree:
 
     def close(self, *, timeout: float | None = CLOSE_SECONDS) -> None:
         """Write pending summaries (here and in :meth:`sibling` namespaces), stop worker
-        threads, close the store if :meth:`open` opened it.
-
-        Waits at most ``timeout`` seconds in all for the summaries (10 by default, as
-        interpreter exit does; ``None``: as long as the model takes), so a model or
-        embedder that hangs cannot hold the caller. Summaries not written by then, or
-        whose model call failed, stay stale in the store (every leaf is already
-        committed): one warning names them, and :meth:`repair` writes them later.
-        """
+        threads, close the store if :meth:`open` opened it. Waits at most ``timeout``
+        seconds in all (10 by default, as interpreter exit does; ``None``: as long as
+        the model takes), so a hanging model cannot hold the caller; summaries not
+        written by then stay stale (every leaf is committed): one warning names them,
+        and :meth:`repair` writes them later."""
         if timeout is not None and not timeout >= 0:
             raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout}")
         warn_left_stale(self._stop_writing(None if timeout is None else time.monotonic() + timeout), timeout)
@@ -242,7 +239,7 @@ class MemTree:
         """The nodes most relevant to ``query``, best first. Options, as keywords
         (:class:`~memtree.retrieval.RetrieveOptions`; left out: the config's): ``k``,
         ``token_budget``, ``mode``, ``min_similarity``, ``min_score``, ``leaves_only``,
-        ``where``, ``time_range``, ``checkedembedding``, ``lexical_weight``,
+        ``where``, ``time_range``, ``query_embedding``, ``lexical_weight``,
         ``same_subject``, ``summary_hits``. The relevance floor applies by default
         (``min_similarity="auto"``: :attr:`relevance_floor`), so a query nothing stored
         is about gets nothing; ``min_similarity=None`` turns it off."""
@@ -267,15 +264,13 @@ class MemTree:
 
     def embed_query(self, query: str) -> Vector:
         """The vector :meth:`retrieve` would compute for ``query`` (checked, unit
-        length); pass it back as ``checkedembedding`` to search many namespaces
+        length); pass it back as ``query_embedding`` to search many namespaces
         that share this memory's embedder with a single embedding call."""
-        require_text(query, "query")
-        return self._writer.embed_query(query)
+        return self._writer.embed_query(require_text(query, "query"))
 
     async def aembed_query(self, query: str) -> Vector:
         """Async :meth:`embed_query`."""
-        require_text(query, "query")
-        return await self._writer.aembed_query(query)
+        return await self._writer.aembed_query(require_text(query, "query"))
 
     def delete(self, node_ids: str | Iterable[str]) -> int:
         """Forget one leaf or several (ids) in one change; return how many. Each
@@ -369,20 +364,17 @@ class MemTree:
         return fixed + await asyncio.to_thread(source_leaves.reconcile, self._writer)
 
     def compact(self) -> CompactionReport:
-        """Drop the store's dead rows (tombstones of deleted nodes, in every namespace
-        of the store) and give their space back (SQLite ``VACUUM``, PostgreSQL
-        ``VACUUM``), safely while other processes read and write: each of them
-        reloads a compacted namespace whole on its next read, so none misses a
-        deletion. Returns what was dropped and the size before and after."""
+        """Drop the store's dead rows (tombstones, in every namespace) and give their
+        space back (``VACUUM``), safely while other processes read and write (they
+        reload a compacted namespace whole); returns what was dropped and the sizes."""
         report = self.store.compact()
         self.refresh(force=True)
         return report
 
     def export_jsonl(self, target: str | os.PathLike[str] | TextIO) -> int:
         """Write this namespace as a JSONL backup (:mod:`memtree.backup`: readable,
-        embeddings included, no pickle) to a path or stream; return the nodes written.
-        Expired leaves are swept first, so a backup holds only what is remembered (a
-        leaf's expiry is kept in it)."""
+        embeddings included, no pickle) to a path or stream; return the nodes written
+        (expired leaves swept first; a leaf's expiry is kept)."""
         self._writer.sweep_before_showing()
         return backup.export_jsonl(self.store, self.namespace, target)
 

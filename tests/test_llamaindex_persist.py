@@ -236,6 +236,28 @@ def test_a_struct_written_before_configs_were_stored_loads_with_the_index_defaul
     assert loaded.memory.config == MemTreeConfig(deduplicate=False) and len(loaded.memory) == 4
 
 
+def test_a_config_recorded_with_the_old_name_of_min_score_loads(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``MemTreeConfig.retrieve_threshold`` is ``min_score`` now; an index persisted
+    before keeps its score cut."""
+    monkeypatch.setattr(Settings, "_embed_model", WordsEmbedding())
+    monkeypatch.setattr(Settings, "_llm", None)
+    built = MemTreeIndex.from_documents(documents()[:2], memory=MemTree(embedder=Settings._embed_model, config=CUSTOM))
+    built.storage_context.persist(tmp_path)
+    path = tmp_path / "index_store.json"
+    stored = json.loads(path.read_text())
+    entry = stored["index_store/data"][built.index_id]
+    struct = json.loads(entry["__data__"])
+    del struct["config"]["min_score"]
+    struct["config"]["retrieve_threshold"] = 0.25
+    entry["__data__"] = json.dumps(struct)
+    path.write_text(json.dumps(stored))
+    with caplog.at_level("WARNING", logger="llamaindex_memtree"):
+        loaded = MemTreeIndex.from_persist_dir(tmp_path)
+    assert loaded.memory.config.min_score == 0.25 and "ignoring" not in caplog.text
+
+
 def test_the_struct_samples_nodes_the_tree_still_holds() -> None:
     index = MemTreeIndex.from_documents(
         documents(), memory=MemTree(embedder=HashingEmbedder(64), config=CONFIG), transformations=[sentence_splitter()]
