@@ -7,10 +7,10 @@ no circles):
 
 Entry points
   cli, commands/   the ``memtree`` command, one module per sub-command (bench: finds memtree_bench)
-  demo             the offline demo conversation, its tree and answers
+  demo             the offline demo conversation, its tree and what it retrieves for three questions
   tree             MemTree: the public API, a facade delegating each operation in one step
   keywords         the keyword options of the facade's writing calls, written once per sync/async pair
-  siblings         the handles a memory keeps open to other namespaces of its store (sibling())
+  siblings         the handles a memory keeps open to other namespaces of its store (sibling()), LRU, closed when evicted
   backup           JSONL export and import of one namespace (no pickle, no re-embedding)
   source_leaves    replace_source: a source's leaves and the caller's records in one transaction; manifests
   update           MemTree.update: correct a leaf in place (same id), the versions it replaced kept
@@ -42,7 +42,7 @@ Reading
   spare_core       runs the BM25 search on a spare core while the caller scans vectors
 Models
   model_choice     which embedder and summary writer a memory uses (the stored one, else offline; never the env)
-  digest           digest summaries: an offline summary that says who, when and what (the demo's)
+  digest           digest summaries: an offline summary that says who, when and what (the demo's), read as a phrase
   aggregate        Aggregator: LLM summaries (the paper's prompt) and offline extractive ones
   models/          OpenAI, LangChain, LlamaIndex and llama.cpp adapters; the resolver of what callers pass
   embed            Embedder: local (bundled MiniLM on numpy, else sentence-transformers), hashing (tests); checks

@@ -105,3 +105,20 @@ def test_a_template_names_a_field_the_run_lacks() -> None:
     with pytest.raises(ValueError, match="needs org_id, user_id"):
         template(None)
     assert NamespaceTemplate(DEFAULT_NAMESPACE).fields == ["user_id"]
+
+
+async def test_async_runs_are_kept_apart_the_same_way(tmp_path: Path) -> None:
+    memory = open_memory(str(tmp_path / "agent.db"))
+    agent = create_agent(
+        scripted("Noted.", "I don't know."), tools=[], middleware=[MemTreeMemoryMiddleware(memory=memory)]
+    )
+    await agent.ainvoke(
+        {"messages": [HumanMessage("My greyhound Pepper fears bicycles.")]}, context={"user_id": "maya"}
+    )
+    recorder = PromptRecorder()
+    await agent.ainvoke(
+        {"messages": [HumanMessage("What does my greyhound fear?")]},
+        config={"callbacks": [recorder], "configurable": {"user_id": "leo"}},
+    )
+    assert "Pepper" not in told(recorder)
+    assert memory.namespaces() == [("memories", "leo"), ("memories", "maya")]
