@@ -431,11 +431,10 @@ class MemTreeStore(BaseStore):
         leaf_ids = yield Call(memory, "find", kwargs={"source_id": op.key})
         if op.key in old or leaf_ids:
             yield from _replace_steps(memory, op.key, [], None, None)
-        leaves = yield Call(memory, "__len__")
-        if leaves == 0:  # only then can the namespace be empty: check its items
-            rest = yield Call(self._records, "get_records", (key, ITEMS))
-            if not rest:  # an empty namespace is no namespace (list_namespaces)
-                yield Call(memory, "delete_namespace")
+        # The namespace itself stays, even empty: deleting it here would need its
+        # emptiness checked in the same transaction as the delete, or another
+        # process's put acknowledged in between is wiped with it (issue 39). An empty
+        # namespace is not listed (_holds_live_items), so nothing shows it.
 
     def _search_steps(self, op: SearchOp) -> Procedure[list[SearchItem]]:
         wanted = op.offset + op.limit
@@ -540,10 +539,14 @@ class MemTreeStore(BaseStore):
 
     def _holds_live_items(self, ns: NamespaceKey) -> Procedure[bool]:
         """Whether a namespace should be listed: it has an item that has not expired,
-        or no items at all (then it holds only leaves, as a middleware's tree does)."""
+        or no items at all but leaves (as a middleware's tree does). One whose last
+        item was deleted holds neither: namespaces are never deleted implicitly."""
         records = yield Call(self._records, "get_records", (ns, ITEMS))
+        if not records:
+            memory = yield Call(self._memories, "sibling", (ns,))
+            return bool((yield Call(memory, "__len__")))
         now = time.time()
-        return not records or any(not is_expired(record, now) for record in records.values())
+        return any(not is_expired(record, now) for record in records.values())
 
     def _refresh_steps(self, ns: NamespaceKey, keys: list[str]) -> Procedure[dict[str, dict[str, Any]]]:
         """Extend the expiry of these items by their own TTL from now (records and
