@@ -104,10 +104,10 @@ class MemoryBackend(Store):
 
     def delete_namespace(self, namespace: NamespaceKey) -> bool:
         space = self._space(namespace)
-        with space.writer:  # as the SQL stores do: a write in progress commits first, then goes with it
-            with self._data_lock:
-                if self._namespaces.get(namespace) is space:
-                    del self._namespaces[namespace]
+        # As in the SQL stores: a write in progress commits first, then goes with it.
+        with space.writer, self._data_lock:
+            if self._namespaces.get(namespace) is space:
+                del self._namespaces[namespace]
         return _holds_data(space)
 
     def put_records(self, namespace: NamespaceKey, kind: str, records: Mapping[str, JSONDict | None]) -> None:
