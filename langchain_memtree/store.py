@@ -367,7 +367,9 @@ class MemTreeStore(BaseStore):
         """Run :meth:`sweep_ttl` every ``sweep_interval_minutes`` (default: the
         ``TTLConfig``'s, else 5) in a daemon thread, as LangGraph's stores do;
         :meth:`stop_ttl_sweeper` or :meth:`close` stops it."""
-        interval = sweep_interval_minutes or (self.ttl_config or {}).get("sweep_interval_minutes") or 5
+        interval = sweep_interval_minutes
+        if interval is None:
+            interval = (self.ttl_config or {}).get("sweep_interval_minutes") or 5
         self._sweeper.start(interval)
 
     def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
@@ -710,8 +712,12 @@ def _checked_ops(ops: Iterable[Op]) -> list[Op]:
             _check_text(label, "namespace label", InvalidNamespaceError)
         if isinstance(op, SearchOp):
             check_filter(op.filter)
-            if op.limit < 0 or op.offset < 0:
-                raise ValueError(f"limit and offset must be >= 0, got limit={op.limit}, offset={op.offset}")
+            for name in ("limit", "offset"):
+                number = getattr(op, name)
+                if isinstance(number, bool) or not isinstance(number, int):
+                    raise TypeError(f"search: {name} must be an int >= 0, got {type(number).__name__} {number!r}")
+                if number < 0:
+                    raise ValueError(f"search: {name} must be an int >= 0, got {number!r}")
             continue
         if not isinstance(op.key, str):
             raise TypeError(f"item keys must be str, got {type(op.key).__name__}")
@@ -721,6 +727,8 @@ def _checked_ops(ops: Iterable[Op]) -> list[Op]:
                 raise InvalidNamespaceError(f'Root label for namespace cannot be "langgraph". Got: {op.namespace}')
             if op.ttl is not None and op.value is not None:
                 check_ttl_minutes(op.ttl)
+            if op.index is not None and op.index is not False:
+                tokenized(op.index, "put: index")  # False, None or a list of paths
             if op.value is not None:
                 _checked_value(op.value)
     return checked
@@ -729,8 +737,8 @@ def _checked_ops(ops: Iterable[Op]) -> list[Op]:
 def _check_listing(op: ListNamespacesOp) -> None:
     for name in ("limit", "offset", "max_depth"):
         number = getattr(op, name)
-        if number is not None and (not isinstance(number, int) or number < 0):
-            raise ValueError(f"list_namespaces: {name} must be >= 0, got {number!r}")
+        if number is not None and (isinstance(number, bool) or not isinstance(number, int) or number < 0):
+            raise ValueError(f"list_namespaces: {name} must be >= 0 (an int), got {number!r}")
 
 
 def _check_text(text: str, what: str, error: type[ValueError]) -> None:
