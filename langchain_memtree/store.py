@@ -175,7 +175,7 @@ class MemTreeStore(BaseStore):
         self._opened.append(self._memories)
         self._paths: list[Path] = self.index.paths if self.index is not None else []
         self._write_lock = WriteLock()
-        self._sweeper = Sweeper(self.sweep_ttl)
+        self._sweeper = Sweeper(self.sweep_ttl, closed=lambda: bool(self.memory.store.closed))
         interval = (self.ttl_config or {}).get("sweep_interval_minutes")
         if interval is not None:
             self._sweeper.start(interval)

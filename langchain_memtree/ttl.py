@@ -121,8 +121,9 @@ class Sweeper:
     (LangGraph's ``start_ttl_sweeper`` / ``stop_ttl_sweeper``). A failed sweep is
     logged and the next one runs on time."""
 
-    def __init__(self, sweep: Callable[[], int]) -> None:
+    def __init__(self, sweep: Callable[[], int], closed: Callable[[], bool] = lambda: False) -> None:
         self._sweep = sweep
+        self._closed = closed
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -140,8 +141,12 @@ class Sweeper:
             while not self._stop.wait(interval):
                 started = time.monotonic()
                 try:
+                    if self._closed():
+                        break
                     swept = self._sweep()
                 except Exception:  # the next sweep retries; a sweeper that dies sweeps nothing again
+                    if self._closed():  # the memory's store was closed under the store: nothing to sweep
+                        break
                     logger.exception("MemTreeStore TTL sweep failed; retrying at the next interval")
                     continue
                 if swept:

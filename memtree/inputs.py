@@ -130,6 +130,7 @@ MIN_TTL_SECONDS = 0.001
 expired before its write commits (``1e-300`` added to the clock does not even move
 it), so it is refused like zero."""
 
+
 def ttl_seconds(
     value: object,
     what: str = "ttl",

@@ -35,7 +35,7 @@ from memtree.store.base import CompactionReport, Namespace, NamespaceKey, Record
 from memtree.store.location import as_store, open_store
 from memtree.text import require_text
 from memtree.viz.picture import Direction
-from memtree.writer import DeferredAggregation, Writer, check_leaf_id, check_leaf_ids
+from memtree.writer import DeferredAggregation, Writer, check_leaf_id, check_leaf_ids, stop_writers_on
 
 __all__ = ["AGGREGATION_MODES", "SIBLING_CACHE_SIZE", "Aggregation", "DeferredAggregation", "MemTree"]
 
@@ -168,13 +168,16 @@ class MemTree:
         """
         if timeout is not None and not timeout >= 0:
             raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout}")
-        left = self._stop_writing(None if timeout is None else time.monotonic() + timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        left = self._stop_writing(deadline)
+        if self._owns_store:  # other handles on the store (a MemTreeStore's) stop before it closes
+            left += stop_writers_on(self.store, remaining(deadline))
         if left:
             shown = ", ".join(left[:STALE_NAMED])
             more = f" and {len(left) - STALE_NAMED} more" if len(left) > STALE_NAMED else ""
             logger.warning(
-                "close() left %d summaries stale (the model did not write them within %s): %s%s; "
-                "they stay searchable with their old text: call repair() later",
+                "close() left %d summaries stale (not written within %s, or their model call failed): %s%s; "
+                "call repair() later",
                 len(left),
                 "the time allowed" if timeout is None else f"{timeout:g} s",
                 shown,

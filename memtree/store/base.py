@@ -321,6 +321,12 @@ class Store(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release connections and files."""
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called: a closed store refuses every call, so
+        background threads (a LangGraph store's TTL sweeper) stop instead of failing."""
+        return False
+
     @contextmanager
     def write(self, namespace: NamespaceKey) -> Iterator[WriteTransaction]:
         """``with store.write(ns) as txn:``; rolls back if the block raises or never commits."""
