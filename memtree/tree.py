@@ -26,6 +26,7 @@ from memtree.integrity import integrity_problems
 from memtree.model_calls import ModelCalls
 from memtree.model_choice import choose_models
 from memtree.node import LeafVersion, Node, RetrievedNode, Vector
+from memtree.redaction import removed_text_problems
 from memtree.replica import Replica
 from memtree.retrieval import answer, check_query, relevance_floor
 from memtree.siblings import Siblings
@@ -545,15 +546,16 @@ class MemTree:
         )
 
     def repair(self) -> int:
-        """Rewrite every stale summary (deepest first), and restore the leaves of any
+        """Sweep expired leaves, rewrite every stale summary and every summary that
+        still quotes a removed text (deepest first), and restore the leaves of any
         source whose leaves differ from what :meth:`replace_source` last wrote for it;
         return how many summaries and sources were fixed."""
-        fixed = self._writer.write(self._writer.procedures.repair)
+        fixed = self._writer.repair()
         return fixed + source_leaves.reconcile(self._writer, self._manifests)
 
     async def arepair(self) -> int:
         """Async :meth:`repair`."""
-        fixed = await self._writer.awrite(self._writer.procedures.repair)
+        fixed = await self._writer.arepair()
         return fixed + await asyncio.to_thread(source_leaves.reconcile, self._writer, self._manifests)
 
     def _manifests(self) -> dict[str, Any]:
@@ -575,7 +577,7 @@ class MemTree:
         Expired leaves are swept first, so a backup holds only what is remembered (a
         leaf's expiry is kept in it)."""
         self._sweep_before_showing()
-        return backup.export_jsonl(self.store, self.namespace, target)
+        return backup.export_jsonl(self.store, self.namespace, target, sweep=self.sweep_expired)
 
     def import_jsonl(self, source: str | os.PathLike[str] | TextIO, *, skip_bad: bool = False) -> int:
         """Restore a JSONL backup into this (empty) namespace, nothing re-embedded; return
@@ -623,12 +625,12 @@ class MemTree:
         """The tree as nested dicts (id, text, depth, leaf_count, timestamp, metadata, children).
         Like every picture below, it sweeps expired leaves first (:meth:`sweep_expired`)."""
         self._sweep_before_showing()
-        return self._replica.read(viz.to_dict)
+        return self._replica.show(viz.to_dict)
 
     def format_tree(self, *, max_depth: int | None = None, width: int = 72) -> str:
         """An indented outline of the tree (depth, leaf count and a preview per node)."""
         self._sweep_before_showing()
-        return self._replica.read(viz.format_tree, max_depth=max_depth, width=width)
+        return self._replica.show(viz.format_tree, max_depth=max_depth, width=width)
 
     def to_mermaid(
         self, *, max_depth: int | None = None, width: int = 80, line_width: int = 28, direction: Direction = "LR"
@@ -637,7 +639,7 @@ class MemTree:
         wrapped at ``line_width``, "… N more below" past ``max_depth``."""
         options = {"max_depth": max_depth, "width": width, "line_width": line_width, "direction": direction}
         self._sweep_before_showing()
-        return self._replica.read(viz.to_mermaid, **options)
+        return self._replica.show(viz.to_mermaid, **options)
 
     def to_dot(
         self, *, max_depth: int | None = None, width: int = 80, line_width: int = 28, direction: Direction = "LR"
@@ -646,7 +648,7 @@ class MemTree:
         in SVG output each box's tooltip is its full text)."""
         options = {"max_depth": max_depth, "width": width, "line_width": line_width, "direction": direction}
         self._sweep_before_showing()
-        return self._replica.read(viz.to_dot, **options)
+        return self._replica.show(viz.to_dot, **options)
 
     def to_png(self, path: str | os.PathLike[str] | None = None, **options: Any) -> bytes:
         """The :meth:`to_dot` picture (same options) drawn as PNG by Graphviz, written to
@@ -676,7 +678,7 @@ class MemTree:
         answered = viz.answer_queries(self.retrieve, queries, k=k, mode=mode, shown_mode=self.config.mode)
         name = "/".join(self.namespace)
         options = {"expand_depth": expand_depth, "max_depth": max_depth, "k": k or self.config.k}
-        return self._replica.read(
+        return self._replica.show(
             viz.to_html, title=title or f"memtree · {name}", namespace=name, queries=answered, **options
         )
 
@@ -685,12 +687,15 @@ class MemTree:
         return self._replica.read(self._writer.stats)
 
     def check_integrity(self) -> list[str]:
-        """Every broken invariant of the tree and its index, and every source whose
+        """Every broken invariant of the tree and its index, every summary that still
+        quotes a removed text (:mod:`memtree.redaction`), and every source whose
         leaves differ from what :meth:`replace_source` wrote, described (empty: sound)."""
         manifests = self._manifests()
+        versions = self.store.read_history(self.namespace)
 
         def problems(state: TreeState) -> list[str]:
             found = integrity_problems(state, self._index, self.config.depth_cap)
+            found += removed_text_problems(state, versions, time.time())
             return found + source_leaves.source_problems(state, manifests)
 
         return self._replica.read(problems)

@@ -33,6 +33,7 @@ from memtree.model_calls import ModelCalls, Steps
 from memtree.node import LeafVersion, Node, Vector
 from memtree.optimistic import OPTIMISTIC_ATTEMPTS, PreparedWrite, still_valid
 from memtree.procedures import Procedures
+from memtree.redaction import leaked
 from memtree.replica import Replica
 from memtree.state import ContentKey, TreeState, content_key
 from memtree.stats import TreeStats, tree_stats
@@ -234,11 +235,20 @@ class Writer:
         return len(ids)
 
     def sweep_expired(self) -> int:
-        """Delete every expired leaf (the summaries above rewritten as by a delete)."""
-        return self.write(self.procedures.sweep)
+        """Delete every expired leaf (the summaries above rewritten as by a delete; in
+        background mode given stand-ins at once and rewritten by the worker)."""
+        background = self.in_background()
+        swept = self.write(lambda: self.procedures.sweep(defer=background))
+        if background and swept:
+            self.background.notify()
+        return swept
 
     async def asweep_expired(self) -> int:
-        return await self.awrite(self.procedures.sweep)
+        background = self.in_background()
+        swept = await self.awrite(lambda: self.procedures.sweep(defer=background))
+        if background and swept:
+            self.background.notify()
+        return swept
 
     def sweep_if_due(self) -> None:
         """:meth:`sweep_expired` when a leaf this process knows of has expired: writes
@@ -256,6 +266,25 @@ class Writer:
                 await self.asweep_expired()
             except Exception:  # as in sweep_if_due
                 logger.exception("sweeping expired memories failed; the next write or sweep_expired() retries")
+
+    def repair(self) -> int:
+        """Sweep what expired, then rebuild every stale summary and every summary that
+        still quotes a removed text (:func:`~memtree.redaction.leaked`); return how
+        many were rebuilt."""
+        self.sweep_expired()
+        leaked = self._leaked()
+        return self.write(lambda: self.procedures.repair(also=leaked))
+
+    async def arepair(self) -> int:
+        await self.asweep_expired()
+        leaked = await asyncio.to_thread(self._leaked)
+        return await self.awrite(lambda: self.procedures.repair(also=leaked))
+
+    def _leaked(self) -> list[str]:
+        versions = self.replica.store.read_history(self.replica.namespace)
+        self.replica.maybe_refresh()
+        with self.replica.lock.read():
+            return leaked(self.replica.state, versions, time.time())
 
     def set_expiry(self, leaf_ids: list[str], expires_at: float | None) -> int:
         return self.write(lambda: self.procedures.set_expiry(leaf_ids, expires_at))
