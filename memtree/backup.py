@@ -109,7 +109,8 @@ def export_jsonl(
     (:meth:`~memtree.store.Store.read_snapshot`), so a backup taken while other
     writers work holds the namespace as it was at one moment.
 
-    A backup never holds a memory that expired (nor the summaries' quotes of it): if
+    A backup never holds a memory that expired (nor the summaries' quotes of it, nor
+    a record whose ``expires_at`` has passed, such as an expired LangGraph item): if
     the snapshot holds a leaf whose expiry has passed, ``sweep`` (the memory's
     ``sweep_expired``) deletes it and the snapshot is read again; without ``sweep``,
     or where the store cannot be written (read-only), nothing is written and
@@ -128,7 +129,13 @@ def export_jsonl(
             )
         sweep()
     nodes, info = list(tree.walk()), tree.info
-    records = [(kind, key, value) for kind, table in snapshot.records.items() for key, value in table.items()]
+    now = time.time()
+    records = [
+        (kind, key, value)
+        for kind, table in snapshot.records.items()
+        for key, value in table.items()
+        if not _expired_record(value, now)
+    ]
     history = [version for version in snapshot.history if version.leaf_id in tree.nodes]
 
     header = {
@@ -153,6 +160,14 @@ def export_jsonl(
             target.write(line)
         target.flush()
     return len(nodes)
+
+
+def _expired_record(value: JSONDict, now: float) -> bool:
+    """Whether a record says it expired: a numeric ``expires_at`` (POSIX seconds) that
+    has passed, as the LangGraph store's items and the sources' manifests carry. A
+    backup leaves it out, as it leaves out the expired leaves it describes."""
+    expires_at = value.get("expires_at")
+    return isinstance(expires_at, (int, float)) and not isinstance(expires_at, bool) and expires_at <= now
 
 
 def _lines(
