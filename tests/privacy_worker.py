@@ -26,10 +26,12 @@ import io
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from langchain_memtree import MemTreeStore
@@ -41,6 +43,10 @@ TREE = ("store", *NAMESPACE)
 KEYS = [f"k{i}" for i in range(10)]
 TTL_MINUTES = 0.02
 """About a second: some items expire while the loop runs."""
+WORKER = __file__
+_HERE = Path(__file__).resolve().parent
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(_HERE.parent), str(_HERE)])}
+"""How the worker's processes find memtree and this module."""
 READ_PATHS = (
     "store.get",
     "store.search",
@@ -241,6 +247,34 @@ def check_mode(location: str, tokens_path: str) -> None:
         store.close()
         memory.close()
     print(json.dumps(report), flush=True)
+
+
+def kill_round(location: str, seed: int, chooser: random.Random, folder: Path) -> dict[str, Any]:
+    """One round of the kill loop: start ``loop`` on ``location``, let it acknowledge
+    5-40 operations, SIGKILL it 0-30 ms later, then ``check`` in a new process."""
+    writer = subprocess.Popen(
+        [sys.executable, WORKER, "loop", location, str(seed)], stdout=subprocess.PIPE, text=True, env=ENV
+    )
+    assert writer.stdout is not None
+    wanted = chooser.randint(5, 40)
+    entries = []
+    while len(entries) < wanted:
+        line = writer.stdout.readline()
+        if not line:
+            break
+        entries.append(json.loads(line))
+    time.sleep(chooser.uniform(0, 0.03))  # the kill lands anywhere in the next operation
+    writer.send_signal(signal.SIGKILL)
+    writer.wait()
+    writer.stdout.close()
+    tokens = folder / f"tokens{seed}.json"
+    tokens.write_text(json.dumps(entries), encoding="utf-8")
+    checked = subprocess.run(
+        [sys.executable, WORKER, "check", location, str(tokens)], capture_output=True, text=True, env=ENV, check=True
+    )
+    report: dict[str, Any] = json.loads(checked.stdout.strip().splitlines()[-1])
+    report["acknowledged"] = len(entries)
+    return report
 
 
 if __name__ == "__main__":

@@ -19,26 +19,19 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import random
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cli_runner import memtree, ok
-from privacy_worker import NAMESPACE, TREE, check, open_store, removed_tokens, value_of
+from privacy_worker import NAMESPACE, TREE, check, kill_round, open_store, removed_tokens, value_of
 from privacy_worker import loop as run_loop
 
 from langchain_memtree import MemTreeStore
 from memtree import HashingEmbedder, MemoryBackend, MemTree, MemTreeConfig
 from memtree.store.sqlite import ReadOnlySQLiteBackend
-
-WORKER = str(Path(__file__).with_name("privacy_worker.py"))
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), str(Path(__file__).parent)])}
 
 
 def store_on(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[MemTree, MemTreeStore, str]:
@@ -89,32 +82,6 @@ def test_no_read_path_returns_a_removed_value_after_any_operation(
         assert not [mark for mark in gone if mark in exported] and not [mark for mark in replaced if mark in nodes]
     store.close()
     memory.close()
-
-
-def kill_round(location: str, seed: int, chooser: random.Random, folder: Path) -> dict[str, Any]:
-    writer = subprocess.Popen(
-        [sys.executable, WORKER, "loop", location, str(seed)], stdout=subprocess.PIPE, text=True, env=ENV
-    )
-    assert writer.stdout is not None
-    wanted = chooser.randint(5, 40)
-    entries = []
-    while len(entries) < wanted:
-        line = writer.stdout.readline()
-        if not line:
-            break
-        entries.append(json.loads(line))
-    time.sleep(chooser.uniform(0, 0.03))  # the kill lands anywhere in the next operation
-    writer.send_signal(signal.SIGKILL)
-    writer.wait()
-    writer.stdout.close()
-    tokens = folder / f"tokens{seed}.json"
-    tokens.write_text(json.dumps(entries), encoding="utf-8")
-    checked = subprocess.run(
-        [sys.executable, WORKER, "check", location, str(tokens)], capture_output=True, text=True, env=ENV, check=True
-    )
-    report: dict[str, Any] = json.loads(checked.stdout.strip().splitlines()[-1])
-    report["acknowledged"] = len(entries)
-    return report
 
 
 @pytest.mark.slow
