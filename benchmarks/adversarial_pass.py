@@ -360,6 +360,7 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [
         "# Issue 39: one adversarial pass over the whole table",
         "",
+        *([f"Code: {result['code']}.", ""] if result.get("code") else []),
         f"`{result['command']}` on {result['machine']}; load average before {result['load_before']}, "
         f"after {result['load_after']}; {result['seconds']} s in all.",
         "",
@@ -462,6 +463,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=39)
     parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--out", default=None, help="write OUT.json and OUT.md")
+    parser.add_argument("--code", default="", help="which code ran, for the report (e.g. a commit)")
     args = parser.parse_args()
     started = time.monotonic()
     load_before = [round(x, 2) for x in os.getloadavg()]
@@ -482,6 +484,7 @@ def main() -> None:
                     server.stop()
     result = {
         "command": " ".join(["python benchmarks/adversarial_pass.py", *sys.argv[1:]]),
+        "code": args.code,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores (shared), Python {platform.python_version()}",
         "load_before": load_before,
         "load_after": [round(x, 2) for x in os.getloadavg()],
