@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 from cli_runner import memtree, ok
+from gated import GatedAggregator
 from privacy_worker import NAMESPACE, TREE, check, kill_round, open_store, removed_tokens, value_of
 from privacy_worker import loop as run_loop
 
@@ -171,3 +172,65 @@ def test_an_expired_value_is_masked_on_a_read_only_store_and_check_reports_it(tm
     assert done.returncode == 1 and "expired leaf" in done.stderr
     ok(memtree("repair", "-n", "/".join(TREE), db=Path(location)))
     assert ok(memtree("check", db=Path(location))).returncode == 0
+
+
+# -- the engine: failures and other writers ------------------------------------------------
+
+
+PIN, NEW_PIN = "Alice's PIN code is 4921 for the bank.", "Alice's PIN code is 1234 for the bank."
+OTHERS = ["Alice's cat is called Miso.", "Alice rides a red bicycle.", "Alice's PIN code reminder note for the bank."]
+
+
+def summaries_text(memory: MemTree) -> str:
+    return "\n".join(node.text for node in memory.walk() if not node.is_leaf)
+
+
+@pytest.mark.parametrize("change", ["delete", "update", "sweep"])
+def test_a_removal_whose_model_call_fails_leaves_a_stand_in_not_the_old_text(change: str) -> None:
+    """Eager mode, the model failing: the summaries above keep no removed text (before,
+    a failed rewrite kept the old one, stale, until ``repair()``)."""
+    clock = [time.time()]
+    aggregator = GatedAggregator(open_gate=True)
+    memory = MemTree(
+        embedder=HashingEmbedder(64), aggregator=aggregator, config=MemTreeConfig(theta0=0.0), store=MemoryBackend()
+    )
+    pin = memory.add(PIN, ttl=60)
+    memory.add_many(OTHERS)
+    assert "4921" in summaries_text(memory)
+    aggregator.fail = True
+    if change == "delete":
+        memory.delete(pin)
+    elif change == "update":
+        memory.update(pin, NEW_PIN)
+    else:
+        clock[0] += 61
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(time, "time", lambda: clock[0])
+            assert memory.sweep_expired() == 1
+    assert "4921" not in summaries_text(memory)
+    assert memory.stats().stale > 0  # the model writes them once it answers
+    aggregator.fail = False
+    memory.repair()
+    assert "4921" not in summaries_text(memory) and memory.stats().stale == 0
+
+
+def test_a_deferred_flush_never_merges_into_a_summary_another_writer_rewrote() -> None:
+    """Writer A defers a summary's rewrite (its ledger keeps the summary's text as it
+    was); writer B, on the same store, replaces a leaf below it. A's flush used to
+    merge its new leaf into the text it had remembered, quoting B's replaced text
+    again in a summary no longer stale. It rebuilds from the children instead."""
+    backend = MemoryBackend()
+    first = MemTree(store=backend, embedder=HashingEmbedder(64), config=MemTreeConfig(theta0=0.0))
+    gated = GatedAggregator()  # B's own worker never writes before A's flush
+    config = MemTreeConfig(theta0=0.0, aggregation="background")
+    second = MemTree(store=backend, embedder=HashingEmbedder(64), aggregator=gated, config=config)
+    ids = first.add_many([PIN, *OTHERS])
+    with first.deferred():
+        first.add("Alice's bank card expires in May.")
+        second.refresh()
+        second.update(ids[0], NEW_PIN)
+    first.refresh()
+    assert "4921" not in summaries_text(first)
+    assert first.check_integrity() == []
+    gated.gate.set()
+    second.close()
