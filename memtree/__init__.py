@@ -35,6 +35,7 @@ Reading
   integrity        every invariant of a tree and its index, checked
   stats            TreeStats and the cost counters
   viz/             pictures of the tree, functions of a memory: outline, Mermaid, DOT (PNG/SVG), HTML page
+  redaction        stand-ins for summaries above a removed text; what readers see before a sweep; the check
   state            TreeState: the in-process tree and its lookups, changed only by change batches
   where            the metadata filter of retrieve (Mongo-style operators), parsed and matched
   index            the incremental FAISS index (exact inner product) over a namespace's nodes

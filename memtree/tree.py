@@ -32,7 +32,7 @@ from memtree.store.base import CompactionReport, Namespace, NamespaceKey, Store,
 from memtree.store.location import as_store, open_store
 from memtree.text import require_text
 from memtree.viz.outline import format_tree
-from memtree.writer import DeferredAggregation, Writer, check_leaf_ids, warn_left_stale
+from memtree.writer import DeferredAggregation, Writer, check_leaf_ids, stop_writers_on, warn_left_stale
 
 __all__ = ["AGGREGATION_MODES", "SIBLING_CACHE_SIZE", "Aggregation", "DeferredAggregation", "MemTree"]
 
@@ -161,7 +161,11 @@ class MemTree:
         and :meth:`repair` writes them later."""
         if timeout is not None and not timeout >= 0:
             raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout}")
-        warn_left_stale(self._stop_writing(None if timeout is None else time.monotonic() + timeout), timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        left = self._stop_writing(deadline)
+        if self._owns_store:  # other handles on the store (a MemTreeStore's) stop before it closes
+            left += stop_writers_on(self.store, remaining(deadline))
+        warn_left_stale(left, timeout)
         if self._owns_store:
             self._owns_store = False
             self.store.close()
@@ -352,15 +356,16 @@ class MemTree:
         return await source_leaves.areplace_source(self._writer, source_id, texts, **given)
 
     def repair(self) -> int:
-        """Rewrite every stale summary (deepest first), and restore the leaves of any
+        """Sweep expired leaves, rewrite every stale summary and every summary that
+        still quotes a removed text (deepest first), and restore the leaves of any
         source whose leaves differ from what :meth:`replace_source` last wrote for it;
         return how many summaries and sources were fixed."""
-        fixed = self._writer.write(self._writer.procedures.repair)
+        fixed = self._writer.repair()
         return fixed + source_leaves.reconcile(self._writer)
 
     async def arepair(self) -> int:
         """Async :meth:`repair`."""
-        fixed = await self._writer.awrite(self._writer.procedures.repair)
+        fixed = await self._writer.arepair()
         return fixed + await asyncio.to_thread(source_leaves.reconcile, self._writer)
 
     def compact(self) -> CompactionReport:
@@ -376,7 +381,7 @@ class MemTree:
         embeddings included, no pickle) to a path or stream; return the nodes written
         (expired leaves swept first; a leaf's expiry is kept)."""
         self._writer.sweep_before_showing()
-        return backup.export_jsonl(self.store, self.namespace, target)
+        return backup.export_jsonl(self.store, self.namespace, target, sweep=self.sweep_expired)
 
     def import_jsonl(self, source: str | os.PathLike[str] | TextIO, *, skip_bad: bool = False) -> int:
         """Restore a JSONL backup into this (empty) namespace, nothing re-embedded; return
@@ -431,7 +436,7 @@ class MemTree:
         :class:`~memtree.state.TreeState`), under its read lock, after expired leaves
         are swept: how :mod:`memtree.viz` draws a snapshot; ``draw`` must not keep it."""
         self._writer.sweep_before_showing()
-        return self._replica.read(draw, **options)
+        return self._replica.show(draw, **options)
 
     to_dict = deprecated("to_dict", viz.to_dict, "memtree.viz.to_dict(memory)")
     to_mermaid = deprecated("to_mermaid", viz.to_mermaid, "memtree.viz.to_mermaid(memory)")
@@ -445,7 +450,8 @@ class MemTree:
         return self._replica.read(self._writer.stats)
 
     def check_integrity(self) -> list[str]:
-        """Every broken invariant of the tree and its index, and every source whose
+        """Every broken invariant of the tree and its index, every summary that still
+        quotes a removed text (:mod:`memtree.redaction`), and every source whose
         leaves differ from what :meth:`replace_source` wrote, described (empty: sound)."""
         return source_leaves.problems(self._writer, self.config.depth_cap)
 

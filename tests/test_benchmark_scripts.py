@@ -533,3 +533,16 @@ def test_reciprocal_rank_fusion_puts_first_what_both_rankings_hold_high(monkeypa
     assert research.reciprocal_rank_fusion([flat, tree], [1.0, 0.0], 5, ids) == [0, 1, 2, 3]
     # two rankings in opposite order tie on every item: id order decides
     assert research.reciprocal_rank_fusion([[0, 1], [1, 0]], [1.0, 1.0], 5, ids) == [1, 0]
+
+
+@pytest.mark.slow
+def test_the_adversarial_pass_runs_the_whole_table_and_reports_it(tmp_path: Path) -> None:
+    """benchmarks/adversarial_pass.py (issue 39) at its smallest, SQLite only."""
+    out = tmp_path / "pass"
+    command = [sys.executable, str(ROOT / "benchmarks" / "adversarial_pass.py"), "--kills=1", "--race-rounds=12"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    subprocess.run([*command, "--no-postgres", f"--out={out}"], check=True, cwd=ROOT, env=env, capture_output=True)
+    sqlite = json.loads(out.with_suffix(".json").read_text(encoding="utf-8"))["backends"]["sqlite"]
+    assert sqlite["race"]["put/get/delete x2"]["lost"] == 0 and sqlite["privacy"]["leaks"] == []
+    assert sqlite["bad_inputs"]["raw"] == 0 and sqlite["bad_inputs"]["accepted"] == 0
+    assert "| 1 | namespace race" in out.with_suffix(".md").read_text(encoding="utf-8")
