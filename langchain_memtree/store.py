@@ -666,9 +666,11 @@ def _replace_steps(
     with the record.
 
     A leaf whose text is unchanged stays as it is. A changed text at a path the
-    item already had corrects that path's leaf in place (the leaf keeps its id, is
-    routed again if its meaning moved, and its earlier text stays in ``history``),
-    so ``put`` on an existing key is an update, not a delete and a new memory.
+    item already had corrects that path's leaf in place (the leaf keeps its id and
+    is routed again if its meaning moved), so ``put`` on an existing key is an
+    update, not a delete and a new memory. As in every LangGraph store, the value
+    put over is gone: the leaf keeps no history of it (``keep_history=False``), so
+    no export or read path shows a value the caller overwrote to be rid of it.
     Leaves no text needs any more are removed; texts at new paths are added.
     """
     if expires_at is not None and expires_at <= time.time():
@@ -682,6 +684,7 @@ def _replace_steps(
             "timestamp": moment,
             "records": {ITEMS: {key: record}},
             "expires_at": expires_at,
+            "keep_history": False,
         },
     )
 

@@ -67,6 +67,10 @@ class ReplaceOptions(TypedDict, total=False):
     aggregation: Aggregation | None
     ttl: TTLLike | None
     expires_at: TimeLike | None
+    keep_history: bool
+    """A leaf corrected in place keeps its earlier text in ``history`` (default
+    ``True``, as ``update`` does); ``False`` forgets it, as an overwrite does in a
+    key-value store."""
 
 
 class ExpiryOptions(TypedDict, total=False):
@@ -118,7 +122,10 @@ def source_options(options: Mapping[str, Any], default_ttl: TTLLike | None) -> d
     """``replace_source``'s options as :func:`memtree.source_leaves.replace_source` takes them."""
     given = checked(options, tuple(ReplaceOptions.__annotations__), "replace_source")
     kept = {name: given.get(name) for name in ("metadata", "timestamp", "records", "aggregation")}
-    return {**kept, "expires_at": expiry(given, default_ttl)}
+    keep_history = given.get("keep_history", True)
+    if not isinstance(keep_history, bool):
+        raise TypeError(f"keep_history must be True or False, got {keep_history!r}")
+    return {**kept, "expires_at": expiry(given, default_ttl), "keep_history": keep_history}
 
 
 def new_expiry(options: Mapping[str, Any]) -> float | None:

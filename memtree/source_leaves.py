@@ -54,6 +54,7 @@ class _Replacement:
     changes: dict[str, Mapping[str, JSONDict | None]]
     mode: str
     expires_at: float | None
+    keep_history: bool
 
 
 def _prepare(
@@ -65,6 +66,7 @@ def _prepare(
     records: RecordChanges | None,
     aggregation: str | None,
     expires_at: float | None,
+    keep_history: bool,
 ) -> _Replacement:
     items = _items(source_id, texts, metadata, timestamp, expires_at)
     if records is not None and not isinstance(records, Mapping):
@@ -74,7 +76,7 @@ def _prepare(
     mode = writer.aggregation_mode(aggregation)
     changes: dict[str, Mapping[str, JSONDict | None]] = dict(records or {})
     changes[SOURCES] = {source_id: manifest(items, to_timestamp(timestamp), expires_at)}
-    return _Replacement(source_id, items, changes, mode, expires_at)
+    return _Replacement(source_id, items, changes, mode, expires_at, keep_history)
 
 
 def _commit(writer: Writer, replacement: _Replacement, vectors: dict[str, Vector]) -> list[str]:
@@ -86,6 +88,7 @@ def _commit(writer: Writer, replacement: _Replacement, vectors: dict[str, Vector
         vectors=vectors,
         mode=replacement.mode,
         expires_at=replacement.expires_at,
+        keep_history=replacement.keep_history,
     )
     ids = writer.write_together(plan, replacement.changes)
     if replacement.mode == "background":
@@ -103,10 +106,14 @@ def replace_source(
     records: RecordChanges | None,
     aggregation: str | None,
     expires_at: float | None = None,
+    keep_history: bool = True,
 ) -> list[str]:
     """``MemTree.replace_source`` (see there); ``expires_at``: when every leaf of the
-    source expires (POSIX seconds, checked; ``None``: never)."""
-    replacement = _prepare(writer, source_id, texts, metadata, timestamp, records, aggregation, expires_at)
+    source expires (POSIX seconds, checked; ``None``: never); ``keep_history``: a
+    leaf corrected in place keeps its earlier text in its history."""
+    replacement = _prepare(
+        writer, source_id, texts, metadata, timestamp, records, aggregation, expires_at, keep_history
+    )
     fresh = _unheld_texts(writer, source_id, replacement.items)
     vectors = dict(zip(fresh, writer.calls.drive(writer.procedures.embed(fresh)), strict=True)) if fresh else {}
     return _commit(writer, replacement, vectors)
@@ -122,10 +129,13 @@ async def areplace_source(
     records: RecordChanges | None,
     aggregation: str | None,
     expires_at: float | None = None,
+    keep_history: bool = True,
 ) -> list[str]:
     """Async :func:`replace_source`: the new texts are embedded on the event loop (an
     async-only embedder serves it); the transaction runs in a worker thread."""
-    replacement = _prepare(writer, source_id, texts, metadata, timestamp, records, aggregation, expires_at)
+    replacement = _prepare(
+        writer, source_id, texts, metadata, timestamp, records, aggregation, expires_at, keep_history
+    )
     fresh = await asyncio.to_thread(_unheld_texts, writer, source_id, replacement.items)
     vectors = {}
     if fresh:
@@ -179,6 +189,7 @@ def _replace(
     vectors: dict[str, Vector],
     mode: str,
     expires_at: float | None,
+    keep_history: bool,
 ) -> list[str]:
     """Under the lock, caught up: stage the deletes, corrections, inserts and expiries."""
     replica = writer.replica
@@ -214,7 +225,7 @@ def _replace(
     for i, leaf_id in corrections.items():
         item = items[i]
         change = Change(leaf_id, item.text, item.metadata, item.timestamp)
-        chosen[i] = staging.run(update_steps(writer, change, vector(item), defer=defer))
+        chosen[i] = staging.run(update_steps(writer, change, vector(item), defer=defer, keep_history=keep_history))
     renewed = [chosen[i] for i in chosen]  # kept and corrected leaves take the source's expiry
     for i, item in enumerate(items):
         if i not in chosen:

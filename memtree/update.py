@@ -242,9 +242,10 @@ def prepare(
 
 
 def update_steps(
-    writer: Writer, change: _Change, embedding: Vector | None, *, defer: bool
+    writer: Writer, change: _Change, embedding: Vector | None, *, defer: bool, keep_history: bool = True
 ) -> Generator[Any, Any, PreparedWrite[str]]:
-    """The write procedure of one update (run by ``Writer.write`` / ``awrite``)."""
+    """The write procedure of one update (run by ``Writer.write`` / ``awrite``);
+    ``keep_history=False`` commits no version of the replaced text."""
     with writer.replica.lock.read():
         current = check_leaf(writer.replica.state, change.leaf_id, writer.replica.namespace)
         needs_vector = current.text != change.text and embedding is None
@@ -318,7 +319,7 @@ def update_steps(
         plan.deleted,
         footprint,
         committed=committed,
-        versions=[plan.version],
+        versions=[plan.version] if keep_history else [],
     )
 
 

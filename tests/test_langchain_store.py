@@ -6,6 +6,7 @@ import asyncio
 import itertools
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -156,10 +157,10 @@ def test_whole_value_is_embedded_by_default_and_updates_reindex_only_what_change
     tree = fielded.tree(("docs",))
     assert tree.find(source_id="a") == leaf and len(tree) == 1  # corrected in place: the same leaf
     assert tree.get(leaf[0]).text == "Pepper sleeps all day."
-    assert [version.text for version in tree.history(leaf[0])] == ["Pepper chases squirrels."]
+    assert tree.history(leaf[0]) == []  # the value put over is gone, as in any LangGraph store
 
 
-def test_put_on_an_existing_key_updates_its_leaves_in_place_with_history() -> None:
+def test_put_on_an_existing_key_updates_its_leaves_in_place_and_forgets_the_old_value(tmp_path: Path) -> None:
     store = MemTreeStore(hashing_memory(), index={"fields": ["text", "note"]})
     namespace = ("memories", "maya")
     store.put(namespace, "dog", {"text": "Maya's greyhound is called Pepper.", "note": "adopted in April"})
@@ -169,8 +170,9 @@ def test_put_on_an_existing_key_updates_its_leaves_in_place_with_history() -> No
     store.put(namespace, "dog", {"text": "Maya's greyhound Pepper is scared of bicycles.", "note": "adopted in April"})
     assert {tree.get(i).metadata["path"]: i for i in tree.find(source_id="dog")} == leaves  # same ids
     assert tree.get(leaves["text"]).text == "Maya's greyhound Pepper is scared of bicycles."
-    assert [v.text for v in tree.history(leaves["text"])] == ["Maya's greyhound is called Pepper."]
-    assert tree.history(leaves["note"]) == []  # unchanged text: untouched
+    assert tree.history(leaves["text"]) == [] and tree.history(leaves["note"]) == []
+    tree.export_jsonl(tmp_path / "backup.jsonl")  # nor does a backup hold the value put over
+    assert "called Pepper" not in (tmp_path / "backup.jsonl").read_text()
     found = store.search(namespace, query="Maya's greyhound Pepper is scared of bicycles.", limit=1)
     assert [(item.key, item.score) for item in found] == [("dog", pytest.approx(1.0, abs=1e-5))]
     assert store.search(namespace, query="Maya's greyhound is called Pepper.", limit=1)[0].score < 0.99
@@ -186,7 +188,7 @@ async def test_async_put_on_an_existing_key_updates_in_place() -> None:
     await store.aput(("n",), "k", {"text": "second version of the note"})
     tree = store.tree(("n",))
     assert tree.find(source_id="k") == [leaf] and tree.get(leaf).text == "second version of the note"
-    assert [v.text for v in tree.history(leaf)] == ["first version of the note"]
+    assert tree.history(leaf) == []  # the value put over is gone
 
 
 def test_equal_texts_in_two_items_are_two_leaves() -> None:

@@ -173,3 +173,16 @@ def test_memtree_check_reports_a_divergence_read_only_and_repair_fixes_it(tmp_pa
     assert fixed.returncode == 0, fixed.stderr
     again = subprocess.run(command_line("check", db=db), capture_output=True, text=True, env=environment())
     assert again.returncode == 0 and again.stdout.strip() == "store/users/alice: sound"
+
+
+def test_replace_source_keeps_a_corrected_leafs_earlier_text_only_when_asked() -> None:
+    memory = hashing_memory()
+    (leaf,) = memory.replace_source("note", ["Alice's PIN is 4921."], metadata=[{"field": "pin"}])
+    assert memory.replace_source("note", ["Alice's PIN is 1234."], metadata=[{"field": "pin"}]) == [leaf]
+    assert [version.text for version in memory.history(leaf)] == ["Alice's PIN is 4921."]  # the default, as update
+    memory.replace_source("note", ["Alice's PIN is changed."], metadata=[{"field": "pin"}], keep_history=False)
+    assert [version.text for version in memory.history(leaf)] == ["Alice's PIN is 4921."]  # nothing added
+    assert memory.get(leaf).text == "Alice's PIN is changed."
+    with pytest.raises(TypeError, match="keep_history must be True or False, got 'no'"):
+        memory.replace_source("note", ["x"], keep_history="no")  # type: ignore[typeddict-item]
+    assert memory.get(leaf).text == "Alice's PIN is changed."
