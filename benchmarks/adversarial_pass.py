@@ -444,8 +444,7 @@ def markdown(result: dict[str, Any]) -> str:
     lines += [
         "",
         "Checks per read path (row 2): a check is one removed value looked for in one read path's output after",
-        "one kill (`store.get`: per key; `memtree export`: deleted values in the whole file, then every removed",
-        "value in its node lines, since a replaced value stays in its leaf's history on purpose).",
+        "one kill (`store.get`: per key; an export: in the whole file, version lines included).",
         "",
     ]
     names = list(by)

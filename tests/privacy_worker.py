@@ -14,10 +14,9 @@
         leaks found.
 
 Every value's text carries a token no other value has (``zq00120037zq``), so a
-token found anywhere is that value's text. Deleted and expired values must appear
-nowhere. A replaced value's text is kept on purpose in its leaf's history
-(``MemTree.history``, and the version lines of a backup); it must appear in no
-summary, no retrieval, no picture and in no node of a backup.
+token found anywhere is that value's text. Deleted, expired and replaced values must
+appear nowhere: a put over a key keeps no history of the value it replaces, so not
+even a backup's version lines may hold it.
 """
 
 from __future__ import annotations
@@ -137,9 +136,7 @@ def removed_tokens(entries: list[dict[str, Any]], now: float) -> tuple[set[str],
     """(tokens that must appear nowhere, tokens of replaced values) after these
     acknowledged operations, as of ``now``. A value replaced or deleted counts as
     replaced or deleted; one still current whose TTL passed by ``now`` (its expiry
-    ends before ``now``, counting from when its put returned) as deleted. (A value
-    with a TTL that was replaced may have been replaced before it expired: its text
-    is then in the leaf's history, as any replaced value's.)"""
+    ends before ``now``, counting from when its put returned) as deleted."""
     gone: set[str] = set()
     replaced: set[str] = set()
     for entry in entries:
@@ -181,9 +178,7 @@ def check(store: MemTreeStore, gone: set[str], replaced: set[str], location: str
     look("leaves", "\n".join(leaf.text for leaf in tree.leaves()))
     backup = io.StringIO()
     tree.export_jsonl(backup)
-    lines = [json.loads(line) for line in backup.getvalue().splitlines()]
-    look("export_jsonl", backup.getvalue(), gone)  # deleted: nowhere, history included
-    look("export_jsonl", "\n".join(line.get("text", "") for line in lines if line.get("type") == "node"), replaced)
+    look("export_jsonl", backup.getvalue())  # history included
     if location is not None:
         exported = subprocess.run(
             [
@@ -204,9 +199,7 @@ def check(store: MemTreeStore, gone: set[str], replaced: set[str], location: str
             check=True,
             env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
         ).stdout
-        look("memtree export", exported, gone)
-        nodes_only = [json.loads(line) for line in exported.splitlines() if line.strip()]
-        look("memtree export", "\n".join(line.get("text", "") for line in nodes_only if line.get("type") == "node"))
+        look("memtree export", exported)
     look("format_tree", tree.format_tree(width=100_000))
     look("to_mermaid", viz.to_mermaid(tree, width=100_000, line_width=100_000))
     look("to_dot", viz.to_dot(tree, width=100_000, line_width=100_000))
@@ -223,8 +216,7 @@ def check(store: MemTreeStore, gone: set[str], replaced: set[str], location: str
 
 def replaced_by_the_killed_operation(store: MemTreeStore, entries: list[dict[str, Any]]) -> set[str]:
     """The token the operation cut short by the kill replaced, if it committed: the
-    last acknowledged value of a key whose record now holds another. (Its text is
-    then in the leaf's history, as any replaced value's.)"""
+    last acknowledged value of a key whose record now holds another."""
     current: dict[str, str | None] = {}
     for entry in entries:
         current[entry["key"]] = entry["token"]

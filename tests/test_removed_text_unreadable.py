@@ -119,22 +119,37 @@ def test_check_reports_a_summary_that_still_quotes_a_replaced_value_and_repair_r
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     memory, store, location = store_on(backend, tmp_path, request)
-    for number, key in enumerate(("pin", "cat", "bike")):
-        store.put(NAMESPACE, key, value_of(key, f"old{number}", number))
-    store.put(NAMESPACE, "pin", value_of("pin", "new0", 9))  # the old value lives in the leaf's history only
-    tree = store.tree(NAMESPACE)
-    assert store._memories.sibling(TREE).wait_for_summaries(30)  # the store's writer: nothing left to rewrite
-    assert store.check() == []
+    tree = memory.sibling(("notes", "alice"))  # the engine's update keeps the earlier text in history
+    ids = [tree.add(value_of(key, f"old{number}", number)["text"]) for number, key in enumerate(("pin", "cat", "bike"))]
+    tree.update(ids[0], value_of("pin", "new0", 9)["text"])
+    assert tree.wait_for_summaries(30)
+    assert tree.check_integrity() == []
     old = value_of("pin", "old0", 0)["text"]
     summary = leak_into_a_summary(tree, old.split(". ")[0] + ".")
-    problems = store.check()
+    problems = tree.check_integrity()
     assert len(problems) == 1 and summary in problems[0] and "replaced version" in problems[0]
     if backend == "sqlite":
         done = memtree("check", db=Path(location))
         assert done.returncode == 1 and "privacy problem" in done.stderr
-    assert store.repair() >= 1
-    assert store.check() == []
+    assert tree.repair() >= 1
+    assert tree.check_integrity() == []
     assert "old0" not in "\n".join(node.text for node in tree.walk() if not node.is_leaf)
+    store.close()
+    memory.close()
+
+
+def test_a_put_over_a_key_leaves_its_old_value_in_no_history_summary_or_backup(tmp_path: Path) -> None:
+    memory, store = open_store(str(tmp_path / "m.db"), seed=7)
+    for number, key in enumerate(("pin", "cat", "bike")):
+        store.put(NAMESPACE, key, value_of(key, f"old{number}", number))
+    store.put(NAMESPACE, "pin", value_of("pin", "new0", 9))
+    tree = store.tree(NAMESPACE)
+    assert store._memories.sibling(TREE).wait_for_summaries(30)
+    assert store.check() == []
+    backup = io.StringIO()
+    tree.export_jsonl(backup)
+    assert "old0" not in backup.getvalue() and "new0" in backup.getvalue()
+    assert all(tree.history(leaf) == [] for leaf in tree.find(source_id="pin"))
     store.close()
     memory.close()
 
