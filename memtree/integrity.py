@@ -26,7 +26,7 @@ def integrity_problems(state: TreeState, index: VectorIndex | None, depth_cap: i
     for node in nodes.values():
         if node.id == ROOT_ID:
             continue
-        if node.parent not in nodes:
+        if node.parent is None or node.parent not in nodes:
             problems.append(f"{node.id}: parent {node.parent} does not exist")
             continue
         children_of[node.parent].append(node.id)

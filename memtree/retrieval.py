@@ -140,6 +140,7 @@ def rank_collapsed(
     lexical: LexicalQuery | None = None,
     overlap: Overlap | None = None,
     summary_weight: float = SUMMARY_WEIGHT,
+    exact: bool = False,
 ) -> Ranked:
     """The best nodes among those the filters allow, by cosine similarity or, when
     ``lexical`` is given, by ``(cosine + weight * BM25 / best BM25) / (1 + weight)``:
@@ -160,7 +161,10 @@ def rank_collapsed(
 
     The BM25 search runs on a spare core during the vector scan (``overlap``; by
     default :data:`memtree.spare_core.SEARCHES` on memories of :data:`OVERLAP_MIN_NODES`
-    nodes or more, else the calling thread does both in turn)."""
+    nodes or more, else the calling thread does both in turn).
+
+    The vector search is approximate on memories past ``ann_min_nodes`` unless
+    ``exact`` (:meth:`memtree.index.VectorIndex.search`); the filters hold either way."""
     selection = state.leaves_matching(filters.where) if filters.where else None
     ids = selection.ids if selection is not None and not selection.negated else None
     excluded = selection.ids if selection is not None and selection.negated else None
@@ -176,11 +180,14 @@ def rank_collapsed(
         excluded=excluded,
     )
     if lexical is None or lexical.weight <= 0 or state.lexical is None:
-        return index.search(query, limit, mask)
-    allowed = (lambda node_id: _allowed(state, node_id, filters, selection)) if filters.active else None
+        return index.search(query, limit, mask, exact=exact)
+    allowed: Callable[[str], bool] | None = None
+    if mask is not None:  # the same rows the mask lets through, asked per id by the BM25 search
+        rows = mask
+        allowed = lambda node_id: index.allows(node_id, rows)  # noqa: E731
     if overlap is None:
         overlap = SEARCHES if len(index) >= OVERLAP_MIN_NODES else IN_TURN
-    return _rank_hybrid(index, state, query, limit, mask, allowed, lexical, overlap, summary_weight)
+    return _rank_hybrid(index, state, query, limit, mask, allowed, lexical, overlap, summary_weight, exact)
 
 
 def _rank_hybrid(
@@ -193,6 +200,7 @@ def _rank_hybrid(
     lexical: LexicalQuery,
     overlap: Overlap,
     summary_weight: float = SUMMARY_WEIGHT,
+    exact: bool = False,
 ) -> Ranked:
     """The union of the ``limit`` best nodes by cosine and by BM25, scored and
     discounted as :func:`rank_collapsed` says, best first (ties by id).
@@ -203,7 +211,7 @@ def _rank_hybrid(
     assert words is not None
 
     def vector_search() -> Ranked:
-        return index.search(query, limit, mask)
+        return index.search(query, limit, mask, exact=exact)
 
     def word_search() -> tuple[PreparedQuery, Ranked, list[float]]:
         prepared = words.prepare(lexical.text)
@@ -309,6 +317,8 @@ def retrieve(
     packing: Packing,
     filters: Filters,
     lexical: LexicalQuery | None = None,
+    *,
+    exact: bool = False,
 ) -> list[RetrievedNode]:
     """Rank and pack until ``k`` results or the budget are reached, or every node
     that passes the filters (and ``min_score``, ``min_similarity``) was considered;
@@ -318,8 +328,9 @@ def retrieve(
     Collapsed ranking asks for :func:`first_limit` nodes, then four times as many
     while de-duplication leaves the results short. Traversal packs its own ranking
     first (:func:`rank_traversal`) and, if that runs out, goes on with the other
-    nodes in collapsed order."""
-    results = _ranked_and_packed(index, state, query, mode, beam, packing, filters, lexical)
+    nodes in collapsed order. ``exact``: no approximate vector search (see
+    :func:`rank_collapsed`)."""
+    results = _ranked_and_packed(index, state, query, mode, beam, packing, filters, lexical, exact)
     if packing.same_subject is not None:
         newer_first(index, state, results, packing.same_subject)
     return results
@@ -334,6 +345,7 @@ def _ranked_and_packed(
     packing: Packing,
     filters: Filters,
     lexical: LexicalQuery | None,
+    exact: bool = False,
 ) -> list[RetrievedNode]:
     lead: Ranked = []
     leaves_of = _leaves_of(index, state, query, packing, filters, lexical)
@@ -346,7 +358,9 @@ def _ranked_and_packed(
     taken = {node_id for node_id, _ in lead}
     limit = first_limit(packing.k)
     while True:
-        ranked = rank_collapsed(index, state, query, limit, filters, lexical, summary_weight=_weight(packing))
+        ranked = rank_collapsed(
+            index, state, query, limit, filters, lexical, summary_weight=_weight(packing), exact=exact
+        )
         combined = [*lead, *(pair for pair in ranked if pair[0] not in taken)] if lead else ranked
         gated = _gated(index, state, query, combined, packing)
         results, exhausted = pack(state, gated, packing, filters.hidden, leaves_of)
@@ -460,6 +474,7 @@ class Query:
     packing: Packing
     filters: Filters
     lexical_weight: float
+    exact: bool = False
 
 
 def check_query(
@@ -477,6 +492,7 @@ def check_query(
     min_similarity: float | None = None,
     same_subject: float | None = None,
     summary_hits: str | None = None,
+    exact: bool = False,
 ) -> Query:
     """``MemTree.retrieve``'s arguments with the config's defaults filled in; a bad
     value raises naming the argument and what it accepts."""
@@ -511,7 +527,9 @@ def check_query(
             "this memory keeps no lexical index (its config has lexical_weight=0); "
             "open it with MemTreeConfig(lexical_weight=...) > 0 to use hybrid retrieval"
         )
-    return Query(query, mode, packing, filters, float(weight))
+    if not isinstance(exact, bool):
+        raise TypeError(f"exact must be True or False, got {exact!r}")
+    return Query(query, mode, packing, filters, float(weight), exact)
 
 
 def _checked_same_subject(value: object) -> float:
@@ -531,4 +549,4 @@ def answer(replica: Replica, query: Query, vector: Vector, beam: int) -> list[Re
             return []
         hidden = state.hidden(time.time())  # expired memories are never returned
         filters = replace(query.filters, hidden=hidden) if hidden else query.filters
-        return retrieve(index, state, vector, query.mode, beam, query.packing, filters, lexical)
+        return retrieve(index, state, vector, query.mode, beam, query.packing, filters, lexical, exact=query.exact)

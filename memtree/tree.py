@@ -26,7 +26,7 @@ from memtree.integrity import integrity_problems
 from memtree.model_calls import ModelCalls
 from memtree.model_choice import choose_models
 from memtree.node import LeafVersion, Node, RetrievedNode, Vector
-from memtree.replica import Replica
+from memtree.replica import Replica, ann_settings, checkpoint_policy
 from memtree.retrieval import answer, check_query, relevance_floor
 from memtree.siblings import Siblings
 from memtree.state import TreeState
@@ -91,7 +91,14 @@ class MemTree:
         self._siblings: Siblings[MemTree] = Siblings(self.with_namespace, SIBLING_CACHE_SIZE)
         lexical = self.config.lexical_weight > 0
         try:
-            self._replica = Replica(self.store, self.namespace, lexical=lexical, refresh_interval=refresh_interval)
+            self._replica = Replica(
+                self.store,
+                self.namespace,
+                lexical=lexical,
+                refresh_interval=refresh_interval,
+                ann=ann_settings(self.config),
+                checkpoints=checkpoint_policy(self.config),
+            )
             self._calls = ModelCalls(embedder, aggregator, self._counters, self.config.max_concurrency)
             self._writer = Writer(self._replica, self._calls, self.config)
             self._state, self._background = self._replica.state, self._writer.background  # (read-only aliases)
@@ -198,6 +205,7 @@ class MemTree:
         stale = self._writer.stop(remaining(deadline))
         left += [f"{name}:{node_id}" for node_id in stale]
         self._calls.close(wait=not stale)  # a thread still in a hanging model call is not waited for
+        self._replica.close()
         return left
 
     def __enter__(self) -> MemTree:
@@ -326,6 +334,7 @@ class MemTree:
         min_similarity: float | None = None,
         same_subject: float | None = None,
         summary_hits: str | None = None,
+        exact: bool = False,
     ) -> list[RetrievedNode]:
         """The nodes most relevant to ``query``, best first. ``mode``: ``"collapsed"``
         (every node scored) or ``"traversal"`` (beam descent). ``token_budget`` caps
@@ -343,7 +352,9 @@ class MemTree:
         puts a newer memory about the same subject just above an older one
         (:func:`memtree.recency.newer_first`); ``None``: the config's, off by default.
         ``summary_hits``: what a summary that ranks delivers, ``"leaves"`` (its best
-        leaves, marked ``found_by``; the config's default) or ``"text"`` (its own text)."""
+        leaves, marked ``found_by``; the config's default) or ``"text"`` (its own text).
+        ``exact=True`` scores every node even where the memory is large enough for
+        its approximate (IVF) search (``MemTreeConfig.ann_min_nodes``)."""
         options = (k, token_budget, mode, leaves_only, where, time_range, min_score, lexical_weight)
         checked = check_query(
             self.config,
@@ -353,6 +364,7 @@ class MemTree:
             min_similarity=min_similarity,
             same_subject=same_subject,
             summary_hits=summary_hits,
+            exact=exact,
         )
         self._replica.maybe_refresh()
         vector = self._writer.embed_query(query) if query_embedding is None else self._given(query_embedding)
@@ -374,6 +386,7 @@ class MemTree:
         min_similarity: float | None = None,
         same_subject: float | None = None,
         summary_hits: str | None = None,
+        exact: bool = False,
     ) -> list[RetrievedNode]:
         """Async :meth:`retrieve`."""
         options = (k, token_budget, mode, leaves_only, where, time_range, min_score, lexical_weight)
@@ -385,6 +398,7 @@ class MemTree:
             min_similarity=min_similarity,
             same_subject=same_subject,
             summary_hits=summary_hits,
+            exact=exact,
         )
         await asyncio.to_thread(self._replica.maybe_refresh)
         vector = await self._writer.aembed_query(query) if query_embedding is None else self._given(query_embedding)
