@@ -65,10 +65,11 @@ class CheckpointPolicy:
 class SegmentFolder:
     """One namespace's folder of segments."""
 
-    def __init__(self, path: Path, writable: bool, namespace: NamespaceKey) -> None:
+    def __init__(self, path: Path, writable: bool, namespace: NamespaceKey, identity: str = "") -> None:
         self.path = path
         self.writable = writable
         self.namespace = namespace
+        self.identity = identity
 
     def candidates(self) -> list[tuple[int, Path]]:
         """(seq, folder) of the complete segments, newest first."""
@@ -101,7 +102,7 @@ class SegmentFolder:
                 continue
             except OSError:  # removed while being opened: try the next
                 continue
-            if segment.generation == generation and segment.seq <= head_seq:
+            if segment.generation == generation and segment.seq <= head_seq and segment.identity == self.identity:
                 return segment
         return None
 

@@ -176,6 +176,32 @@ class LexicalBase:
     id_at: Callable[[int], str]
 
 
+    @staticmethod
+    def of(node_ids: Sequence[str], texts: Sequence[str]) -> LexicalBase:
+        """The stored form of these documents, held in memory (what a segment would
+        store for them; for tests)."""
+        counted = count_terms(texts)
+        words = [word if isinstance(word, str) else word.decode("ascii") for word in counted.words]
+        term_of = {word: term for term, word in enumerate(words)}
+        row_of = {node_id: row for row, node_id in enumerate(node_ids)}
+        return LexicalBase(
+            terms=len(words),
+            term_of=lambda word: term_of.get(word, -1),
+            words=lambda: list(words),
+            postings=counted.postings,
+            posting_offsets=counted.posting_offsets,
+            forward=counted.forward,
+            forward_offsets=counted.forward_offsets,
+            lengths=counted.lengths,
+            tf_max=counted.tf_max,
+            length_min=counted.length_min,
+            total_length=int(counted.lengths.sum()),
+            documents=len(texts),
+            row_of=lambda node_id: row_of.get(node_id, -1),
+            id_at=lambda row: node_ids[row],
+        )
+
+
 @dataclass
 class CountedTerms:
     """Texts counted as a segment stores them (see :class:`LexicalBase`)."""
@@ -589,9 +615,9 @@ class LexicalIndex:
         for t, start, end in zip(distinct.tolist(), (starts * 12).tolist(), (ends * 12).tolist(), strict=True):
             posting = postings[t]
             if posting is None:
+                stored = self._triples_of(t)  # a stored list (or none): copied once, then appended to
                 posting = postings[t] = array(_INT32)
-                if t < self._base_terms:  # a stored list: copied once, then appended to
-                    posting.frombytes(self._triples_of(t).tobytes())
+                posting.frombytes(stored.tobytes())
             try:
                 posting.frombytes(raw[start:end])
             except BufferError:  # a view of it outlived a query (a kept traceback): copy it

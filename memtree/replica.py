@@ -39,7 +39,7 @@ from memtree.checkpoint import LOCK_FILE, CheckpointPolicy, SegmentFolder
 from memtree.config import MemTreeConfig
 from memtree.index import AnnSettings, VectorIndex
 from memtree.node import ROOT_ID, LeafVersion, Node
-from memtree.segment import FrozenTree, Segment, ivf_lists, write_segment
+from memtree.segment import FrozenTree, Segment, SegmentError, ivf_lists, write_segment
 from memtree.state import TreeState, paused_gc
 from memtree.store.base import ChangeBatch, NamespaceInfo, NamespaceKey, RecordChanges, Store, WriteTransaction
 
@@ -101,7 +101,9 @@ class Replica:
         self._sync_lock = threading.Lock()
         self._last_refresh = 0.0
         located = store.index_folder(namespace) if checkpoints is not None else None
-        self.segments = SegmentFolder(located[0], located[1], namespace) if located is not None else None
+        self.segments = (
+            SegmentFolder(located.path, located.writable, namespace, located.identity) if located is not None else None
+        )
         self._worker: threading.Thread | None = None
         self._prepared: _Prepared | None = None
         self._closed = False
@@ -410,8 +412,11 @@ class Replica:
             current = self.state.nodes.segment
             newest = folder.candidates()
             if newest and newest[0][0] > (current.seq if current is not None else 0):
-                self._prepare(newest[0][1])  # another process wrote one since: take it
-                return
+                try:
+                    self._prepare(newest[0][1])  # another process wrote one since: take it
+                    return
+                except SegmentError:
+                    pass  # damaged: write one from this tree instead
             with self.lock.read():
                 state, index = self.state, self.index
                 if index is None or state.info.dimension is None or state.generation is None:
@@ -422,6 +427,7 @@ class Replica:
                 trained = index.ivf.trained_rows if index.ivf is not None else 0
                 frozen = FrozenTree(
                     namespace=self.namespace,
+                    identity=folder.identity,
                     generation=state.generation,
                     seq=state.seq,
                     info=state.info,
@@ -447,6 +453,9 @@ class Replica:
     def _prepare(self, path: Path) -> None:
         """Load a segment and catch it up from the store, ready for :meth:`_adopt`."""
         segment = Segment.open(path, namespace=self.namespace)
+        assert self.segments is not None
+        if segment.identity != self.segments.identity:
+            return
         state, mapped = self._from_segment(segment)
         batch = self.store.read_changes(self.namespace, segment.seq)
         if batch.generation != segment.generation:

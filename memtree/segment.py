@@ -153,6 +153,7 @@ class Segment:
         self.count: int = int(manifest["rows"])
         self.seq: int = int(manifest["seq"])
         self.generation: str = str(manifest["generation"])
+        self.identity: str = str(manifest.get("identity", ""))
         self.dimension: int = int(manifest["dimension"])
         info = manifest["info"]
         self.info = NamespaceInfo(info.get("dimension"), info.get("embedder"), dict(info.get("settings") or {}))
@@ -429,6 +430,8 @@ class FrozenTree:
     """Build the IVF index (None: write the segment without one)."""
     retrain: bool = False
     """Train new centroids even when ``base`` has some."""
+    identity: str = ""
+    """The database the segment comes from (:class:`~memtree.store.base.IndexFolder`)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -805,6 +808,7 @@ def _write_files(folder: Path, frozen: FrozenTree) -> dict[str, Any]:
         "version": VERSION,
         "namespace": list(frozen.namespace),
         "generation": frozen.generation,
+        "identity": frozen.identity,
         "seq": frozen.seq,
         "rows": rows,
         "dimension": d,

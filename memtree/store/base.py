@@ -74,6 +74,18 @@ def decode_namespace(text: str) -> NamespaceKey:
     return tuple(json.loads(text))
 
 
+@dataclass(frozen=True)
+class IndexFolder:
+    """A namespace's folder of index files: its ``path``, whether this process may
+    write there, and the ``identity`` of the database the files must come from (a
+    segment stamped with another, say from before the database file was restored
+    from a backup, is never used)."""
+
+    path: Path
+    writable: bool
+    identity: str = ""
+
+
 def index_folder_name(namespace: NamespaceKey) -> str:
     """The name of a namespace's folder of index files (namespaces may hold any character)."""
     return hashlib.sha256(encode_namespace(namespace).encode("utf-8", "surrogatepass")).hexdigest()[:32]
@@ -314,10 +326,9 @@ class Store(ABC):
                 break
         return NamespaceSnapshot(changes, records, history)
 
-    def index_folder(self, namespace: NamespaceKey) -> tuple[Path, bool] | None:
-        """Where ``namespace``'s index files live (:mod:`memtree.checkpoint`) and
-        whether this process may write there; ``None`` (this default): nowhere, so
-        each process builds its indexes from the rows."""
+    def index_folder(self, namespace: NamespaceKey) -> IndexFolder | None:
+        """Where ``namespace``'s index files live (:mod:`memtree.checkpoint`);
+        ``None`` (this default): nowhere, so each process builds its indexes from the rows."""
         return None
 
     def compact(self) -> CompactionReport:

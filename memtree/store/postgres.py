@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from memtree.store import migrations
-from memtree.store.base import NamespaceKey, encode_namespace, index_folder_name
+from memtree.store.base import IndexFolder, NamespaceKey, encode_namespace, index_folder_name
 from memtree.store.migrations import (
     SCHEMA_TABLE,
     SCHEMA_V1_DESCRIPTION,
@@ -138,11 +138,11 @@ class PostgresBackend(SQLBackend):
     def __repr__(self) -> str:
         return f"PostgresBackend({self._label})"
 
-    def index_folder(self, namespace: NamespaceKey) -> tuple[Path, bool] | None:
-        """``index_dir/<database hash>/<namespace hash>``, when an ``index_dir`` was given."""
+    def index_folder(self, namespace: NamespaceKey) -> IndexFolder | None:
+        """``index_dir/<DSN hash>/<namespace hash>``, when an ``index_dir`` was given."""
         if self.index_dir is None:
             return None
-        return self.index_dir / index_folder_name(namespace), True
+        return IndexFolder(self.index_dir / index_folder_name(namespace), True, f"postgres:{self.index_dir.name}")
 
     def _migrate(self, connection: Any) -> None:
         """Create or upgrade memtree's tables under a lock, so concurrent first opens agree."""

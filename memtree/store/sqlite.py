@@ -44,7 +44,7 @@ from typing import Literal
 from urllib.parse import quote
 
 from memtree.store import migrations
-from memtree.store.base import NamespaceKey, index_folder_name
+from memtree.store.base import IndexFolder, NamespaceKey, index_folder_name
 from memtree.store.migrations import (
     SCHEMA_V1_DESCRIPTION,
     SCHEMA_V2_DESCRIPTION,
@@ -145,9 +145,16 @@ class SQLiteBackend(SQLBackend):
     def __repr__(self) -> str:
         return f"SQLiteBackend({str(self.path)!r})"
 
-    def index_folder(self, namespace: NamespaceKey) -> tuple[Path, bool] | None:
-        """``<file>-index/<namespace hash>``, beside the database file."""
-        return Path(f"{self.path}{INDEX_SUFFIX}") / index_folder_name(namespace), self._writes_files
+    def index_folder(self, namespace: NamespaceKey) -> IndexFolder | None:
+        """``<file>-index/<namespace hash>``, beside the database file. Its identity is
+        the file's device and inode: a copy restored in its place is another file, so
+        segments written for the old one are not used with it."""
+        try:
+            status = os.stat(self.path)
+        except OSError:
+            return None
+        identity = f"sqlite:{status.st_dev}:{status.st_ino}"
+        return IndexFolder(Path(f"{self.path}{INDEX_SUFFIX}") / index_folder_name(namespace), self._writes_files, identity)
 
     # -- opening ---------------------------------------------------------------------
 
