@@ -53,7 +53,6 @@ _GATHER_ROWS = 4096
 """Rows gathered at a time when rows are scored by number."""
 
 
-
 @dataclass(frozen=True)
 class AnnSettings:
     """When and how widely the index searches approximately.

@@ -175,7 +175,6 @@ class LexicalBase:
     row_of: Callable[[str], int]
     id_at: Callable[[int], str]
 
-
     @staticmethod
     def of(node_ids: Sequence[str], texts: Sequence[str]) -> LexicalBase:
         """The stored form of these documents, held in memory (what a segment would

@@ -23,7 +23,7 @@ the query's topic, as a question's nearest memories mostly concern its subject.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -98,8 +98,8 @@ def topic_of(text: str) -> int:
 class Memories:
     """A seeded stream of notes with topics, metadata and event times."""
 
-    space: TopicSpace = TopicSpace()
-    words: ZipfWords = ZipfWords()
+    space: TopicSpace = field(default_factory=TopicSpace)
+    words: ZipfWords = field(default_factory=ZipfWords)
     seed: int = 1
 
     def batch(self, start: int, count: int) -> tuple[list[str], list[dict[str, Any]], list[float]]:
@@ -109,8 +109,7 @@ class Memories:
         bodies = self.words.texts(rng, count, 10, 26)
         texts = [f"t{topic} {body}" for topic, body in zip(topics.tolist(), bodies, strict=True)]
         metadata = [
-            {"speaker": SPEAKERS[(start + i) % len(SPEAKERS)], "session": (start + i) // 500}
-            for i in range(count)
+            {"speaker": SPEAKERS[(start + i) % len(SPEAKERS)], "session": (start + i) // 500} for i in range(count)
         ]
         times = [1.6e9 + 60.0 * (start + i) for i in range(count)]
         return texts, metadata, times

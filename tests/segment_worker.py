@@ -54,7 +54,9 @@ def open_memory(location: str, index_dir: str) -> MemTree:
 def insert(location: str, index_dir: str, prefix: str, count: int) -> None:
     with open_memory(location, index_dir) as memory:
         for number in range(count):
-            leaf_id = memory.add(note(prefix, number), metadata={"writer": prefix, "n": number}, timestamp=float(number))
+            leaf_id = memory.add(
+                note(prefix, number), metadata={"writer": prefix, "n": number}, timestamp=float(number)
+            )
             sys.stdout.write(f"{number} {leaf_id}\n")
             sys.stdout.flush()
 
@@ -64,9 +66,7 @@ def broken(found: Any, *, writer: str | None, window: tuple[float, float] | None
         return True
     if writer is not None and found.metadata.get("writer") != writer:
         return True
-    if window is not None and (found.timestamp is None or not window[0] <= found.timestamp <= window[1]):
-        return True
-    return False
+    return window is not None and (found.timestamp is None or not window[0] <= found.timestamp <= window[1])
 
 
 def watch(location: str, index_dir: str, expect: int) -> None:
@@ -82,8 +82,9 @@ def watch(location: str, index_dir: str, expect: int) -> None:
                 writer = ("w0", "w1", None)[number]
                 window = (5.0, 40.0) if number == 1 else None
                 leaves_only = number == 2
-                for found in memory.retrieve(text, k=6, where={"writer": writer} if writer else None,
-                                             time_range=window, leaves_only=leaves_only):
+                for found in memory.retrieve(
+                    text, k=6, where={"writer": writer} if writer else None, time_range=window, leaves_only=leaves_only
+                ):
                     if broken(found, writer=writer, window=window, leaves_only=leaves_only):
                         violations.append(f"{text!r}: {found.id} {found.metadata} {found.timestamp}")
                 queries += 1
@@ -91,8 +92,18 @@ def watch(location: str, index_dir: str, expect: int) -> None:
                 break
         problems = memory.check_integrity()
         facts = memory._replica.index_facts()
-    print(json.dumps({"counts": counts, "violations": violations, "queries": queries, "problems": problems,
-                      "approximate": bool(facts.get("ivf_lists"))}), flush=True)
+    print(
+        json.dumps(
+            {
+                "counts": counts,
+                "violations": violations,
+                "queries": queries,
+                "problems": problems,
+                "approximate": bool(facts.get("ivf_lists")),
+            }
+        ),
+        flush=True,
+    )
 
 
 def kill_writing(location: str, index_dir: str, step: int) -> None:

@@ -68,9 +68,7 @@ def test_no_ivf_result_violates_a_filter(
     rng = np.random.default_rng(seed)
     index, vectors = ivf_index(rng, 300, probe_share=0.1)
     ids = [f"n{i}" for i in sorted(subset)] if subset else None
-    mask = index.mask(
-        leaves_only=leaves_only, time_range=time_range, ids=ids, excluded=[f"n{i}" for i in excluded]
-    )
+    mask = index.mask(leaves_only=leaves_only, time_range=time_range, ids=ids, excluded=[f"n{i}" for i in excluded])
     assert mask is not None
     query = clustered(rng, 1)[0]
     got = index.search(query, 10, mask)
@@ -85,7 +83,7 @@ def test_no_ivf_result_violates_a_filter(
 
 def test_reading_every_list_is_exact_search() -> None:
     rng = np.random.default_rng(3)
-    index, vectors = ivf_index(rng, 500, probe_share=1.0)
+    index, _ = ivf_index(rng, 500, probe_share=1.0)
     assert index.approximate
     for query in clustered(rng, 20):
         approximate = index.search(query, 10)
@@ -138,7 +136,9 @@ def test_a_large_memory_answers_approximately_and_filters_hold() -> None:
     exact_memory = MemTree(embedder=HashingEmbedder(32), config=MemTreeConfig(ann_min_nodes=None))
     rows = notes(260)
     for target in (memory, exact_memory):
-        target.add_many([text for text, _, _ in rows], metadata=[m for _, m, _ in rows], timestamps=[t for *_, t in rows])
+        target.add_many(
+            [text for text, _, _ in rows], metadata=[m for _, m, _ in rows], timestamps=[t for *_, t in rows]
+        )
     memory._replica.wait()
     memory.add("one more note about the garden", metadata={"speaker": "Ann", "day": 1})
     exact_memory.add("one more note about the garden", metadata={"speaker": "Ann", "day": 1})
@@ -167,7 +167,13 @@ def test_exact_must_be_a_bool() -> None:
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("ann_min_nodes", 0), ("ann_probe_share", 0.0), ("ann_probe_share", 1.5), ("segment_share", 0), ("ann_min_probes", 0)],
+    [
+        ("ann_min_nodes", 0),
+        ("ann_probe_share", 0.0),
+        ("ann_probe_share", 1.5),
+        ("segment_share", 0),
+        ("ann_min_probes", 0),
+    ],
 )
 def test_bad_ann_settings_are_refused(field: str, value: object) -> None:
     with pytest.raises(ValueError, match=field):

@@ -4,7 +4,6 @@ corrupts nothing; a damaged, foreign or outdated one is never used."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
@@ -13,12 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from segment_worker import CONFIG, NAMESPACE, note, open_memory
+from segment_worker import NAMESPACE, note, open_memory
 from test_crash_safety import ENV
 
 from memtree import HashingEmbedder, MemTree, MemTreeConfig
-from memtree.checkpoint import SegmentFolder
 from memtree import segment as segment_module
+from memtree.checkpoint import SegmentFolder
 from memtree.segment import Segment, SegmentError
 
 WORKER = str(Path(__file__).with_name("segment_worker.py"))
@@ -47,7 +46,8 @@ def picture(memory: MemTree) -> dict[str, object]:
     # the cut depends on the order of the rows, which a segment may change.
     ranked = {query: [round(hit.score, 5) for hit in memory.retrieve(query, k=8, exact=True)] for query in queries}
     filtered = [
-        round(hit.score, 5) for hit in memory.retrieve("river", k=5, exact=True, where={"writer": "w0"}, time_range=(3, 50))
+        round(hit.score, 5)
+        for hit in memory.retrieve("river", k=5, exact=True, where={"writer": "w0"}, time_range=(3, 50))
     ]
     return {"nodes": nodes, "ranked": ranked, "filtered": filtered, "stats": memory.stats().depth_histogram}
 
@@ -85,7 +85,10 @@ def test_a_kill_while_a_segment_is_written_loses_nothing(tmp_path: Path, step: i
     fill(location, 80)
     before = segments_of(location)
     died = subprocess.run(
-        [sys.executable, WORKER, "kill-writing", location, "", str(step)], capture_output=True, text=True, env=ENV,
+        [sys.executable, WORKER, "kill-writing", location, "", str(step)],
+        capture_output=True,
+        text=True,
+        env=ENV,
         timeout=600,
     )
     assert died.returncode == -signal.SIGKILL, died.stderr
@@ -200,13 +203,19 @@ def run_two_writers_and_a_reader(location: str, index_dir: str, per_writer: int 
     total = 2 * per_writer
     watcher = subprocess.Popen(
         [sys.executable, WORKER, "watch", location, index_dir, str(total)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
     )
     assert watcher.stdout is not None and watcher.stdout.readline().strip() == "ready"
     writers = [
         subprocess.Popen(
             [sys.executable, WORKER, "insert", location, index_dir, f"w{i}", str(per_writer)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=ENV,
         )
         for i in range(2)
     ]

@@ -154,7 +154,9 @@ class SQLiteBackend(SQLBackend):
         except OSError:
             return None
         identity = f"sqlite:{status.st_dev}:{status.st_ino}"
-        return IndexFolder(Path(f"{self.path}{INDEX_SUFFIX}") / index_folder_name(namespace), self._writes_files, identity)
+        return IndexFolder(
+            Path(f"{self.path}{INDEX_SUFFIX}") / index_folder_name(namespace), self._writes_files, identity
+        )
 
     # -- opening ---------------------------------------------------------------------
 
