@@ -71,13 +71,22 @@ def train_centroids(sample: FloatArray, lists: int, *, seed: int = 1234) -> Floa
     return np.ascontiguousarray(kmeans.centroids, dtype=np.float32)
 
 
+SMALL_BATCH = 64
+"""Up to this many vectors are assigned by one NumPy product: FAISS's search opens an
+OpenMP region per call, which on a busy machine waits for its threads far longer
+than an insert's few products take."""
+
+
 def assign_lists(centroids: FloatArray, vectors: FloatArray) -> IntArray:
     """The nearest centroid (largest inner product) of each vector."""
     if not len(vectors):
         return np.zeros(0, dtype=np.int64)
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    if len(vectors) <= SMALL_BATCH:
+        return np.asarray(np.argmax(vectors @ centroids.T, axis=1), dtype=np.int64)
     quantizer = faiss.IndexFlatIP(centroids.shape[1])
     quantizer.add(np.ascontiguousarray(centroids, dtype=np.float32))
-    _, nearest = quantizer.search(np.ascontiguousarray(vectors, dtype=np.float32), 1)
+    _, nearest = quantizer.search(vectors, 1)
     return nearest[:, 0].astype(np.int64)
 
 
@@ -119,7 +128,10 @@ class IvfIndex:
         """The list each vector belongs to."""
         if not len(vectors):
             return np.zeros(0, dtype=np.int64)
-        _, nearest = self._quantizer.search(np.ascontiguousarray(vectors, dtype=np.float32), 1)
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if len(vectors) <= SMALL_BATCH:  # an insert's rows: see SMALL_BATCH
+            return np.asarray(np.argmax(vectors @ self.centroids.T, axis=1), dtype=np.int64)
+        _, nearest = self._quantizer.search(vectors, 1)
         return nearest[:, 0].astype(np.int64)
 
     def place(self, slots: IntArray, vectors: FloatArray) -> None:

@@ -129,7 +129,10 @@ class VectorIndex:
         if self._base_slot is None:
             return -1
         slot = self._base_slot(node_id)
-        return slot if 0 <= slot < len(self._ids) else -1
+        if not 0 <= slot < len(self._ids) or self._ids[slot] != node_id:
+            return -1
+        self._slot[node_id] = slot  # remembered: routing asks for the same top nodes on every insert
+        return slot
 
     def _slots(self, ids: Sequence[str]) -> IntArray:
         return np.fromiter(map(self._slot_of, ids), dtype=np.int64, count=len(ids))

@@ -244,7 +244,9 @@ class Replica:
             else None
         )
         arrays = segment.arrays
-        vectors = np.load(segment.path / "vectors.npy", mmap_mode="c", allow_pickle=False)
+        # Copy-on-write: rows this process overwrites become its own pages, the file stays
+        # as written. A plain view of the map (indexing a memmap object costs microseconds).
+        vectors = np.asarray(np.load(segment.path / "vectors.npy", mmap_mode="c", allow_pickle=False))
         index = VectorIndex.mapped(
             segment.dimension,
             vectors,

@@ -122,9 +122,11 @@ class HashedKeys:
     def rows_of(self, text: str) -> npt.NDArray[np.int32]:
         """Rows filed under ``text``'s hash, in row order."""
         wanted = np.uint64(key_hash(text))
-        start = int(np.searchsorted(self.hashes, wanted, side="left"))
-        end = int(np.searchsorted(self.hashes, wanted, side="right"))
-        return np.asarray(self.rows[start:end])
+        start = int(self.hashes.searchsorted(wanted, side="left"))
+        end = start
+        while end < self.hashes.size and self.hashes[end] == wanted:
+            end += 1
+        return self.rows[start:end]
 
     @staticmethod
     def build(hashes: npt.NDArray[np.uint64], rows: np.ndarray) -> HashedKeys:
@@ -159,6 +161,7 @@ class Segment:
         self.info = NamespaceInfo(info.get("dimension"), info.get("embedder"), dict(info.get("settings") or {}))
         self._id_keys = HashedKeys(arrays["id_hash"], arrays["id_hash_row"])
         self._id_cache: dict[int, str] = {}
+        self._row_cache: dict[str, int] = {}
         self.ids_ascii = bool(manifest.get("ids_ascii", False))
         self.vectors: np.ndarray = arrays["vectors"]
         """Read-only map of the embedding matrix (nodes built from it share its pages)."""
@@ -237,11 +240,12 @@ class Segment:
         return [self.id_at(row) for row in rows]
 
     def row_of(self, node_id: str) -> int:
-        """The row holding ``node_id``, or -1."""
-        for row in self._id_keys.rows_of(node_id).tolist():
-            if self.id_at(row) == node_id:
-                return int(row)
-        return -1
+        """The row holding ``node_id``, or -1 (remembered: a segment never changes)."""
+        row = self._row_cache.get(node_id)
+        if row is None:
+            row = next((found for found in self._id_keys.rows_of(node_id).tolist() if self.id_at(found) == node_id), -1)
+            self._row_cache[node_id] = row
+        return row
 
     def rows_of_ids(self, node_ids: Sequence[str]) -> IntArray:
         """:meth:`row_of` of many ids at once (-1 where absent)."""
