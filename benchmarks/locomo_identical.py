@@ -111,7 +111,9 @@ def main() -> None:
 
 
 def _commit(root: Path) -> str:
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=False
+    )
     return done.stdout.strip() or "unknown"
 
 

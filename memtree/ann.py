@@ -71,23 +71,19 @@ def train_centroids(sample: FloatArray, lists: int, *, seed: int = 1234) -> Floa
     return np.ascontiguousarray(kmeans.centroids, dtype=np.float32)
 
 
-SMALL_BATCH = 64
-"""Up to this many vectors are assigned by one NumPy product: FAISS's search opens an
-OpenMP region per call, which on a busy machine waits for its threads far longer
-than an insert's few products take."""
+ASSIGN_CHUNK = 8192
+"""Vectors assigned per NumPy product. (Not FAISS's search: it opens an OpenMP region
+per call, which on a busy machine waits for its threads far longer than an insert's
+few products take.)"""
 
 
 def assign_lists(centroids: FloatArray, vectors: FloatArray) -> IntArray:
     """The nearest centroid (largest inner product) of each vector."""
-    if not len(vectors):
-        return np.zeros(0, dtype=np.int64)
-    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-    if len(vectors) <= SMALL_BATCH:
-        return np.asarray(np.argmax(vectors @ centroids.T, axis=1), dtype=np.int64)
-    quantizer = faiss.IndexFlatIP(centroids.shape[1])
-    quantizer.add(np.ascontiguousarray(centroids, dtype=np.float32))
-    _, nearest = quantizer.search(vectors, 1)
-    return nearest[:, 0].astype(np.int64)
+    out = np.empty(len(vectors), dtype=np.int64)
+    for start in range(0, len(vectors), ASSIGN_CHUNK):
+        chunk = np.asarray(vectors[start : start + ASSIGN_CHUNK], dtype=np.float32)
+        out[start : start + len(chunk)] = np.argmax(chunk @ centroids.T, axis=1)
+    return out
 
 
 class IvfIndex:
@@ -107,8 +103,6 @@ class IvfIndex:
         self.centroids = np.ascontiguousarray(centroids, dtype=np.float32)
         self.lists = self.centroids.shape[0]
         self.trained_rows = trained_rows
-        self._quantizer = faiss.IndexFlatIP(self.centroids.shape[1])
-        self._quantizer.add(self.centroids)
         self._starts = np.zeros(self.lists, dtype=np.int64)
         self._ends = np.zeros(self.lists, dtype=np.int64)
         self._list_of = np.full(max(16, rows), -1, dtype=np.int32)
@@ -126,13 +120,7 @@ class IvfIndex:
 
     def assign(self, vectors: FloatArray) -> IntArray:
         """The list each vector belongs to."""
-        if not len(vectors):
-            return np.zeros(0, dtype=np.int64)
-        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        if len(vectors) <= SMALL_BATCH:  # an insert's rows: see SMALL_BATCH
-            return np.asarray(np.argmax(vectors @ self.centroids.T, axis=1), dtype=np.int64)
-        _, nearest = self._quantizer.search(vectors, 1)
-        return nearest[:, 0].astype(np.int64)
+        return assign_lists(self.centroids, vectors)
 
     def place(self, slots: IntArray, vectors: FloatArray) -> None:
         """Rows ``slots`` now hold ``vectors``: file each under its nearest list."""

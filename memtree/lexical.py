@@ -156,13 +156,11 @@ class LexicalBase:
     ``postings`` holds ``(slot, tf, 0)`` triples grouped by term (term ``t``'s are rows
     ``posting_offsets[t]`` to ``posting_offsets[t + 1]``), ``forward`` each slot's
     ``term << 32 | tf`` entries by term. ``term_of`` finds a word's term id (-1: none)
-    without building a table of the whole vocabulary; ``words`` lists it (the first
-    write needs the table). Slots are the segment's rows: ``row_of`` and ``id_at``
-    translate node ids."""
+    without building a table of the whole vocabulary. Slots are the segment's rows:
+    ``row_of`` and ``id_at`` translate node ids."""
 
     terms: int
     term_of: Callable[[str], int]
-    words: Callable[[], list[str]]
     postings: npt.NDArray[np.int32]
     posting_offsets: IntArray
     forward: IntArray
@@ -186,7 +184,6 @@ class LexicalBase:
         return LexicalBase(
             terms=len(words),
             term_of=lambda word: term_of.get(word, -1),
-            words=lambda: list(words),
             postings=counted.postings,
             posting_offsets=counted.posting_offsets,
             forward=counted.forward,
@@ -263,8 +260,8 @@ class LexicalIndex:
         self._base: LexicalBase | None = None
         """The segment this index was mapped from (see :meth:`mapped`), if any."""
         self._base_terms = 0
-        self._base_vocabulary = False
-        """Whether words are still looked up in the base (the table is made on the first write)."""
+        self._base_gone = np.zeros(0, dtype=bool)
+        """Per base term: its stored run was folded into its own array (by a compaction)."""
         self._terms = 0
         self._postings: list[array[int] | None] = []
         """Per term id: ``slot, tf, epoch`` triples, one per document version indexed."""
@@ -298,7 +295,7 @@ class LexicalIndex:
         index = cls()
         index._base = base
         index._base_terms = index._terms = base.terms
-        index._base_vocabulary = True
+        index._base_gone = np.zeros(base.terms, dtype=bool)
         index._postings = [None] * base.terms
         sizes = np.diff(np.asarray(base.posting_offsets)).astype(np.int64)
         index._size = _grown(sizes, max(16, base.terms))
@@ -340,30 +337,41 @@ class LexicalIndex:
         assert base is not None
         return np.asarray(base.forward[base.forward_offsets[slot] : base.forward_offsets[slot + 1]])
 
+    def _parts_of(self, term: int) -> list[npt.NDArray[np.int32]]:
+        """A term's postings as ``(n, 3)`` arrays: the base's stored run (read in place,
+        never copied: a common word's runs hundreds of thousands of entries), then the
+        entries added since."""
+        own = _triples(self._postings[term])
+        if term >= self._base_terms or self._base_gone[term]:
+            return [own]
+        base = self._base
+        assert base is not None
+        stored = np.asarray(base.postings[base.posting_offsets[term] : base.posting_offsets[term + 1]])
+        return [stored, own] if own.shape[0] else [stored]
+
     def _triples_of(self, term: int) -> npt.NDArray[np.int32]:
-        posting = self._postings[term]
-        if posting is None and term < self._base_terms:
-            base = self._base
-            assert base is not None
-            return np.asarray(base.postings[base.posting_offsets[term] : base.posting_offsets[term + 1]])
-        return _triples(posting)
+        """A term's postings as one ``(n, 3)`` array (a copy when it has two parts)."""
+        parts = self._parts_of(term)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def _term_id(self, key: bytes | str) -> int | None:
         """A word's term id (negative for function words), ``None`` if unknown."""
         term = self._term_of.get(key)
-        if term is None and self._base_vocabulary:
-            assert self._base is not None
+        if term is None and self._base is not None:
             found = self._base.term_of(key if isinstance(key, str) else key.decode("ascii"))
-            term = found if found >= 0 else None
+            if found >= 0:
+                term = self._term_of[key] = found  # remembered: the next text with this word finds it at once
         return term
 
-    def _own_vocabulary(self) -> None:
-        """Make the word table of the whole vocabulary (before the first write after a
-        mapping: bulk tokenizing looks words up in a dict)."""
-        if self._base_vocabulary:
-            assert self._base is not None
-            self._term_of.update((_key(word), term) for term, word in enumerate(self._base.words()))
-            self._base_vocabulary = False
+    def _resolve(self, keys: Iterable[bytes | str]) -> None:
+        """Give each of these words not in the table its term id: the base's, where the
+        base has the word, else the next new one. (A mapped index fills its table as
+        words come, never the whole vocabulary at once.)"""
+        lookup = self._term_of
+        unknown = [key for key in dict.fromkeys(keys) if key not in lookup]
+        if self._base is not None:
+            unknown = [key for key in unknown if self._term_id(key) is None]
+        self._learn(unknown)
 
     def postings(self, query: str) -> int:
         """How many documents the query's words occur in, counted once per word (the
@@ -402,7 +410,6 @@ class LexicalIndex:
         if len(set(node_ids)) != len(node_ids):
             last = dict(zip(node_ids, texts, strict=True))
             node_ids, texts = list(last), list(last.values())
-        self._own_vocabulary()
         present = [slot for slot in map(self._slot, node_ids) if slot >= 0]
         retired = self._retire(np.asarray(present, dtype=np.int64)) if present else _EMPTY_FORWARD
         if not present and not self._free:  # all new (a reopen): append them in one go
@@ -517,8 +524,7 @@ class LexicalIndex:
         distinct = list(dict.fromkeys(words))
         keys = [_key(word) for word in distinct]
         lookup = self._term_of
-        new = [key for key in dict.fromkeys(keys) if key not in lookup]
-        self._learn(new)
+        self._resolve(keys)
         local = dict(zip(distinct, map(lookup.__getitem__, keys), strict=True))
         return self._numbered(np.fromiter(map(local.__getitem__, words), dtype=np.int32, count=len(words)), positions)
 
@@ -528,14 +534,14 @@ class LexicalIndex:
         lookup = self._term_of
         if self._terms < _KNOWN_WORDS and len(tokens) > _BULK_TOKENS:
             # Nearly every word is new (a reopen starts here): find them among the distinct ones.
-            self._learn([token for token in dict.fromkeys(tokens) if token not in lookup])
+            self._resolve(tokens)
             ids = np.fromiter(map(lookup.__getitem__, tokens), dtype=np.int32, count=len(tokens))
         else:  # most words are known: one lookup per token, then the few new ones
             ids = np.fromiter(map(lookup.get, tokens, repeat(_UNKNOWN_ID)), dtype=np.int32, count=len(tokens))
             unknown = np.flatnonzero(ids == _UNKNOWN_ID).tolist()
             if unknown:
                 words = [tokens[position] for position in unknown]
-                self._learn([word for word in dict.fromkeys(words) if word not in lookup])
+                self._resolve(words)
                 ids[unknown] = list(map(lookup.__getitem__, words))
         return self._numbered(ids, positions)
 
@@ -613,10 +619,8 @@ class LexicalIndex:
         postings = self._postings
         for t, start, end in zip(distinct.tolist(), (starts * 12).tolist(), (ends * 12).tolist(), strict=True):
             posting = postings[t]
-            if posting is None:
-                stored = self._triples_of(t)  # a stored list (or none): copied once, then appended to
+            if posting is None:  # the entries added since the base (its stored run stays where it is)
                 posting = postings[t] = array(_INT32)
-                posting.frombytes(stored.tobytes())
             try:
                 posting.frombytes(raw[start:end])
             except BufferError:  # a view of it outlived a query (a kept traceback): copy it
@@ -636,6 +640,8 @@ class LexicalIndex:
             fresh = array(_INT32)
             fresh.frombytes(kept.tobytes())
             self._postings[t] = fresh
+            if t < self._base_terms:
+                self._base_gone[t] = True  # its stored run is folded in
             self._size[t] = alive
             self._dead[t] = 0
             self._tf_max[t] = int(kept[:, 1].max()) if alive else 0
@@ -747,14 +753,16 @@ class LexicalIndex:
         tf_parts: list[npt.NDArray[np.int32]] = []
         counts: list[int] = []
         for term in query.terms.tolist():
-            triples = self._triples_of(term)
-            term_slots, tf = triples[:, 0], triples[:, 1]
-            if self._dead[term]:
-                live = self._epoch[term_slots] == triples[:, 2]
-                term_slots, tf = term_slots[live], tf[live]
-            slot_parts.append(term_slots)
-            tf_parts.append(tf)
-            counts.append(term_slots.size)
+            count = 0
+            for triples in self._parts_of(term):  # a term's parts stay together: weights repeat per term
+                term_slots, tf = triples[:, 0], triples[:, 1]
+                if self._dead[term]:
+                    live = self._epoch[term_slots] == triples[:, 2]
+                    term_slots, tf = term_slots[live], tf[live]
+                slot_parts.append(term_slots)
+                tf_parts.append(tf)
+                count += term_slots.size
+            counts.append(count)
         slots: IntArray = np.concatenate(slot_parts).astype(np.int64)
         weights = np.repeat(query.weights, counts)
         contributions = self._contributions(weights, np.concatenate(tf_parts), slots, query.average_length)
@@ -826,16 +834,18 @@ class LexicalIndex:
     def _accumulate(self, accumulator: FloatArray, query: LexicalQuery, position: int) -> IntArray:
         """Add one query term's contributions; return the slots it touched first."""
         term = int(query.terms[position])
-        triples = self._triples_of(term)
-        slots = triples[:, 0]
-        tf_column = triples[:, 1]
-        if self._dead[term]:
-            live = self._epoch[slots] == triples[:, 2]
-            slots, tf_column = slots[live], tf_column[live]
-        contributions = self._contributions(query.weights[position], tf_column, slots, query.average_length)
-        before = accumulator[slots]
-        accumulator[slots] = before + contributions
-        return slots[before == 0.0].astype(np.int64)
+        first: list[IntArray] = []
+        for triples in self._parts_of(term):  # a document's live entry is in one part only
+            slots = triples[:, 0]
+            tf_column = triples[:, 1]
+            if self._dead[term]:
+                live = self._epoch[slots] == triples[:, 2]
+                slots, tf_column = slots[live], tf_column[live]
+            contributions = self._contributions(query.weights[position], tf_column, slots, query.average_length)
+            before = accumulator[slots]
+            accumulator[slots] = before + contributions
+            first.append(slots[before == 0.0].astype(np.int64))
+        return first[0] if len(first) == 1 else np.concatenate(first)
 
     def _contributions(
         self,

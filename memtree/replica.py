@@ -413,7 +413,8 @@ class Replica:
                 return
             current = self.state.nodes.segment
             newest = folder.candidates()
-            if newest and newest[0][0] > (current.seq if current is not None else 0):
+            newer = newest and newest[0][0] > (current.seq if current is not None else 0)
+            if newer and newest[0][0] >= self.state.seq:  # it holds all this process knows
                 try:
                     self._prepare(newest[0][1])  # another process wrote one since: take it
                     return
@@ -514,6 +515,11 @@ class Replica:
         self._closed = True
         if worker is not None and worker.is_alive():
             return
+        if self.wrote and self._prepared is not None:
+            try:  # take the segment written last, so the one written now builds on it
+                self.refresh(force=True)
+            except Exception:  # noqa: BLE001 - closing goes on; the next open reads what it needs
+                logger.exception("memtree: adopting the last segment at close failed")
         if self.wrote and self._due_job(closing=True) == "segment":
             self._run("segment")
 

@@ -59,9 +59,12 @@ MANIFEST = "manifest.json"
 SEGMENT_PREFIX = "seg-"
 TEMPORARY_PREFIX = "tmp-"
 
-CHECKED_AT_OPEN = 16 << 20
+CHECKED_AT_OPEN = 1 << 20
 """Files up to this size have their CRC-32 checked when a segment is opened (the
-per-row columns); larger ones (embeddings, texts, postings) by :meth:`Segment.verify`."""
+manifest's companions: centroids, list offsets, the root's children); the others, by
+:meth:`Segment.verify`, which ``check_integrity`` and every segment writer (before
+copying from it) run. Checking them all at each open would read the whole segment
+(2.3 GB at a million nodes): the open would cost what it saves."""
 
 _CHUNK_ROWS = 65_536
 """Rows copied at a time when the embedding matrix is written."""
@@ -218,10 +221,12 @@ class Segment:
             raise SegmentError(f"{self.path}: the embedding matrix is not {rows} x {d}")
 
     def verify(self) -> list[str]:
-        """Problems found by checking every file's CRC-32 (reads the whole segment)."""
+        """Problems found by checking every file's CRC-32. Reads the whole segment, with
+        file reads rather than through the maps, so the pages read do not stay in this
+        process's resident set."""
         problems = []
         for name, entry in self.manifest["files"].items():
-            if _crc(self.arrays[name]) != entry["crc32"]:
+            if _file_crc(self.path / f"{name}.npy", self.arrays[name]) != entry["crc32"]:
                 problems.append(f"segment {self.path.name}: {name}.npy fails its checksum")
         return problems
 
@@ -355,15 +360,9 @@ class Segment:
                     return int(term)
             return -1
 
-        def all_words() -> list[str]:
-            data = bytes(blob) if blob.size else b""
-            bounds = np.asarray(offsets).tolist()
-            return [data[bounds[i] : bounds[i + 1]].decode("utf-8") for i in range(len(bounds) - 1)]
-
         return LexicalBase(
             terms=int(words["words"]),
             term_of=term_of,
-            words=all_words,
             postings=a["lex_postings"],
             posting_offsets=a["lex_posting_offsets"],
             forward=a["lex_forward"],
@@ -402,6 +401,22 @@ def _crc(array: np.ndarray) -> int:
     step = max(1, (64 << 20) // max(1, array.itemsize))
     for start in range(0, flat.size, step):
         crc = zlib.crc32(np.ascontiguousarray(flat[start : start + step]).view(np.uint8).data, crc)
+    return crc
+
+
+def _file_crc(path: Path, array: np.ndarray) -> int:
+    """:func:`_crc` of a saved array, from its file (the data after the ``.npy`` header)."""
+    if not array.size:
+        return 0
+    size = array.size * array.itemsize
+    crc = 0
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(path.stat().st_size - size)
+            while chunk := handle.read(16 << 20):
+                crc = zlib.crc32(chunk, crc)
+    except FileNotFoundError:  # removed since (a newer segment replaced it): the map still holds it
+        return _crc(array)
     return crc
 
 

@@ -374,6 +374,36 @@ class TreeState:
         self.__dict__.update(other.__dict__)
         self._journal, self._journal_floor = journal, floor
 
+    def shape(self) -> tuple[int, int, int, int, int]:
+        """(leaves, summaries, stale summaries, sum of leaf depths, sum of summaries'
+        children): what ``stats()`` reports of the tree's shape. A segment's clean rows
+        are counted from its columns, not built into nodes."""
+        leaves = summaries = stale = depth_total = child_total = 0
+        table = self.nodes
+        nodes = table.live_nodes() if table.segment is not None else table.values()
+        for node in nodes:
+            if node.id == ROOT_ID:
+                continue
+            if node.is_leaf:
+                leaves += 1
+                depth_total += node.depth
+            else:
+                summaries += 1
+                child_total += len(node.children)
+                stale += int(node.stale)
+        segment = table.segment
+        if segment is not None:
+            clean = table.clean_rows
+            a = segment.arrays
+            is_leaf = np.asarray(a["is_leaf"]) & clean
+            is_summary = ~np.asarray(a["is_leaf"]) & clean
+            leaves += int(np.count_nonzero(is_leaf))
+            summaries += int(np.count_nonzero(is_summary))
+            stale += int(np.count_nonzero(np.asarray(a["stale"]) & is_summary))
+            depth_total += int(np.asarray(a["depth"], dtype=np.int64)[is_leaf].sum())
+            child_total += int(np.diff(np.asarray(a["child_offsets"]))[is_summary].sum())
+        return leaves, summaries, stale, depth_total, child_total
+
     def _materialized_leaves(self) -> Iterator[Node]:
         table = self.nodes
         if table.segment is None:

@@ -49,7 +49,9 @@ def picture(memory: MemTree) -> dict[str, object]:
         round(hit.score, 5)
         for hit in memory.retrieve("river", k=5, exact=True, where={"writer": "w0"}, time_range=(3, 50))
     ]
-    return {"nodes": nodes, "ranked": ranked, "filtered": filtered, "stats": memory.stats().depth_histogram}
+    stats = memory.stats()
+    shape = (stats.depth_histogram, stats.leaves, stats.summaries, stats.stale, stats.branching, stats.mean_leaf_depth)
+    return {"nodes": nodes, "ranked": ranked, "filtered": filtered, "shape": shape}
 
 
 def by_rows(location: str) -> dict[str, object]:
