@@ -53,6 +53,9 @@ class CheckpointPolicy:
     close_share: float = 0.01
     """At ``close()``, a process that wrote writes a segment if this share changed
     (so the next reopen reads few rows)."""
+    reopen_share: float = 0.002
+    """A reopen that had to read more than this share of the segment's rows from the
+    store writes a new segment in the background (so the next one reads fewer)."""
 
     def due(self, rows: int, changed: int, segment_rows: int | None, *, closing: bool = False) -> bool:
         if rows < self.min_rows:

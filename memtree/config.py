@@ -134,8 +134,8 @@ class MemTreeConfig:
     background_queue_size: int = 1024
     default_ttl: float | timedelta | None = None
     ann_min_nodes: int | None = 20_000
-    ann_probe_share: float = 0.02
-    ann_min_probes: int = 12
+    ann_probe_share: float = 0.01
+    ann_min_probes: int = 8
     segment_min_nodes: int | None = 20_000
     segment_share: float = 0.1
     token_counter: Callable[[str], int] = field(default=count_tokens, compare=False)

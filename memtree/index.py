@@ -62,8 +62,8 @@ class AnnSettings:
     at least how many (:func:`memtree.ann.probes_for`)."""
 
     min_rows: int | None = 20_000
-    probe_share: float = 0.02
-    min_probes: int = 12
+    probe_share: float = 0.01
+    min_probes: int = 8
 
 
 class VectorIndex:

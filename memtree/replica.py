@@ -107,6 +107,8 @@ class Replica:
         self._worker: threading.Thread | None = None
         self._prepared: _Prepared | None = None
         self._closed = False
+        self._behind = False
+        """The segment this process mapped was far behind the rows: write a newer one."""
         self.wrote = False
         """Whether this process committed to the namespace (a reason to write a segment at close)."""
         self.events: dict[str, float] = {}
@@ -206,9 +208,12 @@ class Replica:
             if self._prepared is not None and self._adopt(read):
                 self._last_refresh = time.monotonic()
                 return
-            if self.state.generation is None and self.segments is not None:
-                self._load_segment(read(HEAD_ONLY))
+            loaded = self.state.generation is None and self.segments is not None and self._load_segment(read(HEAD_ONLY))
             batch = read(self.state.seq)
+            if loaded and self.checkpoints is not None:
+                segment = self.state.nodes.segment
+                behind = len(batch.nodes) + len(batch.deleted)
+                self._behind = segment is not None and behind > self.checkpoints.reopen_share * segment.count
             if batch.generation != self.state.generation and self.state.seq > 0:
                 # the namespace was deleted, or compacted: start over (from a segment if one fits)
                 if not (self.segments is not None and self._load_segment(batch)):
@@ -386,7 +391,7 @@ class Replica:
         if self.segments is not None and self.segments.writable and self.checkpoints is not None:
             changed = max(table.dirty_rows, table.materialized - 1)
             due = self.checkpoints.due(rows, changed, segment.count if segment is not None else None, closing=closing)
-            return "segment" if due else None
+            return "segment" if due or (self._behind and not closing) else None
         if self.segments is None and self.ann.min_rows is not None and rows >= self.ann.min_rows:
             ivf = index.ivf
             if ivf is None or rows >= REBUILD_GROWTH * ivf.trained_rows:
@@ -411,6 +416,7 @@ class Replica:
         with folder.writing() as held:
             if not held:
                 return
+            self._behind = False
             current = self.state.nodes.segment
             newest = folder.candidates()
             newer = newest and newest[0][0] > (current.seq if current is not None else 0)
@@ -518,7 +524,7 @@ class Replica:
         if self.wrote and self._prepared is not None:
             try:  # take the segment written last, so the one written now builds on it
                 self.refresh(force=True)
-            except Exception:  # noqa: BLE001 - closing goes on; the next open reads what it needs
+            except Exception:
                 logger.exception("memtree: adopting the last segment at close failed")
         if self.wrote and self._due_job(closing=True) == "segment":
             self._run("segment")

@@ -354,15 +354,25 @@ class Segment:
         blob, offsets = a["lex_term_blob"], a["lex_term_offsets"]
         keys = HashedKeys(a["lex_term_hash"], a["lex_term_hash_row"])
 
-        def term_of(word: str) -> int:
-            for term in keys.rows_of(word).tolist():
-                if _text_at(blob, offsets, term) == word:
-                    return int(term)
-            return -1
+        def terms_of(words: Sequence[str]) -> IntArray:
+            found = np.full(len(words), -1, dtype=np.int64)
+            if not words or not keys.hashes.size:
+                return found
+            hashes = key_hashes(words)
+            first = np.searchsorted(keys.hashes, hashes)
+            for i in np.flatnonzero(first < keys.hashes.size).tolist():
+                at = int(first[i])
+                while at < keys.hashes.size and keys.hashes[at] == hashes[i]:  # a shared hash: compare the words
+                    term = int(keys.rows[at])
+                    if _text_at(blob, offsets, term) == words[i]:
+                        found[i] = term
+                        break
+                    at += 1
+            return found
 
         return LexicalBase(
             terms=int(words["words"]),
-            term_of=term_of,
+            terms_of=terms_of,
             postings=a["lex_postings"],
             posting_offsets=a["lex_posting_offsets"],
             forward=a["lex_forward"],
@@ -856,15 +866,11 @@ def _write_lexical(out: _Writer, merged: _Rows, base: Segment | None, texts: lis
     counted = count_terms(texts)
     base_words = base.lexical_base() if base is not None else None
     known = base_words.terms if base_words is not None else 0
-    new_words: list[str] = []
-    numbering = np.empty(len(counted.words), dtype=np.int64)
-    for local, word in enumerate(counted.words):
-        text = word if isinstance(word, str) else word.decode("ascii")
-        term = base_words.term_of(text) if base_words is not None else -1
-        if term < 0:
-            term = known + len(new_words)
-            new_words.append(text)
-        numbering[local] = term
+    texts = [word if isinstance(word, str) else word.decode("ascii") for word in counted.words]
+    numbering = base_words.terms_of(texts) if base_words is not None else np.full(len(texts), -1, dtype=np.int64)
+    unknown = np.flatnonzero(numbering < 0)
+    numbering[unknown] = known + np.arange(unknown.size)
+    new_words = [texts[i] for i in unknown.tolist()]
     changed_forward = counted.forward
     if changed_forward.size:
         changed_forward = (numbering[changed_forward >> _TERM_SHIFT] << _TERM_SHIFT) | (changed_forward & _TF_MASK)
