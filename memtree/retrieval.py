@@ -116,7 +116,10 @@ def relevance_floor(embedder_name: str) -> float | None:
 OVERLAP_MIN_NODES = 8192
 """From this many nodes up, hybrid ranking runs its BM25 search beside the vector
 scan by default; on smaller memories the scan is too short for the thread handoff
-to pay (at 4,000 synthetic nodes it cost more than it saved)."""
+to pay (at 4,000 synthetic nodes it cost more than it saved). Not beside an
+approximate (IVF) search either: it takes about what the BM25 search takes, and on a
+busy machine waiting for the helper thread to be scheduled cost a 100k-node query
+20 ms against 3.5 ms in turn (benchmarks/results/scale.md)."""
 
 SUMMARY_WEIGHT = 0.85
 """What hybrid collapsed ranking multiplies a summary's score by (leaves keep theirs).
@@ -161,7 +164,8 @@ def rank_collapsed(
 
     The BM25 search runs on a spare core during the vector scan (``overlap``; by
     default :data:`memtree.spare_core.SEARCHES` on memories of :data:`OVERLAP_MIN_NODES`
-    nodes or more, else the calling thread does both in turn).
+    nodes or more whose vector search scans every row, else the calling thread does
+    both in turn).
 
     The vector search is approximate on memories past ``ann_min_nodes`` unless
     ``exact`` (:meth:`memtree.index.VectorIndex.search`); the filters hold either way."""
@@ -185,8 +189,9 @@ def rank_collapsed(
     if mask is not None:  # the same rows the mask lets through, asked per id by the BM25 search
         rows = mask
         allowed = lambda node_id: index.allows(node_id, rows)  # noqa: E731
-    if overlap is None:
-        overlap = SEARCHES if len(index) >= OVERLAP_MIN_NODES else IN_TURN
+    if overlap is None:  # a spare core pays only beside a full scan (see OVERLAP_MIN_NODES)
+        scans = exact or not index.approximate
+        overlap = SEARCHES if scans and len(index) >= OVERLAP_MIN_NODES else IN_TURN
     return _rank_hybrid(index, state, query, limit, mask, allowed, lexical, overlap, summary_weight, exact)
 
 

@@ -294,7 +294,7 @@ def measure_queries(
         started = time.perf_counter()
         memory.embed_query(query)
         times["embed"].append(time.perf_counter() - started)
-        got: dict[str, list[str]] = {}
+        got: dict[str, list[tuple[str, float]]] = {}
         order = [*ways, "floor"]
         rng.shuffle(order)
         for name in order:
@@ -306,10 +306,9 @@ def measure_queries(
                 continue
             hits = memory.retrieve(query, k=settings.k, **ways[name])
             times[name].append(time.perf_counter() - started)
-            got[name] = [hit.id for hit in hits]
+            got[name] = [(hit.id, hit.score) for hit in hits]
         for name in ("hybrid", "dense"):
-            exact = set(got[f"{name}_exact"])
-            recall[name].append(len(exact & set(got[name])) / max(1, len(exact)))
+            recall[name].append(tie_aware_recall(got[name], got[f"{name}_exact"]))
     violations = filtered = 0
     notes = max(1, memory._state.leaf_total)
     for number, query in enumerate(queries[: max(10, settings.queries // 4)]):
@@ -323,15 +322,17 @@ def measure_queries(
         for option in options:
             approximate = memory.retrieve(query, k=settings.k, **option)
             exact_hits = memory.retrieve(query, k=settings.k, exact=True, **option)
+            if exact_hits:
+                recall["filtered"].append(
+                    tie_aware_recall([(h.id, h.score) for h in approximate], [(h.id, h.score) for h in exact_hits])
+                )
             filtered += 1
             for hit in approximate:
                 if option.get("leaves_only") and (not hit.is_leaf or hit.metadata.get("speaker") != speaker):
                     violations += 1
                 if "time_range" in option and (hit.timestamp is None or not window[0] <= hit.timestamp <= window[1]):
                     violations += 1
-            truth = {hit.id for hit in exact_hits}
-            if truth:
-                recall["filtered"].append(len(truth & {hit.id for hit in approximate}) / len(truth))
+
     sample = index.sample(2000, seed=settings.seed)
     pairs = float(np.mean(np.sum(sample[:1000] * sample[1000:2000], axis=1))) if len(sample) >= 2000 else math.nan
     progress(
@@ -348,6 +349,19 @@ def measure_queries(
         filtered,
         {"nearest_p50": float(np.median(nearest)), "random_pair_mean": pairs},
     )
+
+
+def tie_aware_recall(found: list[tuple[str, float]], exact: list[tuple[str, float]]) -> float:
+    """The share of the exact results the approximate ones match: a result counts if
+    the exact search returned it, or if it scores as high as the lowest exact result
+    (two nodes of equal score are equally right, and which of them makes the cut goes
+    by the order of the rows, which the two searches read differently)."""
+    if not exact:
+        return 1.0
+    ids = {node_id for node_id, _ in exact}
+    lowest = min(score for _, score in exact) - 1e-6
+    matched = sum(1 for node_id, score in found if node_id in ids or score >= lowest)
+    return min(matched, len(exact)) / len(exact)
 
 
 def measure_baselines(

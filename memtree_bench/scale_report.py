@@ -193,7 +193,9 @@ def _markdown(report: ScaleReport, info: dict[str, str], locomo: dict[str, Any] 
         f"`retrieve(q, k={s.k})` on {s.queries} questions per size (after 5 warm-up queries). hybrid = the default; "
         "dense = `lexical_weight=0`; *exact* = `exact=True` (every vector scored); floor = FAISS brute force "
         "(`faiss.knn`) over the memory's own matrix, no text, no packing: what any exact search costs at least. "
-        "Recall = the share of the exact top 10 the default returned; filtered = `leaves_only` with a `where` on "
+        "Recall = the share of the exact top 10 the default matched (a result scoring as high as the lowest "
+        "exact one counts: ties go by row order, which the two searches read differently); filtered = "
+        "`leaves_only` with a `where` on "
         "the speaker, and a `time_range`, against the same with `exact=True`; violations = results of the "
         "filtered queries that broke their filter.",
         "",
