@@ -391,11 +391,13 @@ class Replica:
         if self.segments is not None and self.segments.writable and self.checkpoints is not None:
             changed = max(table.dirty_rows, table.materialized - 1)
             due = self.checkpoints.due(rows, changed, segment.count if segment is not None else None, closing=closing)
-            return "segment" if due or (self._behind and not closing) else None
-        if self.segments is None and self.ann.min_rows is not None and rows >= self.ann.min_rows:
-            ivf = index.ivf
-            if ivf is None or rows >= REBUILD_GROWTH * ivf.trained_rows:
-                return "ivf"
+            if due or (self._behind and not closing):
+                return "segment"  # a segment comes with its IVF (trained afresh when the tree has grown)
+        if closing or self.ann.min_rows is None or rows < self.ann.min_rows:
+            return None
+        ivf = index.ivf
+        if ivf is None or (self.segments is None and rows >= REBUILD_GROWTH * ivf.trained_rows):
+            return "ivf"  # no segment brings one: built in memory
         return None
 
     def _run(self, job: str) -> None:

@@ -58,6 +58,9 @@ def scale(
 
     try:
         parsed_sizes = parse_sizes(sizes)
+    except ValueError as error:
+        raise CliError(f"--sizes: {error}") from None
+    try:
         settings = ScaleSettings(
             sizes=parsed_sizes,
             trees=Path(trees),
