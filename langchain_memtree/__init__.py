@@ -5,8 +5,10 @@
 * :class:`MemTreeStore`: a LangGraph ``BaseStore`` whose semantic search is MemTree retrieval.
 * :class:`MemTreeMemoryMiddleware`: agent middleware that records each exchange and
   puts the memories relevant to the user's latest message in the system prompt.
+* :class:`LocalEmbeddings`: memtree's offline all-MiniLM-L6-v2 as a LangChain ``Embeddings``.
 """
 
+from langchain_memtree.embeddings import LocalEmbeddings
 from langchain_memtree.history import MemTreeChatMessageHistory
 from langchain_memtree.middleware import MEMORY_HEADER, MemTreeMemoryMiddleware, format_memories
 from langchain_memtree.retriever import MemTreeRetriever, to_document
@@ -14,6 +16,7 @@ from langchain_memtree.store import MemTreeStore
 
 __all__ = [
     "MEMORY_HEADER",
+    "LocalEmbeddings",
     "MemTreeChatMessageHistory",
     "MemTreeMemoryMiddleware",
     "MemTreeRetriever",

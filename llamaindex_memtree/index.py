@@ -34,6 +34,7 @@ from llamaindex_memtree.budget import context_budget
 from llamaindex_memtree.engines import engine_options
 from llamaindex_memtree.nodes import holds, leaf_item, without_empty_documents, without_empty_nodes
 from llamaindex_memtree.persist import attach_snapshot, check_embedder, new_snapshot_key, restore_snapshot
+from llamaindex_memtree.progress import embedding_bar
 from llamaindex_memtree.retriever import MemTreeRetriever
 from llamaindex_memtree.settings import memory_from_settings, open_memory
 from llamaindex_memtree.struct import (
@@ -60,6 +61,7 @@ RETRIEVER_OPTIONS: tuple[str, ...] = (
     "summary_hits",
     "filters",
     "time_range",
+    "min_similarity",
     "min_score",
     "verbose",
     "callback_manager",
@@ -176,7 +178,8 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
     ) -> MemTreeIndex:
         """Split documents into nodes with ``transformations`` (default:
         ``Settings.transformations``) and insert each node, in order, as a leaf.
-        Documents with empty text are skipped with a warning."""
+        Documents with empty text are skipped with a warning. ``show_progress=True``
+        shows LlamaIndex's bars: parsing the nodes, then "Generating embeddings"."""
         return super().from_documents(
             without_empty_documents(documents),
             storage_context=storage_context,
@@ -268,11 +271,12 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
         with self._callback_manager.as_trace("ainsert_nodes"):
             await self.docstore.async_add_documents(nodes, allow_update=True)
             items, replaced, updates = self._changes(nodes)
-            await self._memory.adelete_many(replaced)
-            async with self._updating():
-                for leaf_id, item in updates:
-                    await self._memory.aupdate(leaf_id, item.text, metadata=item.metadata, timestamp=item.timestamp)
-            await self._memory.aadd_many(**_columns(items), aggregation=self._aggregation)
+            await self._memory.adelete(replaced)
+            with embedding_bar(self._show_progress, len(items) + len(updates)):
+                async with self._updating():
+                    for leaf_id, item in updates:
+                        await self._memory.aupdate(leaf_id, item.text, metadata=item.metadata, timestamp=item.timestamp)
+                await self._memory.aadd_many(**_columns(items), aggregation=self._aggregation)
             self._note_leaves(self._index_struct, [item.source_id for item in items])
             await self._storage_context.index_store.async_add_index_struct(self._index_struct)
 
@@ -293,11 +297,12 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
         **insert_kwargs: Any,
     ) -> None:
         items, replaced, updates = self._changes(nodes)
-        self._memory.delete_many(replaced)
-        with self._updating():
-            for leaf_id, item in updates:
-                self._memory.update(leaf_id, item.text, metadata=item.metadata, timestamp=item.timestamp)
-        self._memory.add_many(**_columns(items), aggregation=self._aggregation, bulk=bulk)
+        self._memory.delete(replaced)
+        with embedding_bar(self._show_progress, len(items) + len(updates)):
+            with self._updating():
+                for leaf_id, item in updates:
+                    self._memory.update(leaf_id, item.text, metadata=item.metadata, timestamp=item.timestamp)
+            self._memory.add_many(**_columns(items), aggregation=self._aggregation, bulk=bulk)
         self._note_leaves(struct if struct is not None else self._index_struct, [item.source_id for item in items])
 
     def _note_leaves(self, struct: MemTreeIndexStruct, added: Sequence[str | None] = ()) -> None:
@@ -404,7 +409,7 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
         each from what remains."""
         node_ids = list(node_ids)  # delete_ref_doc passes a list the docstore edits as it deletes
         with self._callback_manager.as_trace("delete_nodes"):
-            self._memory.delete_many(self._leaves_of(node_ids))
+            self._memory.delete(self._leaves_of(node_ids))
             self._note_leaves(self._index_struct)
             if delete_from_docstore:
                 for node_id in node_ids:
@@ -417,7 +422,7 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
         """Async :meth:`delete_nodes`."""
         node_ids = list(node_ids)
         with self._callback_manager.as_trace("adelete_nodes"):
-            await self._memory.adelete_many(self._leaves_of(node_ids))
+            await self._memory.adelete(self._leaves_of(node_ids))
             self._note_leaves(self._index_struct)
             if delete_from_docstore:
                 for node_id in node_ids:
@@ -425,7 +430,7 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
             await self._storage_context.index_store.async_add_index_struct(self._index_struct)
 
     def _delete_node(self, node_id: str, **delete_kwargs: Any) -> None:
-        self._memory.delete_many(self._leaves_of([node_id]))
+        self._memory.delete(self._leaves_of([node_id]))
         self._note_leaves(self._index_struct)
 
     def _leaves_of(self, node_ids: Sequence[str]) -> list[str]:
@@ -485,7 +490,7 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
         **kwargs: Any,
     ) -> MemTreeRetriever:
         """A :class:`MemTreeRetriever` over this index's tree (options there:
-        ``leaves_only``, ``summary_hits``, ``filters``, ``time_range``, ``min_score``, ``verbose``,
+        ``leaves_only``, ``summary_hits``, ``filters``, ``time_range``, ``min_similarity``, ``min_score``, ``verbose``,
         ``callback_manager``). ``similarity_top_k`` defaults to LlamaIndex's own
         default (2), as ``VectorStoreIndex``'s does.
 

@@ -7,9 +7,10 @@ no circles):
 
 Entry points
   cli, commands/   the ``memtree`` command, one module per sub-command (bench: finds memtree_bench)
-  demo             the offline demo conversation, its tree and answers
+  demo             the offline demo conversation, its tree and what it retrieves for three questions
   tree             MemTree: the public API, a facade delegating each operation in one step
-  siblings         the handles a memory keeps open to other namespaces of its store (sibling())
+  keywords         the keyword options of the facade's writing calls, written once per sync/async pair
+  siblings         handles a memory keeps open to other namespaces of its store (sibling()), LRU, closed when evicted
   backup           JSONL export and import of one namespace (no pickle, no re-embedding)
   source_leaves    replace_source: a source's leaves and the caller's records in one transaction; manifests
   update           MemTree.update: correct a leaf in place (same id), the versions it replaced kept
@@ -34,7 +35,8 @@ Reading
   checkpoint       which segment a reopen maps, when a new one is written, the folder's lock
   integrity        every invariant of a tree and its index, checked
   stats            TreeStats and the cost counters
-  viz/             pictures of the tree: outline, Mermaid, DOT (PNG/SVG via Graphviz), HTML page
+  viz/             pictures of the tree, functions of a memory: outline, Mermaid, DOT (PNG/SVG), HTML page
+  redaction        stand-ins for summaries above a removed text; what readers see before a sweep; the check
   state            TreeState: the in-process tree and its lookups, changed only by change batches
   node_table       nodes by id: those changed in this process as objects, the rest built from a segment when read
   segment          a namespace's tree frozen in memory-mapped files: the format, written and opened
@@ -44,16 +46,16 @@ Reading
   lexical          the incremental BM25 index beside it, for hybrid scores
   spare_core       runs the BM25 search on a spare core while the caller scans vectors
 Models
-  model_choice     which embedder and summary writer a memory uses (OpenAI with a key, else offline)
-  digest           digest summaries: an offline summary that says who, when and what (the demo's)
+  model_choice     which embedder and summary writer a memory uses (the stored one, else offline; never the env)
+  digest           digest summaries: an offline summary that says who, when and what (the demo's), read as a phrase
   aggregate        Aggregator: LLM summaries (the paper's prompt) and offline extractive ones
   models/          OpenAI, LangChain, LlamaIndex and llama.cpp adapters; the resolver of what callers pass
   embed            Embedder: local (bundled MiniLM on numpy, else sentence-transformers), hashing (tests); checks
   local_models     where a local: model comes from: bundled, a folder, the HF cache, or the hub if reachable
-  minilm           the bundled all-MiniLM-L6-v2 on numpy (tokenizers + safetensors): no torch
+  minilm           the bundled all-MiniLM-L6-v2 on numpy (tokenizers + safetensors): no torch, a batch per core
   llm              ChatModel: what memtree asks of a language model; plain callables
   summary_guard    checks on a model-written summary before the tree stores it
-  retry            backoff with jitter, Retry-After and per-call timeouts for every model call
+  retry            backoff with jitter, Retry-After, per-call timeouts; batches split when they time out
   model_usage      usage reports: adapters say what a call cost, the calling memory counts it
 Storage
   store/           the Store boundary: in memory, SQLite (sqlite_inspect checks a file first), PostgreSQL
@@ -64,6 +66,7 @@ Foundations
   text             sentences, words, token counts, text checks
   output_file      writing a file the user named as shell redirection would, without its risks
   version          the package version, also written into backups
+  deprecation      old public names kept working with a DeprecationWarning
 """
 
 from typing import TYPE_CHECKING, Any
@@ -84,6 +87,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
     from memtree.digest import DigestAggregator
     from memtree.embed import Embedder, HashingEmbedder, LocalEmbedder
     from memtree.llm import CallableChatModel, ChatModel, Completion
+    from memtree.model_choice import EmbedderMismatchError
     from memtree.node import ROOT_ID, LeafVersion, Node, RetrievedNode
     from memtree.retry import ModelResponseError, RetryPolicy
     from memtree.stats import TreeStats
@@ -111,6 +115,7 @@ _HOMES = {
     "memtree.digest": ("DigestAggregator",),
     "memtree.embed": ("Embedder", "HashingEmbedder", "LocalEmbedder"),
     "memtree.llm": ("CallableChatModel", "ChatModel", "Completion"),
+    "memtree.model_choice": ("EmbedderMismatchError",),
     "memtree.node": ("ROOT_ID", "LeafVersion", "Node", "RetrievedNode"),
     "memtree.retry": ("ModelResponseError", "RetryPolicy"),
     "memtree.stats": ("TreeStats",),
@@ -157,6 +162,7 @@ __all__ = [
     "Completion",
     "DigestAggregator",
     "Embedder",
+    "EmbedderMismatchError",
     "ExtractiveAggregator",
     "HashingEmbedder",
     "IncompatibleStoreError",

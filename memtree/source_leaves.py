@@ -27,12 +27,14 @@ import asyncio
 import functools
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from memtree.inputs import Item, TimeLike, make_item, to_timestamp
+from memtree.integrity import integrity_problems
 from memtree.node import JSONDict, Node, Vector
+from memtree.redaction import removed_text_problems
 from memtree.state import TreeState
 from memtree.store.base import RecordChanges
 from memtree.update import _Change as Change
@@ -278,9 +280,29 @@ def diverged(state: TreeState, manifests: Mapping[str, JSONDict]) -> list[str]:
     return out
 
 
-def reconcile(writer: Writer, read_manifests: Callable[[], Mapping[str, JSONDict]]) -> int:
+def manifests_of(writer: Writer) -> dict[str, Any]:
+    """The namespace's manifests: source id -> what :func:`replace_source` last wrote."""
+    return writer.replica.store.get_records(writer.replica.namespace, SOURCES)
+
+
+def problems(writer: Writer, depth_cap: int) -> list[str]:
+    """``MemTree.check_integrity``: every broken invariant of the tree and its index,
+    every summary that still quotes a removed text (:mod:`memtree.redaction`), then
+    every source whose leaves differ from its manifest, described."""
+    manifests = manifests_of(writer)
+    versions = writer.replica.store.read_history(writer.replica.namespace)
+
+    def found(state: TreeState) -> list[str]:
+        broken = integrity_problems(state, writer.replica.index, depth_cap)
+        broken += removed_text_problems(state, versions, time.time())
+        return broken + source_problems(state, manifests)
+
+    return writer.replica.read(found)
+
+
+def reconcile(writer: Writer) -> int:
     """Make every diverged source's leaves match its manifest; return how many were."""
-    manifests = read_manifests()
+    manifests = manifests_of(writer)
     replica = writer.replica
     replica.maybe_refresh()
     with replica.lock.read():
