@@ -435,13 +435,20 @@ def _update_cost(index: Any, matrix: np.ndarray) -> float:
 def measure_adds(
     settings: ScaleSettings, memory: MemTree, nodes: int, progress: Callable[[str], None]
 ) -> dict[str, float]:
-    """``settings.adds`` single adds on the tree (notes past the built ones)."""
-    texts, metadata, stamps = Memories().batch(10_000_000 + nodes, settings.adds)
+    """``settings.adds`` single adds on the tree: notes numbered past every leaf it
+    holds, so a run never repeats the notes an earlier run added to the kept file
+    (``deduplicate`` would answer those with the stored leaf's id, writing nothing)."""
+    before = memory._state.leaf_total
+    texts, metadata, stamps = Memories().batch(10_000_000 + nodes + before, settings.adds)
     times = []
     for text, meta, stamp in zip(texts, metadata, stamps, strict=True):
         started = time.perf_counter()
         memory.add(text, metadata=meta, timestamp=stamp)
         times.append(time.perf_counter() - started)
+    if memory._state.leaf_total - before != settings.adds:
+        raise RuntimeError(
+            f"{settings.adds} adds stored {memory._state.leaf_total - before} new leaves: the timings are not of adds"
+        )
     result = percentiles(times)
     progress(f"  adds: p50 {result['p50'] * 1e3:.1f} ms, p95 {result['p95'] * 1e3:.1f} ms")
     return result

@@ -127,3 +127,21 @@ def test_the_goals_table_judges_every_row_from_the_numbers(tmp_path: Path) -> No
     assert "| reopen of 1M nodes (1,000,000) | ~30 s (est.) | ≤ 1 s | 1.200 s (from rows, same run: 30.00 s) |" in (
         paths[0].read_text()
     )
+
+
+def test_timed_adds_store_new_leaves_on_a_file_an_earlier_run_added_to(tmp_path: Path) -> None:
+    """The benchmark keeps its files between runs; a second run's adds must not be the
+    notes the first one added (deduplication would answer them without writing, and
+    the run would time lookups, not adds)."""
+    from memtree_bench.scale import measure_adds, open_memory
+
+    settings = ScaleSettings(sizes=(400,), trees=tmp_path, adds=5, growth=0)
+    path = tmp_path / "kept.db"
+    texts, metadata, stamps = Memories().batch(0, 40)
+    for run in range(2):
+        with open_memory(path) as memory:
+            if run == 0:
+                memory.add_many(texts, metadata=metadata, timestamps=stamps)
+            leaves = memory.stats().leaves
+            measure_adds(settings, memory, 400, lambda line: None)
+            assert memory.stats().leaves == leaves + 5, run
