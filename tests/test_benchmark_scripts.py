@@ -549,3 +549,19 @@ def test_the_adversarial_pass_runs_the_whole_table_and_reports_it(tmp_path: Path
     assert sqlite["race"]["put/get/delete x2"]["lost"] == 0 and sqlite["privacy"]["leaks"] == []
     assert sqlite["bad_inputs"]["raw"] == 0 and sqlite["bad_inputs"]["accepted"] == 0
     assert "| 1 | namespace race" in out.with_suffix(".md").read_text(encoding="utf-8")
+
+
+def test_scale_query_cpu_times_each_way_on_a_kept_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CPU-time companion of ``memtree bench scale`` reads the tree that command
+    keeps and reports a CPU and a wall median for each way of retrieving."""
+    from memtree_bench.scale import open_memory
+    from memtree_bench.scale_data import Memories
+
+    texts, metadata, stamps = Memories().batch(0, 60)
+    with open_memory(tmp_path / "scale-300.db") as memory:
+        memory.add_many(texts, metadata=metadata, timestamps=stamps)
+    script = benchmark_script("scale_query_cpu", monkeypatch)
+    result = script.measure(tmp_path / "scale-300.db", 4)
+    assert set(result) == {"hybrid", "dense", "hybrid_exact"}
+    assert all(way["cpu_p50_ms"] > 0 and way["wall_p50_ms"] > 0 for way in result.values())
+    assert result["hybrid"]["queries"] == 4 and result["hybrid_exact"]["queries"] == 2
