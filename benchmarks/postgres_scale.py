@@ -183,6 +183,10 @@ def main() -> None:
         first.stdin.write("\n")
         first.stdin.flush()
         results["catch_up"] = json.loads(first.stdout.readline())
+        assert second.stdin is not None and second.stdout is not None
+        second.stdin.write("\n")  # the second holder refreshes too, then both are told to end
+        second.stdin.flush()
+        second.stdout.readline()
         for process in (first, second):
             assert process.stdin is not None
             process.stdin.write("\n")
