@@ -32,13 +32,17 @@ Reading
   packing          a ranking made into results under k, the token budget and sentence de-duplication
   summary_hits     what a summary that ranks delivers: its best leaves (default) or its own text
   replica          this process's tree and index of one namespace, caught up from the store
+  checkpoint       which segment a reopen maps, when a new one is written, the folder's lock
   integrity        every invariant of a tree and its index, checked
   stats            TreeStats and the cost counters
   viz/             pictures of the tree, functions of a memory: outline, Mermaid, DOT (PNG/SVG), HTML page
   redaction        stand-ins for summaries above a removed text; what readers see before a sweep; the check
   state            TreeState: the in-process tree and its lookups, changed only by change batches
+  node_table       nodes by id: those changed in this process as objects, the rest built from a segment when read
+  segment          a namespace's tree frozen in memory-mapped files: the format, written and opened
   where            the metadata filter of retrieve (Mongo-style operators), parsed and matched
-  index            the incremental FAISS index (exact inner product) over a namespace's nodes
+  index            the incremental vector index: exact search, or the IVF from a size on
+  ann              the IVF: k-means lists of row numbers of the vector index's matrix
   lexical          the incremental BM25 index beside it, for hybrid scores
   spare_core       runs the BM25 search on a spare core while the caller scans vectors
 Models

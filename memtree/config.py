@@ -90,6 +90,19 @@ class MemTreeConfig:
     default) cuts nothing. That score is relative to the query's best word match, so
     it is no measure of relevance by itself: the floor above is.
 
+    ``ann_min_nodes``: from this many nodes on, collapsed retrieval searches an IVF
+    index (:mod:`memtree.ann`) instead of every vector: a few milliseconds at a
+    million nodes, with recall@10 measured in benchmarks/results/scale.md; below it,
+    and whenever ``retrieve(exact=True)`` asks, results are exact. ``None``: always
+    exact. ``ann_probe_share`` and ``ann_min_probes``: the share of the IVF's lists a
+    query reads (at least that many lists), the knob between speed and recall.
+    ``segment_min_nodes``: from this many nodes on, where the store keeps files
+    (SQLite; PostgreSQL with ``index_dir``), the tree is also written to
+    memory-mapped index files beside it, so a reopen maps them instead of reading
+    every row (:mod:`memtree.checkpoint`); ``segment_share``: the share of a
+    segment's nodes that must change before the next one is written (in the
+    background). ``None``: no files.
+
     ``default_ttl`` is how long a memory added without ``ttl`` or ``expires_at`` is
     kept, in seconds (or a ``timedelta``); ``None`` (the default): for ever. Give each
     namespace with its own retention its own config (``MemTree.with_namespace(ns,
@@ -128,6 +141,11 @@ class MemTreeConfig:
     aggregation: Aggregation = "eager"
     background_queue_size: int = 1024
     default_ttl: float | timedelta | None = None
+    ann_min_nodes: int | None = 20_000
+    ann_probe_share: float = 0.01
+    ann_min_probes: int = 8
+    segment_min_nodes: int | None = 20_000
+    segment_share: float = 0.1
     token_counter: Callable[[str], int] = field(default=count_tokens, compare=False)
 
     def __post_init__(self) -> None:
@@ -162,6 +180,14 @@ class MemTreeConfig:
             raise ValueError(f"aggregation must be one of: {', '.join(AGGREGATION_MODES)}; got {self.aggregation!r}")
         if self.default_ttl is not None:
             to_ttl(self.default_ttl, "default_ttl")
+        for name in ("ann_min_nodes", "segment_min_nodes"):
+            if getattr(self, name) is not None:
+                _check_positive(name, getattr(self, name))
+        _check_positive("ann_min_probes", self.ann_min_probes)
+        if isinstance(self.ann_probe_share, bool) or not 0.0 < self.ann_probe_share <= 1.0:
+            raise ValueError(f"ann_probe_share must be a share of the lists in (0, 1], got {self.ann_probe_share!r}")
+        if isinstance(self.segment_share, bool) or not 0.0 < self.segment_share <= 1.0:
+            raise ValueError(f"segment_share must be a share in (0, 1], got {self.segment_share!r}")
         if self.threshold_depth is not None:
             _check_positive("threshold_depth", self.threshold_depth)
         if self.token_budget is not None:

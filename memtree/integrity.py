@@ -11,8 +11,10 @@ from memtree.state import TreeState
 
 
 def integrity_problems(state: TreeState, index: VectorIndex | None, depth_cap: int) -> list[str]:
-    """Every violated invariant, described; an empty list means the tree is sound."""
-    problems: list[str] = []
+    """Every violated invariant, described; an empty list means the tree is sound.
+    A tree mapped from a segment also has every file of the segment checked against
+    its checksum (reading it all)."""
+    problems: list[str] = state.nodes.segment.verify() if state.nodes.segment is not None else []
     nodes = state.nodes
     if not nodes:
         return problems if index is None or len(index) == 0 else ["index holds vectors of an empty tree"]
@@ -26,7 +28,7 @@ def integrity_problems(state: TreeState, index: VectorIndex | None, depth_cap: i
     for node in nodes.values():
         if node.id == ROOT_ID:
             continue
-        if node.parent not in nodes:
+        if node.parent is None or node.parent not in nodes:
             problems.append(f"{node.id}: parent {node.parent} does not exist")
             continue
         children_of[node.parent].append(node.id)

@@ -205,8 +205,11 @@ class ModelCalls:
             except Exception as error:  # noqa: BLE001 - handed back to the procedure
                 return error
         self._count_aggregations(request.jobs)
-        if len(request.jobs) == 1 and not self.aggregator.calls_model:
-            return [self._aggregate_one(request.jobs[0])]  # CPU-bound: no thread hop
+        if not self.aggregator.calls_model:
+            # CPU-bound Python (the extractive writer): threads would only take turns on
+            # the GIL, and each hand-off waits for the scheduler, which on a busy machine
+            # cost an insert more than the summaries themselves (benchmarks/results/scale.md).
+            return [self._aggregate_one(job) for job in request.jobs]
         if self.in_worker_thread():
             return map_in_daemon_threads(self._aggregate_one, request.jobs, self.max_concurrency)
         return list(self._thread_pool().map(self._aggregate_one, request.jobs))

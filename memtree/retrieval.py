@@ -118,7 +118,10 @@ def relevance_floor(embedder_name: str) -> float | None:
 OVERLAP_MIN_NODES = 8192
 """From this many nodes up, hybrid ranking runs its BM25 search beside the vector
 scan by default; on smaller memories the scan is too short for the thread handoff
-to pay (at 4,000 synthetic nodes it cost more than it saved)."""
+to pay (at 4,000 synthetic nodes it cost more than it saved). Not beside an
+approximate (IVF) search either: it takes about what the BM25 search takes, and on a
+busy machine waiting for the helper thread to be scheduled cost a 100k-node query
+20 ms against 3.5 ms in turn (benchmarks/results/scale.md)."""
 
 SUMMARY_WEIGHT = 0.85
 """What hybrid collapsed ranking multiplies a summary's score by (leaves keep theirs).
@@ -142,6 +145,7 @@ def rank_collapsed(
     lexical: LexicalShare | None = None,
     overlap: Overlap | None = None,
     summary_weight: float = SUMMARY_WEIGHT,
+    exact: bool = False,
 ) -> Ranked:
     """The best nodes among those the filters allow, by cosine similarity or, when
     ``lexical`` is given, by ``(cosine + weight * BM25 / best BM25) / (1 + weight)``:
@@ -162,7 +166,11 @@ def rank_collapsed(
 
     The BM25 search runs on a spare core during the vector scan (``overlap``; by
     default :data:`memtree.spare_core.SEARCHES` on memories of :data:`OVERLAP_MIN_NODES`
-    nodes or more, else the calling thread does both in turn)."""
+    nodes or more whose vector search scans every row, else the calling thread does
+    both in turn).
+
+    The vector search is approximate on memories past ``ann_min_nodes`` unless
+    ``exact`` (:meth:`memtree.index.VectorIndex.search`); the filters hold either way."""
     selection = state.leaves_matching(filters.where) if filters.where else None
     ids = selection.ids if selection is not None and not selection.negated else None
     excluded = selection.ids if selection is not None and selection.negated else None
@@ -178,11 +186,15 @@ def rank_collapsed(
         excluded=excluded,
     )
     if lexical is None or lexical.weight <= 0 or state.lexical is None:
-        return index.search(query, limit, mask)
-    allowed = (lambda node_id: _allowed(state, node_id, filters, selection)) if filters.active else None
-    if overlap is None:
-        overlap = SEARCHES if len(index) >= OVERLAP_MIN_NODES else IN_TURN
-    return _rank_hybrid(index, state, query, limit, mask, allowed, lexical, overlap, summary_weight)
+        return index.search(query, limit, mask, exact=exact)
+    allowed: Callable[[str], bool] | None = None
+    if mask is not None:  # the same rows the mask lets through, asked per id by the BM25 search
+        rows = mask
+        allowed = lambda node_id: index.allows(node_id, rows)  # noqa: E731
+    if overlap is None:  # a spare core pays only beside a full scan (see OVERLAP_MIN_NODES)
+        scans = exact or not index.approximate
+        overlap = SEARCHES if scans and len(index) >= OVERLAP_MIN_NODES else IN_TURN
+    return _rank_hybrid(index, state, query, limit, mask, allowed, lexical, overlap, summary_weight, exact)
 
 
 def _rank_hybrid(
@@ -195,6 +207,7 @@ def _rank_hybrid(
     lexical: LexicalShare,
     overlap: Overlap,
     summary_weight: float = SUMMARY_WEIGHT,
+    exact: bool = False,
 ) -> Ranked:
     """The union of the ``limit`` best nodes by cosine and by BM25, scored and
     discounted as :func:`rank_collapsed` says, best first (ties by id).
@@ -205,7 +218,7 @@ def _rank_hybrid(
     assert words is not None
 
     def vector_search() -> Ranked:
-        return index.search(query, limit, mask)
+        return index.search(query, limit, mask, exact=exact)
 
     def word_search() -> tuple[LexicalQuery, Ranked, list[float]]:
         prepared = words.prepare(lexical.text)
@@ -311,6 +324,8 @@ def retrieve(
     packing: Packing,
     filters: Filters,
     lexical: LexicalShare | None = None,
+    *,
+    exact: bool = False,
 ) -> list[RetrievedNode]:
     """Rank and pack until ``k`` results or the budget are reached, or every node
     that passes the filters (and ``min_score``, ``min_similarity``) was considered;
@@ -320,8 +335,9 @@ def retrieve(
     Collapsed ranking asks for :func:`first_limit` nodes, then four times as many
     while de-duplication leaves the results short. Traversal packs its own ranking
     first (:func:`rank_traversal`) and, if that runs out, goes on with the other
-    nodes in collapsed order."""
-    results = _ranked_and_packed(index, state, query, mode, beam, packing, filters, lexical)
+    nodes in collapsed order. ``exact``: no approximate vector search (see
+    :func:`rank_collapsed`)."""
+    results = _ranked_and_packed(index, state, query, mode, beam, packing, filters, lexical, exact)
     if packing.same_subject is not None:
         newer_first(index, state, results, packing.same_subject)
     return results
@@ -336,6 +352,7 @@ def _ranked_and_packed(
     packing: Packing,
     filters: Filters,
     lexical: LexicalShare | None,
+    exact: bool = False,
 ) -> list[RetrievedNode]:
     lead: Ranked = []
     leaves_of = _leaves_of(index, state, query, packing, filters, lexical)
@@ -348,7 +365,9 @@ def _ranked_and_packed(
     taken = {node_id for node_id, _ in lead}
     limit = first_limit(packing.k)
     while True:
-        ranked = rank_collapsed(index, state, query, limit, filters, lexical, summary_weight=_weight(packing))
+        ranked = rank_collapsed(
+            index, state, query, limit, filters, lexical, summary_weight=_weight(packing), exact=exact
+        )
         combined = [*lead, *(pair for pair in ranked if pair[0] not in taken)] if lead else ranked
         gated = _gated(index, state, query, combined, packing)
         results, exhausted = pack(state, gated, packing, filters.hidden, leaves_of)
@@ -491,6 +510,9 @@ class RetrieveOptions(TypedDict, total=False):
     summary_hits: str | None
     """What a summary that ranks delivers: ``"leaves"`` (its best leaves, marked
     ``found_by``) or ``"text"`` (its own text)."""
+    exact: bool
+    """``True``: rank by an exact scan of every vector even where an approximate
+    (IVF) index serves searches (:mod:`memtree.ann`); ``False`` (left out): the index's way."""
 
 
 RETRIEVE_OPTIONS: tuple[str, ...] = tuple(RetrieveOptions.__annotations__)
@@ -512,6 +534,7 @@ class Query:
     filters: Filters
     lexical_weight: float
     vector: Vector | None = None
+    exact: bool = False
 
 
 def check_query(
@@ -566,7 +589,10 @@ def check_query(
         )
     embedding = options.get("query_embedding")
     vector = None if embedding is None else check_query_embedding(embedding, state.info.dimension)
-    return Query(query, mode, packing, filters, float(weight), vector)
+    exact = options.get("exact", False)
+    if not isinstance(exact, bool):
+        raise TypeError(f"exact must be True or False, got {exact!r}")
+    return Query(query, mode, packing, filters, float(weight), vector, exact)
 
 
 def resolve_floor(floor: object, configured: object, calibrated: float | None) -> float | None:
@@ -598,4 +624,4 @@ def answer(replica: Replica, query: Query, vector: Vector, beam: int) -> list[Re
         hidden = state.hidden(now)  # expired memories are never returned, nor summaries still holding them
         hidden = hidden | tainted(state, now) if hidden else hidden
         filters = replace(query.filters, hidden=hidden) if hidden else query.filters
-        return retrieve(index, state, vector, query.mode, beam, query.packing, filters, lexical)
+        return retrieve(index, state, vector, query.mode, beam, query.packing, filters, lexical, exact=query.exact)

@@ -9,6 +9,12 @@ content (duplicate guard: text, metadata and source id), leaves by source id (ad
 leaves that expire in order of expiry (what reads hide, what a sweep deletes) and,
 unless switched off, a BM25 index of every node's text for hybrid retrieval.
 :func:`paused_gc` keeps the garbage collector out of loading a whole tree.
+
+A state loaded from a segment (:meth:`TreeState.load_segment`) builds none of this
+up front: nodes come from the segment's rows when read (:mod:`memtree.node_table`),
+the lookups answer from its sorted hashes and arrays for the rows still clean and
+from small dicts for the nodes changed since, and the BM25 index reads its stored
+posting lists in place.
 """
 
 from __future__ import annotations
@@ -18,13 +24,17 @@ import gc
 import json
 import time
 from collections import Counter, deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from operator import attrgetter
 from typing import Any, Protocol
 
+import numpy as np
+
 from memtree.lexical import LexicalIndex
 from memtree.node import ROOT_ID, Node
+from memtree.node_table import NodeTable
+from memtree.segment import Segment
 from memtree.store.base import ChangeBatch, NamespaceInfo
 from memtree.where import MetadataIndex, Selection, Where, metadata_key
 
@@ -53,6 +63,59 @@ def _text_of(node: Node) -> TextKey:
     return (node.text, node.source_id)
 
 
+class LeafLookup:
+    """Leaf ids by a key (oldest first): for a segment's clean rows through ``stored``
+    (rows holding the key), for the nodes changed since in a dict."""
+
+    def __init__(
+        self, stored: Any = None, table: NodeTable | None = None, key_of_row: Callable[[int], Any] | None = None
+    ) -> None:
+        self.changed: dict[Any, list[str]] = {}
+        self._stored = stored
+        self._table = table
+        self._key_of_row = key_of_row
+
+    def items(self) -> list[tuple[Any, list[str]]]:
+        """Every key with its ids (reads every clean leaf row of a segment: for checks)."""
+        if self._stored is None or self._table is None or self._table.segment is None:
+            return [(key, list(ids)) for key, ids in self.changed.items()]
+        segment = self._table.segment
+        assert self._key_of_row is not None
+        grouped: dict[Any, list[str]] = {}
+        leaves = np.flatnonzero(self._table.clean_rows & np.asarray(segment.arrays["is_leaf"]))
+        for row in leaves.tolist():
+            key = self._key_of_row(row)
+            if key is not None:
+                grouped.setdefault(key, []).append(segment.id_at(row))
+        for key, ids in self.changed.items():
+            grouped.setdefault(key, []).extend(ids)
+        return list(grouped.items())
+
+    def get(self, key: Any, default: Any = None) -> list[str] | Any:
+        """The ids under ``key`` (``default`` when there are none)."""
+        ids = self.changed.get(key)
+        if self._stored is not None:
+            table = self._table
+            assert table is not None and table.segment is not None
+            clean = table.clean_rows
+            stored = [table.segment.id_at(row) for row in self._stored(key) if clean[row]]
+            if stored:
+                ids = stored + (ids or [])
+        return ids if ids else default
+
+    def add(self, key: Any, node_id: str) -> None:
+        self.changed.setdefault(key, []).append(node_id)
+
+    def discard(self, key: Any, node_id: str) -> None:
+        ids = self.changed.get(key)
+        if ids is None:
+            return
+        if node_id in ids:
+            ids.remove(node_id)
+        if not ids:
+            del self.changed[key]
+
+
 class TreeView(Protocol):
     """What routing and planning read of a tree: nodes by id (each with its children
     list) and the tree's depth. A :class:`TreeState` is one; ``MemTree.update``
@@ -70,22 +133,25 @@ class TreeState:
 
     def __init__(self, *, lexical: bool = True) -> None:
         self.lexical: LexicalIndex | None = LexicalIndex() if lexical else None
-        self.nodes: dict[str, Node] = {}
+        self.nodes = NodeTable()
         self.seq = 0
         self.generation: str | None = None
         self.info = NamespaceInfo()
-        self.leaves_by_text: dict[TextKey, list[str]] = {}
+        self.leaves_by_text = LeafLookup()
         """Leaf ids by text and source id, oldest first; metadata is compared only
         among these (rarely more than one), so a reopen need not serialize every
         leaf's metadata to index it."""
-        self.leaves_by_source: dict[str, list[str]] = {}
+        self.leaves_by_source = LeafLookup()
         self._by_metadata: MetadataIndex | None = None
         """Leaf ids by metadata key and value; made by the first ``where`` filter, then
         kept current (a reopen need not index metadata nobody filters on)."""
         self._depths: Counter[int] = Counter()
         self._expiry: list[tuple[float, str]] = []
         """(expires_at, leaf id) of every leaf that expires, sorted: the expired ones
-        are a prefix, found by bisection whatever the tree's size."""
+        are a prefix, found by bisection whatever the tree's size (with a segment:
+        those changed since; the segment's own are sorted arrays)."""
+        self._stored_expiry_start = 0
+        """Entries of the segment's expiry arrays before this one are all dirty."""
         self.leaf_total = 0
         self._journal: deque[tuple[int, frozenset[str], frozenset[str]]] = deque(maxlen=JOURNAL_LENGTH)
         self._journal_floor = 0
@@ -114,7 +180,7 @@ class TreeState:
             if node is None:
                 continue
             self._unindex(node)
-            parent = self.nodes.get(node.parent) if node.parent else None
+            parent = self.nodes.materialize(node.parent) if node.parent else None
             if parent is not None and node_id in parent.children:
                 parent.children.remove(node_id)
             removed.append(node_id)
@@ -124,7 +190,7 @@ class TreeState:
         loaded = {node.id: node for node in batch.nodes} if not self.nodes else {}
         written = [node for node in batch.nodes if not node.is_root]
         if loaded and len(loaded) == len(batch.nodes):  # the first batch (a reopen): all new
-            self.nodes = loaded
+            self.nodes.replace_all(loaded)
             self._index_all(batch.nodes)
             moved = [(node, None) for node in batch.nodes]
         else:
@@ -155,7 +221,7 @@ class TreeState:
         """
         arrivals: dict[str, list[str]] = {}
         for node, old_parent in moved:
-            previous = self.nodes.get(old_parent) if old_parent else None
+            previous = self.nodes.materialize(old_parent) if old_parent else None
             if previous is not None and node.id in previous.children:
                 previous.children.remove(node.id)
             if node.parent is not None:
@@ -167,7 +233,7 @@ class TreeState:
                 if node.parent is not None:
                     arrivals[node.parent].append(node.id)
         for parent_id, children in arrivals.items():
-            parent = self.nodes.get(parent_id)
+            parent = self.nodes.materialize(parent_id)
             if parent is None:
                 continue
             if not parent.children:
@@ -213,9 +279,9 @@ class TreeState:
         self.leaf_total += 1
         if node.expires_at is not None:
             bisect.insort(self._expiry, (node.expires_at, node.id))
-        self.leaves_by_text.setdefault(_text_of(node), []).append(node.id)
+        self.leaves_by_text.add(_text_of(node), node.id)
         if node.source_id is not None:
-            self.leaves_by_source.setdefault(node.source_id, []).append(node.id)
+            self.leaves_by_source.add(node.source_id, node.id)
         if self._by_metadata is not None:
             self._by_metadata.add(node.id, node.metadata)
 
@@ -228,7 +294,7 @@ class TreeState:
         leaves = [node for node in members if node.is_leaf]
         self.leaf_total += len(leaves)
         self._expiry = sorted((node.expires_at, node.id) for node in leaves if node.expires_at is not None)
-        by_text = self.leaves_by_text
+        by_text = self.leaves_by_text.changed
         for node in leaves:
             key = (node.text, node.source_id)
             same = by_text.get(key)
@@ -236,7 +302,7 @@ class TreeState:
                 by_text[key] = [node.id]
             else:
                 same.append(node.id)
-        by_source = self.leaves_by_source
+        by_source = self.leaves_by_source.changed
         for node in leaves:
             if node.source_id is not None:
                 by_source.setdefault(node.source_id, []).append(node.id)
@@ -257,20 +323,93 @@ class TreeState:
             position = bisect.bisect_left(self._expiry, (node.expires_at, node.id))
             if position < len(self._expiry) and self._expiry[position] == (node.expires_at, node.id):
                 del self._expiry[position]
-        key = _text_of(node)
-        same = self.leaves_by_text.get(key, [])
-        if node.id in same:
-            same.remove(node.id)
-        if not same:
-            self.leaves_by_text.pop(key, None)
+        self.leaves_by_text.discard(_text_of(node), node.id)
         if node.source_id is not None:
-            ids = self.leaves_by_source.get(node.source_id, [])
-            if node.id in ids:
-                ids.remove(node.id)
-            if not ids:
-                self.leaves_by_source.pop(node.source_id, None)
+            self.leaves_by_source.discard(node.source_id, node.id)
         if self._by_metadata is not None:
             self._by_metadata.remove(node.id, node.metadata)
+
+    # -- a segment ---------------------------------------------------------------------
+
+    def load_segment(self, segment: Segment) -> None:
+        """Start over from ``segment`` (nothing is built until read; see the module docstring)."""
+        self.__init__(lexical=self.lexical is not None)  # type: ignore[misc]
+        self.nodes = NodeTable(segment)
+        self.seq = segment.seq
+        self.generation = segment.generation
+        self.info = segment.info
+        self._journal_floor = segment.seq
+        if self.lexical is not None:
+            self.lexical = LexicalIndex.mapped(segment.lexical_base())
+        self.leaves_by_text = LeafLookup(
+            lambda key: segment.rows_with_text(*key),
+            self.nodes,
+            lambda row: (segment.text_at(row), segment.source_at(row)),
+        )
+        self.leaves_by_source = LeafLookup(segment.rows_with_source, self.nodes, segment.source_at)
+        depths = np.bincount(np.asarray(segment.arrays["depth"]))
+        self._depths = Counter({depth: int(count) for depth, count in enumerate(depths.tolist()) if count})
+        self.leaf_total = int(np.count_nonzero(segment.arrays["is_leaf"]))
+
+    def freeze(self) -> tuple[Node, list[Node], np.ndarray | None]:
+        """What a new segment is written from (under the read lock): a copy of the
+        root, copies of the nodes changed since this state's segment, and which of
+        its rows are still clean (``None`` without a segment: every node changed)."""
+        root = self.nodes.get(ROOT_ID)
+        assert root is not None
+        changed = [node for node in self.nodes.changed_nodes() if node.id != ROOT_ID]
+        clean = self.nodes.clean_rows.copy() if self.nodes.segment is not None else None
+        return root.copy(), changed, clean
+
+    def take_over(self, other: TreeState) -> None:
+        """Become ``other`` (a state loaded from a newer segment and caught up to at
+        least this one's sequence number), keeping this state's journal of changes,
+        so plans made before still find out what changed since."""
+        journal, floor, last = self._journal, self._journal_floor, self.seq
+        for entry in other._journal:
+            if entry[0] > last:
+                if len(journal) == journal.maxlen:
+                    floor = journal[0][0]
+                journal.append(entry)
+        self.__dict__.update(other.__dict__)
+        self._journal, self._journal_floor = journal, floor
+
+    def shape(self) -> tuple[int, int, int, int, int]:
+        """(leaves, summaries, stale summaries, sum of leaf depths, sum of summaries'
+        children): what ``stats()`` reports of the tree's shape. A segment's clean rows
+        are counted from its columns, not built into nodes."""
+        leaves = summaries = stale = depth_total = child_total = 0
+        table = self.nodes
+        nodes = table.live_nodes() if table.segment is not None else table.values()
+        for node in nodes:
+            if node.id == ROOT_ID:
+                continue
+            if node.is_leaf:
+                leaves += 1
+                depth_total += node.depth
+            else:
+                summaries += 1
+                child_total += len(node.children)
+                stale += int(node.stale)
+        segment = table.segment
+        if segment is not None:
+            clean = table.clean_rows
+            a = segment.arrays
+            is_leaf = np.asarray(a["is_leaf"]) & clean
+            is_summary = ~np.asarray(a["is_leaf"]) & clean
+            leaves += int(np.count_nonzero(is_leaf))
+            summaries += int(np.count_nonzero(is_summary))
+            stale += int(np.count_nonzero(np.asarray(a["stale"]) & is_summary))
+            depth_total += int(np.asarray(a["depth"], dtype=np.int64)[is_leaf].sum())
+            child_total += int(np.diff(np.asarray(a["child_offsets"]))[is_summary].sum())
+        return leaves, summaries, stale, depth_total, child_total
+
+    def _materialized_leaves(self) -> Iterator[Node]:
+        table = self.nodes
+        if table.segment is None:
+            yield from (node for node in table.values() if node.is_leaf and not node.is_root)
+            return
+        yield from (node for node in table.live_nodes() if node.is_leaf and not node.is_root)
 
     # -- reading ---------------------------------------------------------------------
 
@@ -291,9 +430,15 @@ class TreeState:
         by_metadata = self._by_metadata
         if by_metadata is None:  # the first filter: index every leaf's metadata now
             by_metadata = MetadataIndex()
-            for node in self.nodes.values():
-                if node.is_leaf and not node.is_root:
-                    by_metadata.add(node.id, node.metadata)
+            for node in self._materialized_leaves():
+                by_metadata.add(node.id, node.metadata)
+            segment = self.nodes.segment
+            if segment is not None:  # the clean rows' metadata, parsed in one call per chunk
+                rows = np.flatnonzero(self.nodes.clean_rows & np.asarray(segment.arrays["is_leaf"]))
+                for start in range(0, rows.size, 65_536):
+                    chunk = rows[start : start + 65_536]
+                    for row, metadata in zip(chunk.tolist(), segment.metadata_of(chunk), strict=True):
+                        by_metadata.add(segment.id_at(row), metadata)
             self._by_metadata = by_metadata  # one assignment: concurrent readers see all or nothing
         return by_metadata.select(where)
 
@@ -318,12 +463,44 @@ class TreeState:
     @property
     def next_expiry(self) -> float | None:
         """When the next leaf expires (POSIX seconds; ``None``: no leaf expires)."""
-        return self._expiry[0][0] if self._expiry else None
+        soonest = self._expiry[0][0] if self._expiry else None
+        stored = self._stored_expiry()
+        if stored is not None:
+            times, rows = stored
+            clean = self.nodes.clean_rows
+            start = self._stored_expiry_start
+            while start < rows.size and not clean[rows[start]]:
+                start += 1
+            self._stored_expiry_start = start
+            if start < rows.size and (soonest is None or float(times[start]) < soonest):
+                soonest = float(times[start])
+        return soonest
 
     def expired(self, now: float) -> list[str]:
         """Ids of the leaves whose expiry is ``now`` or earlier, soonest first."""
         end = bisect.bisect_right(self._expiry, now, key=lambda entry: entry[0])
-        return [leaf_id for _, leaf_id in self._expiry[:end]]
+        changed = self._expiry[:end]
+        stored = self._stored_expiry()
+        if stored is None:
+            return [leaf_id for _, leaf_id in changed]
+        times, rows = stored
+        last = int(np.searchsorted(times, now, side="right"))
+        if last <= self._stored_expiry_start:
+            return [leaf_id for _, leaf_id in changed]
+        segment = self.nodes.segment
+        assert segment is not None
+        clean = self.nodes.clean_rows
+        picked = np.arange(self._stored_expiry_start, last)
+        picked = picked[clean[rows[picked]]]
+        merged = [*changed, *((float(times[i]), segment.id_at(int(rows[i]))) for i in picked.tolist())]
+        merged.sort()
+        return [leaf_id for _, leaf_id in merged]
+
+    def _stored_expiry(self) -> tuple[np.ndarray, np.ndarray] | None:
+        segment = self.nodes.segment
+        if segment is None or not segment.arrays["expiry"].size:
+            return None
+        return segment.arrays["expiry"], segment.arrays["expiry_row"]
 
     def hidden(self, now: float) -> frozenset[str]:
         """What no read may return at ``now``: the expired leaves and the summaries

@@ -7,7 +7,6 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from memtree.node import ROOT_ID
 from memtree.state import TreeState
 
 
@@ -129,19 +128,7 @@ _PER_INSERT = (
 
 def tree_stats(state: TreeState, counters: dict[str, float], theta0: float, *, pending: int = 0) -> TreeStats:
     """Walk the tree once and combine its shape with the cost counters."""
-    leaves = summaries = stale = 0
-    leaf_depth_total = 0
-    child_total = 0
-    for node in state.nodes.values():
-        if node.id == ROOT_ID:
-            continue
-        if node.is_leaf:
-            leaves += 1
-            leaf_depth_total += node.depth
-        else:
-            summaries += 1
-            child_total += len(node.children)
-            stale += int(node.stale)
+    leaves, summaries, stale, leaf_depth_total, child_total = state.shape()
     root = state.root
     root_children = len(root.children) if root is not None else 0
     largest = 0

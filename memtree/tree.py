@@ -23,7 +23,7 @@ from memtree.index import VectorIndex
 from memtree.model_calls import ModelCalls
 from memtree.model_choice import choose_models, given_models
 from memtree.node import LeafVersion, Node, RetrievedNode, Vector
-from memtree.replica import Replica
+from memtree.replica import Replica, ann_settings, checkpoint_policy
 from memtree.retrieval import RetrieveOptions, answer, check_query, relevance_floor
 from memtree.siblings import Siblings
 from memtree.state import TreeState
@@ -85,7 +85,10 @@ class MemTree:
         self._siblings: Siblings[MemTree] = Siblings(self.with_namespace, SIBLING_CACHE_SIZE, MemTree.close)
         lexical = self.config.lexical_weight > 0
         try:
-            self._replica = Replica(self.store, self.namespace, lexical=lexical, refresh_interval=refresh_interval)
+            self._replica = Replica(
+                self.store, self.namespace, lexical=lexical, refresh_interval=refresh_interval,
+                ann=ann_settings(self.config), checkpoints=checkpoint_policy(self.config),
+            )  # fmt: skip
             self._replica.refresh(force=True)
             # A stored namespace embeds with the model that built it (model_choice).
             models = choose_models(*given, None, stored=self._replica.state.info.embedder)
@@ -184,6 +187,7 @@ class MemTree:
         stale = self._writer.stop(remaining(deadline))
         left += [f"{name}:{node_id}" for node_id in stale]
         self._calls.close(wait=not stale)  # a thread still in a hanging model call is not waited for
+        self._replica.close()
         return left
 
     def __enter__(self) -> MemTree:

@@ -583,13 +583,15 @@ def stop_writers_on(store: Store, timeout: float | None) -> list[str]:
     """Stop the writers of every memory handle on ``store`` not closed yet (handles a
     ``MemTreeStore`` or :meth:`~memtree.MemTree.with_namespace` made), sharing
     ``timeout``; return the stale summaries they leave, as ``namespace:id``. Called
-    before a memory closes the store it owns, so no worker writes into a closed store."""
+    before a memory closes the store it owns, so no worker (nor a replica's background
+    segment work) writes into or reads from a closed store."""
     deadline = None if timeout is None else time.monotonic() + timeout
     left: list[str] = []
     for writer in list(_WRITERS):
         if writer.replica.store is store and not writer.background.abandoned:
             name = "/".join(writer.replica.namespace)
             left += [f"{name}:{node_id}" for node_id in writer.stop(remaining(deadline))]
+            writer.replica.close(remaining(deadline))  # its background segment work too
     return left
 
 

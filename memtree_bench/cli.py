@@ -8,6 +8,7 @@ checks the ``bench`` extra's dependencies so a missing one is named, with the fi
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import typer
@@ -28,23 +29,28 @@ DEFAULT_OUT = "benchmarks/results"
 @cli_errors
 def scale(
     sizes: str = typer.Option(
-        "10000,100000,1000000", "--sizes", help="Numbers of vectors to index, comma-separated (100k and 1M work too)."
+        "10000,100000,1000000", "--sizes", help="Tree sizes in nodes, comma-separated (100k and 1M work too)."
     ),
-    dim: int = typer.Option(384, "--dim", help="Vector dimension (384 = all-MiniLM-L6-v2)."),
-    queries: int = typer.Option(300, "--queries", help="Top-10 queries to time per size (fewer if the time runs out)."),
-    inserts: int = typer.Option(300, "--inserts", help="Inserts to time per size (fewer if the time runs out)."),
-    rebuilds: int = typer.Option(20, "--rebuilds", help="Full index rebuilds to time per size (at least 3)."),
-    seconds: float = typer.Option(
-        60.0, "--seconds", help="Time budget of each measurement per size; repetitions stop early when it is spent."
+    trees: str = typer.Option(
+        "/work/trees/scale", "--trees", help="Folder for the benchmark's databases (gigabytes at 1M: not in the repo)."
     ),
-    threads: int = typer.Option(
-        0, "--threads", help="FAISS and NumPy (BLAS) threads; 0 keeps their default (one per core)."
+    queries: int = typer.Option(200, "--queries", help="Questions timed per size."),
+    adds: int = typer.Option(200, "--adds", help="Single adds timed per size."),
+    reopens: int = typer.Option(3, "--reopens", help="Fresh-process reopens per way (segments, rows) per size."),
+    growth: int = typer.Option(
+        20_000, "--growth", help="Nodes a new tree grows to by single adds, for the add-cost ratio (0: skip)."
     ),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random vectors."),
+    baseline_max: int = typer.Option(
+        100_000, "--baseline-max", help="Largest size at which FAISS's IVF and HNSW are built for comparison."
+    ),
+    locomo: str = typer.Option(
+        "", "--locomo", help="JSON of benchmarks/locomo_identical.py, for the LoCoMo row of the goals table."
+    ),
     out: str = typer.Option(DEFAULT_OUT, "--out", help="Folder for scale.md, scale.json and scale.png."),
 ) -> None:
-    """Index upkeep per insert (vector + BM25) and collapsed top-10 query time (default hybrid and dense) versus N,
-    on random unit vectors and Zipf-distributed texts (no model), against FAISS brute force and a full rebuild."""
+    """Memories of 10k to 1M nodes built, reopened (fresh processes: mapped segments against reading the rows) and
+    queried (approximate against exact against FAISS brute force) through the public API, plus the cost of an add
+    as the tree grows; synthetic notes with topics, no model."""
     require_bench_extra()
     from memtree_bench.report import machine_info
     from memtree_bench.scale import ScaleSettings, parse_sizes, run_scale
@@ -57,31 +63,29 @@ def scale(
     try:
         settings = ScaleSettings(
             sizes=parsed_sizes,
-            dimension=dim,
+            trees=Path(trees),
             queries=queries,
-            inserts=inserts,
-            rebuilds=rebuilds,
-            seconds_per_measurement=seconds,
-            seed=seed,
-            threads=threads,
+            adds=adds,
+            reopens=reopens,
+            growth=growth,
+            baseline_max=baseline_max,
         )
     except ValueError as error:
         raise CliError(_option_names(str(error))) from None
+    check = json.loads(Path(locomo).read_text(encoding="utf-8")) if locomo else None
     info = machine_info()
     report = run_scale(settings)
-    paths = write_scale_report(report, Path(out), info)
+    paths = write_scale_report(report, Path(out), info, check)
     for result in report.results:
         print(
-            f"N={result.n:>9,}  upkeep p50 {result.upkeep['p50'] * 1e6:8.0f} µs  "
-            f"rebuild p50 {result.rebuild['p50'] * 1e3:9.2f} ms  "
-            f"hybrid p50 {result.query_hybrid['p50'] * 1e3:8.2f} ms ({result.hybrid_paired_ratio:.2f}×)  "
-            f"dense p50 {result.query_dense['p50'] * 1e3:8.2f} ms ({result.dense_paired_ratio:.2f}×)  "
-            f"floor p50 {result.query_faiss['p50'] * 1e3:8.2f} ms"
+            f"N={result.nodes:>9,}  hybrid p50 {result.queries['hybrid']['p50'] * 1e3:7.2f} ms "
+            f"(exact {result.queries['hybrid_exact']['p50'] * 1e3:7.2f} ms, recall {result.recall['hybrid']:.3f})  "
+            f"add p50 {result.adds['p50'] * 1e3:6.1f} ms"
         )
     print("Wrote " + ", ".join(str(path) for path in paths))
 
 
-_OPTIONS = {"dimension": "--dim", "seconds_per_measurement": "--seconds"}
+_OPTIONS = {"baseline_max": "--baseline-max"}
 
 
 def _option_names(message: str) -> str:

@@ -1,231 +1,130 @@
-"""The scale benchmark: index upkeep per insert and collapsed query time versus N.
+"""The scale benchmark: memories of 10k to 1M nodes, built, reopened and queried
+through the public API (``MemTree.open``, ``add_many``, ``add``, ``retrieve``).
 
-No model is involved: the index holds ``N`` seeded random unit vectors (as many as a
-tree of ``N`` nodes), 60% of them flagged as leaves (a MemTree has at least two
-children per summary, so leaves are the majority; 3,000 inserts with the test
-embedder give 3,000 leaves in 4,979 nodes). Each node also gets a synthetic text,
-words drawn from a Zipf law (:mod:`memtree_bench.zipf`): 10-26 words for a leaf,
-30-60 for a summary, indexed by the BM25 index that hybrid retrieval (the default,
-``lexical_weight`` 0.3) reads beside the vectors.
+Data: :mod:`memtree_bench.scale_data` (texts with topics and Zipf words, embedded
+by :class:`~memtree_bench.scale_data.TopicEmbedder`; no model). For each size:
 
-* **Upkeep per insert** reproduces what the engine's insert path does to both
-  indexes: ``Replica._apply`` calls ``VectorIndex.upsert`` once per insert with every
-  node the insert wrote, and ``TreeState.apply`` calls ``LexicalIndex.upsert_many``
-  once with their texts. An insert re-writes the summaries on the new leaf's path
-  and adds the leaf (plus a summary when it splits a leaf), so each timed insert
-  overwrites ``ceil(log2 N)`` existing rows and texts and appends 2 (more than a real
-  tree writes: its paths are shorter than ``log2 N``). It runs with the garbage
-  collector paused, as ``_apply`` does.
-* **Full rebuild per insert**, the alternative: a new ``faiss.IndexFlatIP`` filled
-  with the ``N × d`` matrix (and, for the words, a new BM25 index built from every
-  text: the bulk build, also what a reopen pays).
-* **Collapsed top-10 query** as ``MemTree.retrieve`` ranks it (``rank_collapsed``
-  asked for :func:`~memtree.retrieval.first_limit` ``(10)`` nodes): the default hybrid
-  path (vector search, BM25 top-k, cosine of the union, summaries discounted by
-  :data:`~memtree.retrieval.SUMMARY_WEIGHT`; from
-  :data:`~memtree.retrieval.OVERLAP_MIN_NODES` nodes up the BM25 search runs on a
-  spare core during the scan), the same on one thread (the BM25 search after the
-  scan), the dense path
-  (``lexical_weight=0``), dense with ``leaves_only``, and the BM25 step alone, against
-  brute force: ``faiss.knn`` top-10 over the engine's own storage (the floor: FAISS's
-  exhaustive search reading the very same memory), a separate ``faiss.IndexFlatIP``
-  holding a copy of the matrix, a NumPy matrix-vector product with ``argpartition``,
-  and FAISS over a separate matrix of the leaves only. Each query pairs a random
-  vector with five words drawn from the same Zipf law. The methods take turns in a
-  random order on each query, so a change in the machine's load hits them alike.
-  (Two copies of one matrix need not scan equally fast: on the machine of the
-  committed results the first of two large allocations scanned 5-8% slower, whichever
-  index it held; reading the same memory removes that.)
+* **Build** (once; the SQLite file is kept in ``--trees``, outside the repository):
+  ``add_many(bulk=True)`` in batches until the tree has the size in nodes, then
+  ``close()``, which leaves a segment (:mod:`memtree.segment`) behind.
+* **Reopen**, each in a fresh process (:mod:`memtree_bench.scale_reopen`), taking turns:
+  the default (map the segment, read the rows committed since) and *from rows*
+  (``segment_min_nodes=None, ann_min_nodes=None``: read every row and build the
+  indexes in memory, what every reopen did before issue 38). Timed from
+  ``MemTree.open`` to the first ``retrieve`` answered; the imports (numpy, FAISS,
+  memtree: the same at any size) are timed apart; the process's RSS after that
+  first query is read from ``/proc``.
+* **Queries**: ``retrieve(q, k=10)`` four ways on each query, in a new random order
+  per query: hybrid (the default) and dense (``lexical_weight=0``), each
+  approximate (the IVF, the default from ``ann_min_nodes``) and ``exact=True``;
+  beside them FAISS brute force over the same matrix (``faiss.knn``: the floor of
+  any exact search). Recall@10 = the share of the exact top 10 that the default
+  returned. Filtered queries (``leaves_only`` with a ``where``, and a
+  ``time_range``) count every result that breaks its filter (there must be none).
+* **Other indexes on the same matrix** (up to ``baseline_max`` rows): FAISS's own
+  ``IndexIVFFlat`` (same lists and probes) and ``IndexHNSWFlat`` (M = 32), their
+  build time, query time and recall: the measurement behind choosing the IVF.
+* **Adds**: ``add`` one note at a time on the tree of that size (each its own
+  transaction, SQLite ``synchronous=FULL``).
 
-Exactness is checked beside the timing: the dense path against the floor's top-10 on
-every query, the hybrid ranking against the same ranking computed the exhaustive way
-(every BM25 score of every matching node) on the first queries.
-
-Repetitions stop early once a measurement has used its time budget (never below a
-minimum count), so the 1M run stays short; the report gives the counts.
+And once, **growth**: a new file grown by single ``add`` calls to ``growth`` nodes;
+the median of the adds that take it from 600 to 1,000 nodes against the one of the
+adds that take it from ``growth - 400`` to ``growth`` nodes.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import random
+import resource
+import statistics
+import subprocess
+import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
-from functools import partial
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import faiss
 import numpy as np
-from tqdm import tqdm
 
-from memtree.config import MemTreeConfig
-from memtree.embed import Matrix
-from memtree.index import VectorIndex
-from memtree.lexical import LexicalIndex, top
-from memtree.retrieval import SUMMARY_WEIGHT, Filters, LexicalShare, Ranked, first_limit, rank_collapsed
-from memtree.spare_core import IN_TURN
-from memtree.state import TreeState, paused_gc
-from memtree_bench.report import percentiles
-from memtree_bench.zipf import ZipfWords
+from memtree import MemTree, MemTreeConfig
+from memtree_bench.report import load_average, percentiles
+from memtree_bench.scale_data import Memories, TopicEmbedder
 
-QUERY_RATIO_TARGET = 1.2
-"""The issue's goal: a collapsed query within 1.2× of FAISS brute force at every N."""
+DEFAULT_TREES = Path("/work/trees/scale")
+"""Where the benchmark's databases live (gigabytes at 1M nodes: never in the repository)."""
 
-ROWS_ADDED_PER_INSERT = 2
-"""The new leaf, and the summary made when it lands on a leaf (the costlier case)."""
-
-EXACTNESS_CHECKS = 20
-"""Queries per size whose hybrid ranking is compared with the exhaustive computation."""
-
-QUERY_METHODS = (
-    "hybrid",
-    "hybrid_one_thread",
-    "dense",
-    "dense_leaves",
-    "lexical",
-    "faiss",
-    "faiss_copy",
-    "faiss_leaves",
-    "numpy",
-)
-"""What each query times, in a new random order per query (see the module docstring)."""
+RECALL_TARGET = 0.95
+BUILD_BATCH = 50_000
+"""Notes per ``add_many(bulk=True)`` call while building."""
+GROWTH_NODES = 400
+"""The growth benchmark times the adds that take the tree from this many nodes below
+each of its two sizes to the size (about 300 adds)."""
 
 
 @dataclass(frozen=True)
 class ScaleSettings:
-    """What to measure and how long to try."""
+    """What to measure."""
 
     sizes: tuple[int, ...] = (10_000, 100_000, 1_000_000)
-    dimension: int = 384
-    queries: int = 300
-    inserts: int = 300
-    rebuilds: int = 20
-    seconds_per_measurement: float = 60.0
-    """Stop repeating a measurement after this long (but not before the minimum counts)."""
-    seed: int = 0
+    """Tree sizes, in nodes."""
+    trees: Path = DEFAULT_TREES
+    queries: int = 200
+    adds: int = 200
+    reopens: int = 3
+    """Fresh-process reopens per way (the rows way only once from 500k nodes: it takes long)."""
+    growth: int = 20_000
+    """Nodes the growth benchmark grows a tree to (0: skip it)."""
+    baseline_max: int = 100_000
+    """Largest size at which FAISS's IVF and HNSW are built for comparison (HNSW takes minutes)."""
     k: int = 10
-    leaf_fraction: float = 0.6
-    threads: int = 0
-    """FAISS and BLAS threads; 0 keeps their defaults (one per core)."""
-    vocabulary: int = 100_000
-    zipf_exponent: float = 1.1
-    leaf_words: tuple[int, int] = (10, 26)
-    summary_words: tuple[int, int] = (30, 60)
-    query_words: int = 5
-    lexical_weight: float = MemTreeConfig().lexical_weight
-    """The weight of BM25 in the hybrid query (the engine's default)."""
+    seed: int = 0
 
     def __post_init__(self) -> None:
-        if not self.sizes:
-            raise ValueError("sizes is empty: give at least one number of vectors")
-        for n in self.sizes:
-            if n < 1:
-                raise ValueError(f"every size must be at least 1, got {n}")
-        for name in ("dimension", "queries", "inserts", "rebuilds", "k", "query_words"):
+        if not self.sizes or min(self.sizes) < 100:
+            raise ValueError(f"sizes must be at least 100 nodes each, got {self.sizes}")
+        for name in ("queries", "adds", "reopens", "k"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.threads < 0:
-            raise ValueError(f"threads must be 0 (the libraries' default) or more, got {self.threads}")
-        if self.seconds_per_measurement <= 0:
-            raise ValueError(f"seconds_per_measurement must be positive, got {self.seconds_per_measurement}")
-        if not 0.0 < self.leaf_fraction <= 1.0:
-            raise ValueError(f"leaf_fraction must be in (0, 1], got {self.leaf_fraction}")
-        if not self.lexical_weight > 0:
-            raise ValueError(f"lexical_weight must be positive (the hybrid path), got {self.lexical_weight}")
-        ZipfWords(self.vocabulary, self.zipf_exponent)  # checks both
-        for name in ("leaf_words", "summary_words"):
-            shortest, longest = getattr(self, name)
-            if not 1 <= shortest <= longest:
-                raise ValueError(f"{name} must be (shortest, longest) with 1 <= shortest <= longest")
-
-    @property
-    def words(self) -> ZipfWords:
-        return ZipfWords(self.vocabulary, self.zipf_exponent)
+        if self.growth and self.growth < 2_000:
+            raise ValueError(f"growth must be 0 (skip) or at least 2000 nodes, got {self.growth}")
 
 
 @dataclass
 class SizeResult:
-    """Everything measured at one N (times in seconds)."""
+    """Everything measured at one size (seconds unless named otherwise)."""
 
-    n: int
-    rows_updated_per_insert: int
-    rows_added_per_insert: int
-    index_bytes: int
-    matrix_bytes: int
-    lexical_bytes: int
-    """Posting, forward-index and per-document arrays of the BM25 index."""
-    upkeep: dict[str, float]
-    """Both indexes, one insert."""
-    upkeep_vector: dict[str, float]
-    upkeep_lexical: dict[str, float]
-    rebuild: dict[str, float]
-    """A new FAISS index over the whole matrix."""
-    build_vector_seconds: float
-    """Bulk-loading the vector index from the matrix (what a reopen does)."""
-    build_lexical_seconds: float
-    """Bulk-building the BM25 index from every text (what a reopen does)."""
-    query_hybrid: dict[str, float]
-    query_dense: dict[str, float]
-    query_dense_leaves: dict[str, float]
-    query_lexical: dict[str, float]
-    query_faiss: dict[str, float]
-    query_faiss_copy: dict[str, float]
-    query_faiss_leaves: dict[str, float]
-    query_numpy: dict[str, float]
-    hybrid_paired_ratio: float
-    """Median over queries of the hybrid path's time ÷ the floor's on that same query."""
-    dense_paired_ratio: float
-    leaves_paired_ratio: float
-    """The same for dense ``leaves_only`` queries (÷ the unfiltered floor)."""
-    dense_same_results: float
-    """Share of queries where the dense path's top-k were exactly FAISS brute force's."""
-    hybrid_exact: float
-    """Share of checked queries where the hybrid ranking equalled the exhaustive one."""
-    hybrid_checked: int
-    postings_per_query: float
-    """Median over queries of the posting entries of their words, divided by N."""
-    query_hybrid_one_thread: dict[str, float] = field(default_factory=dict)
-    """The hybrid path doing its BM25 search after the scan, on the calling thread
-    (empty in reports made before the search moved to a spare core)."""
-    hybrid_one_thread_paired_ratio: float = math.nan
-
-    @property
-    def rows_written_per_insert(self) -> int:
-        return self.rows_updated_per_insert + self.rows_added_per_insert
-
-    @property
-    def query_ratio(self) -> float:
-        """Hybrid p50 ÷ floor p50 (ratio of medians)."""
-        return self.query_hybrid["p50"] / self.query_faiss["p50"]
-
-    @property
-    def dense_ratio(self) -> float:
-        return self.query_dense["p50"] / self.query_faiss["p50"]
+    nodes: int
+    leaves: int
+    dimension: int
+    build: dict[str, float]
+    reopen: dict[str, list[dict[str, float]]]
+    """Per way (``segments``, ``rows``): one dict per fresh process."""
+    queries: dict[str, dict[str, float]]
+    """Per method: percentiles of its times."""
+    recall: dict[str, float]
+    """Mean recall@k of the approximate search against ``exact=True`` (hybrid, dense, filtered)."""
+    violations: int
+    """Results of filtered queries that broke their filter (must be 0)."""
+    filtered_queries: int
+    adds: dict[str, float]
+    baselines: dict[str, dict[str, float]] = field(default_factory=dict)
+    index: dict[str, float] = field(default_factory=dict)
+    """What the memory's index held (rows, IVF lists, rows scored by number)."""
+    neighbours: dict[str, float] = field(default_factory=dict)
+    """Cosine of a query's nearest node and of random pairs (how much structure the data has)."""
+    load: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
 class ScaleReport:
     settings: ScaleSettings
     results: list[SizeResult] = field(default_factory=list)
-    threads: int = 1
-
-
-def load_scale_report(path: Path) -> tuple[ScaleReport, dict[str, str]]:
-    """A report and its machine info back from the ``scale.json`` it was written to
-    (to render the Markdown and the plot again without measuring again)."""
-    import json
-
-    data = json.loads(path.read_text(encoding="utf-8"))
-    raw = dict(data["settings"])
-    for name in ("sizes", "leaf_words", "summary_words"):
-        raw[name] = tuple(raw[name])
-    settings = ScaleSettings(**raw)
-    names = {f.name for f in fields(SizeResult)}
-    results = [SizeResult(**{key: value for key, value in row.items() if key in names}) for row in data["results"]]
-    threads = int(data["machine"].get("faiss threads", 0))
-    return ScaleReport(settings=settings, results=results, threads=threads), data["machine"]
+    growth: dict[str, Any] = field(default_factory=dict)
 
 
 def parse_sizes(text: str) -> tuple[int, ...]:
@@ -244,278 +143,367 @@ def parse_sizes(text: str) -> tuple[int, ...]:
     return tuple(sizes)
 
 
-def random_unit_vectors(rng: np.random.Generator, n: int, dimension: int) -> Matrix:
-    """``n`` random unit vectors, made in blocks so a million rows need no float64 copy."""
-    out = np.empty((n, dimension), dtype=np.float32)
-    for start in range(0, n, 65_536):
-        block = out[start : start + 65_536]
-        rng.standard_normal(block.shape, dtype=np.float32, out=block)
-        block /= np.linalg.norm(block, axis=1, keepdims=True)
-    return out
+def tree_path(settings: ScaleSettings, nodes: int) -> Path:
+    return settings.trees / f"scale-{nodes}.db"
 
 
-def rows_updated_per_insert(n: int) -> int:
-    """Summaries an insert re-writes on a tree of ``n`` nodes: ``ceil(log2 n)``, an upper bound."""
-    return max(1, math.ceil(math.log2(n))) if n > 1 else 1
+def open_memory(path: Path, config: MemTreeConfig | None = None) -> MemTree:
+    return MemTree.open(path, embedder=TopicEmbedder(), config=config or MemTreeConfig())
 
 
-def run_scale(settings: ScaleSettings, *, progress: bool = True) -> ScaleReport:
-    """Measure every size in ``settings.sizes``, smallest first."""
-    with _thread_limit(settings.threads):
-        report = ScaleReport(settings=settings, threads=faiss.omp_get_max_threads())
-        for n in sorted(settings.sizes):
-            report.results.append(measure_size(n, settings, progress=progress))
+def run_scale(settings: ScaleSettings, *, progress: Callable[[str], None] = print) -> ScaleReport:
+    """Measure every size, smallest first, then the growth benchmark."""
+    settings.trees.mkdir(parents=True, exist_ok=True)
+    report = ScaleReport(settings)
+    for nodes in sorted(settings.sizes):
+        report.results.append(measure_size(settings, nodes, progress))
+    if settings.growth:
+        report.growth = measure_growth(settings, progress)
     return report
 
 
-@contextmanager
-def _thread_limit(threads: int) -> Iterator[None]:
-    """Limit FAISS's OpenMP threads and NumPy's BLAS threads for the block.
-
-    Both pools spin for a while after a call; on a small machine a spinning pool
-    slows whatever runs next, so a comparison should give both the same count.
-    """
-    if threads == 0:
-        yield
-        return
-    from threadpoolctl import threadpool_limits
-
-    before = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(threads)
-    try:
-        with threadpool_limits(limits=threads):
-            yield
-    finally:
-        faiss.omp_set_num_threads(before)
+# -- one size --------------------------------------------------------------------------------
 
 
-@dataclass
-class _Setup:
-    """One size's indexes and what the measurements share."""
-
-    engine: VectorIndex
-    state: TreeState
-    matrix: Matrix
-    is_leaf: np.ndarray
-    build_vector_seconds: float
-    build_lexical_seconds: float
-
-    @property
-    def lexical(self) -> LexicalIndex:
-        assert self.state.lexical is not None
-        return self.state.lexical
-
-
-def _texts(settings: ScaleSettings, rng: np.random.Generator, is_leaf: np.ndarray) -> list[str]:
-    """A synthetic text per node: leaf-sized where ``is_leaf``, summary-sized elsewhere."""
-    words = settings.words
-    leaves = iter(words.texts(rng, int(is_leaf.sum()), *settings.leaf_words))
-    summaries = iter(words.texts(rng, int(is_leaf.size - is_leaf.sum()), *settings.summary_words))
-    return [next(leaves) if flag else next(summaries) for flag in is_leaf.tolist()]
-
-
-def _setup(n: int, settings: ScaleSettings, rng: np.random.Generator) -> _Setup:
-    d = settings.dimension
-    matrix = random_unit_vectors(rng, n, d)
-    is_leaf = rng.random(n) < settings.leaf_fraction
-    ids = [f"n{i}" for i in range(n)]
-    texts = _texts(settings, rng, is_leaf)
-    engine = VectorIndex(d)
-    with paused_gc():
-        started = time.perf_counter()
-        engine.upsert(ids, matrix, is_leaf.tolist(), np.arange(n, dtype=np.float64).tolist())
-        build_vector = time.perf_counter() - started
-        state = TreeState()  # rank_collapsed reads the tree only for filters and its BM25 index
-        assert state.lexical is not None
-        started = time.perf_counter()
-        state.lexical.upsert_many(ids, texts)
-        build_lexical = time.perf_counter() - started
-    return _Setup(engine, state, matrix, is_leaf, build_vector, build_lexical)
-
-
-def measure_size(n: int, settings: ScaleSettings, *, progress: bool = True) -> SizeResult:
-    """Build both indexes for ``n`` nodes and measure queries, upkeep and rebuilds on them."""
-    rng = np.random.default_rng([settings.seed, n])
-    setup = _setup(n, settings, rng)
-    matrix_bytes = len(setup.engine) * settings.dimension * 4
-    index_bytes = _index_bytes(setup.engine)
-    lexical_bytes = setup.lexical.footprint()["bytes"]
-
-    queries = _queries(setup, rng, settings, progress=f"N={n:,}: queries" if progress else None)
-    upkeep = _upkeep(setup, rng, settings, progress=f"N={n:,}: inserts" if progress else None)
-    rebuild = _rebuilds(setup.matrix, settings, progress=f"N={n:,}: rebuilds" if progress else None)
+def measure_size(settings: ScaleSettings, nodes: int, progress: Callable[[str], None]) -> SizeResult:
+    path = tree_path(settings, nodes)
+    load = {"before": load_average()}
+    build = build_tree(path, nodes, progress)
+    build["settle"] = settle(path)
+    load["after build"] = load_average()
+    reopen = measure_reopens(settings, path, nodes, progress)
+    load["after reopens"] = load_average()
+    with open_memory(path) as memory:
+        memory._replica.wait()
+        index = memory._replica.index
+        assert index is not None
+        facts = {key: float(value) for key, value in memory._replica.index_facts().items()}
+        stats = memory.stats()
+        queries, recall, violations, filtered, neighbours = measure_queries(settings, memory, progress)
+        load["after queries"] = load_average()
+        compare = nodes <= settings.baseline_max and index.ivf is not None
+        baselines = measure_baselines(settings, memory, progress) if compare else {}
+        adds = measure_adds(settings, memory, nodes, progress)
+        load["after adds"] = load_average()
     return SizeResult(
-        n=n,
-        rows_updated_per_insert=rows_updated_per_insert(n),
-        rows_added_per_insert=ROWS_ADDED_PER_INSERT,
-        index_bytes=index_bytes,
-        matrix_bytes=matrix_bytes,
-        lexical_bytes=lexical_bytes,
-        upkeep=percentiles(upkeep["total"]),
-        upkeep_vector=percentiles(upkeep["vector"]),
-        upkeep_lexical=percentiles(upkeep["lexical"]),
-        rebuild=percentiles(rebuild),
-        build_vector_seconds=setup.build_vector_seconds,
-        build_lexical_seconds=setup.build_lexical_seconds,
-        query_hybrid=percentiles(queries["hybrid"]),
-        query_dense=percentiles(queries["dense"]),
-        query_dense_leaves=percentiles(queries["dense_leaves"]),
-        query_lexical=percentiles(queries["lexical"]),
-        query_faiss=percentiles(queries["faiss"]),
-        query_faiss_copy=percentiles(queries["faiss_copy"]),
-        query_faiss_leaves=percentiles(queries["faiss_leaves"]),
-        query_numpy=percentiles(queries["numpy"]),
-        hybrid_paired_ratio=_paired_ratio(queries["hybrid"], queries["faiss"]),
-        query_hybrid_one_thread=percentiles(queries["hybrid_one_thread"]),
-        hybrid_one_thread_paired_ratio=_paired_ratio(queries["hybrid_one_thread"], queries["faiss"]),
-        dense_paired_ratio=_paired_ratio(queries["dense"], queries["faiss"]),
-        leaves_paired_ratio=_paired_ratio(queries["dense_leaves"], queries["faiss"]),
-        dense_same_results=float(np.mean(queries["dense_same"])),
-        hybrid_exact=float(np.mean(queries["hybrid_exact"])),
-        hybrid_checked=len(queries["hybrid_exact"]),
-        postings_per_query=float(np.median(queries["postings"])) / n,
+        nodes=stats.nodes,
+        leaves=stats.leaves,
+        dimension=index.dimension,
+        build=build,
+        reopen=reopen,
+        queries=queries,
+        recall=recall,
+        violations=violations,
+        filtered_queries=filtered,
+        adds=adds,
+        baselines=baselines,
+        index=facts,
+        neighbours=neighbours,
+        load=load,
     )
 
 
-def _paired_ratio(times: list[float], floor: list[float]) -> float:
-    return float(np.median(np.asarray(times) / np.asarray(floor)))
-
-
-def exhaustive_hybrid(
-    engine: VectorIndex, lexical: LexicalIndex, query: np.ndarray, text: str, limit: int, weight: float
-) -> Ranked:
-    """The hybrid ranking computed the plain way: every BM25 score of every node that
-    shares a word with the query, the ``limit`` best of those and of the vector
-    search, ranked by ``(cosine + weight * BM25 / best) / (1 + weight)`` with
-    summaries' scores times ``SUMMARY_WEIGHT`` (ties by id)."""
-    fetch = limit
-    dense = engine.search(query, fetch)
-    scores = lexical.scores(text)
-    peak = max(scores.values(), default=0.0)
-    if peak <= 0:
-        return dense
-    similarities = dict(dense)
-    others = [node_id for node_id, _ in top(scores, fetch) if node_id not in similarities]
-    similarities.update(zip(others, engine.score(query, others).tolist(), strict=True))
-    ids = list(similarities)
-    discount = np.where(engine.leaf_flags(ids), 1.0, SUMMARY_WEIGHT).tolist()
-    ranked = [
-        (node_id, (similarities[node_id] + weight * (scores.get(node_id, 0.0) / peak)) / (1.0 + weight) * factor)
-        for node_id, factor in zip(ids, discount, strict=True)
-    ]
-    ranked.sort(key=lambda pair: (-pair[1], pair[0]))
-    return ranked
-
-
-def _queries(
-    setup: _Setup, rng: np.random.Generator, settings: ScaleSettings, *, progress: str | None
-) -> dict[str, list[float]]:
-    k, engine, state, matrix, is_leaf = settings.k, setup.engine, setup.state, setup.matrix, setup.is_leaf
-    limit = first_limit(k)
-    storage = engine._rows()  # a view of the engine's matrix (the queries run before any insert)
-    copy = faiss.IndexFlatIP(settings.dimension)
-    copy.add(matrix)
-    leaves_floor = faiss.IndexFlatIP(settings.dimension)
-    leaves_floor.add(np.ascontiguousarray(matrix[is_leaf]))
-    no_filter, leaves_only = Filters(), Filters(leaves_only=True)
-    weight = settings.lexical_weight
-
-    def numpy_top(query: np.ndarray) -> np.ndarray:
-        scores = storage @ query
-        best = np.argpartition(-scores, min(k, len(scores)) - 1)[:k]
-        return best[np.argsort(-scores[best], kind="stable")]
-
-    times: dict[str, list[float]] = {name: [] for name in QUERY_METHODS}
-    checks: dict[str, list[float]] = {"dense_same": [], "hybrid_exact": [], "postings": []}
-    names = list(QUERY_METHODS)
-    for number in _repeat(settings.queries, 30, settings.seconds_per_measurement, progress):
-        query = random_unit_vectors(rng, 1, settings.dimension)[0]
-        text = settings.words.texts(rng, 1, settings.query_words, settings.query_words)[0]
-        lexical = LexicalShare(text, weight)
-        row = query.reshape(1, -1)
-        methods: dict[str, Callable[[], Any]] = {
-            "hybrid": partial(rank_collapsed, engine, state, query, limit, no_filter, lexical),
-            "hybrid_one_thread": partial(rank_collapsed, engine, state, query, limit, no_filter, lexical, IN_TURN),
-            "dense": partial(rank_collapsed, engine, state, query, limit, no_filter),
-            "dense_leaves": partial(rank_collapsed, engine, state, query, limit, leaves_only),
-            "lexical": partial(setup.lexical.search, text, limit),
-            "faiss": partial(faiss.knn, row, storage, k, faiss.METRIC_INNER_PRODUCT),
-            "faiss_copy": partial(copy.search, row, k),
-            "faiss_leaves": partial(leaves_floor.search, row, k),
-            "numpy": partial(numpy_top, query),
-        }
-        outputs: dict[str, Any] = {}
-        for position in rng.permutation(len(names)):  # a new order per query: none always follows another
-            name = names[int(position)]
-            start = time.perf_counter()
-            outputs[name] = methods[name]()
-            times[name].append(time.perf_counter() - start)
-        dense_ids = [node_id for node_id, _ in outputs["dense"][:k]]
-        checks["dense_same"].append(float(dense_ids == [f"n{slot}" for slot in outputs["faiss"][1][0]]))
-        checks["postings"].append(float(setup.lexical.postings(text)))
-        if number < EXACTNESS_CHECKS:
-            reference = exhaustive_hybrid(engine, setup.lexical, query, text, limit, weight)
-            got = outputs["hybrid"]
-            checks["hybrid_exact"].append(float([i for i, _ in got[:k]] == [i for i, _ in reference[:k]]))
-    return {**times, **checks}
-
-
-def _upkeep(
-    setup: _Setup, rng: np.random.Generator, settings: ScaleSettings, *, progress: str | None
-) -> dict[str, list[float]]:
-    """Time both indexes' updates shaped like the engine's insert path (see the module docstring)."""
-    engine, lexical, words = setup.engine, setup.lexical, settings.words
-    seconds: dict[str, list[float]] = {"total": [], "vector": [], "lexical": []}
-    updated = min(rows_updated_per_insert(len(engine)), len(engine))
-    for number in _repeat(settings.inserts, 30, settings.seconds_per_measurement, progress):
-        slots = rng.choice(len(engine), size=updated, replace=False)
-        ids = [engine.ids[int(slot)] for slot in slots] + [f"new{number}-{j}" for j in range(ROWS_ADDED_PER_INSERT)]
-        vectors = list(random_unit_vectors(rng, len(ids), settings.dimension))
-        leaf_flags = [False] * updated + [True] + [False] * (ROWS_ADDED_PER_INSERT - 1)
-        timestamps: list[float | None] = [float(number)] * len(ids)
-        leaf_text = words.texts(rng, 1, *settings.leaf_words)
-        summary_texts = words.texts(rng, len(ids) - 1, *settings.summary_words)
-        texts = summary_texts[:updated] + leaf_text + summary_texts[updated:]
-        with paused_gc():
-            start = time.perf_counter()
-            engine.upsert(ids, vectors, leaf_flags, timestamps)
-            middle = time.perf_counter()
-            lexical.upsert_many(ids, texts)
-            end = time.perf_counter()
-        seconds["vector"].append(middle - start)
-        seconds["lexical"].append(end - middle)
-        seconds["total"].append(end - start)
-    return seconds
-
-
-def _rebuilds(matrix: Matrix, settings: ScaleSettings, *, progress: str | None) -> list[float]:
-    seconds: list[float] = []
-    for _ in _repeat(settings.rebuilds, 3, settings.seconds_per_measurement, progress):
-        start = time.perf_counter()
-        rebuilt = faiss.IndexFlatIP(settings.dimension)
-        rebuilt.add(matrix)
-        seconds.append(time.perf_counter() - start)
-        del rebuilt
-    return seconds
-
-
-def _repeat(limit: int, minimum: int, budget: float, progress: str | None) -> Iterator[int]:
-    """0, 1, … up to ``limit``, stopping after ``budget`` seconds once ``minimum`` ran."""
-    minimum = min(minimum, limit)
+def build_tree(path: Path, nodes: int, progress: Callable[[str], None]) -> dict[str, float]:
+    """Grow the tree at ``path`` to ``nodes`` nodes by bulk batches (kept if already there)."""
+    memories = Memories()
     started = time.perf_counter()
-    with tqdm(total=limit, desc=progress, disable=progress is None, leave=False, unit="rep") as bar:
-        for number in range(limit):
-            if number >= minimum and time.perf_counter() - started > budget:
-                return
-            yield number
-            bar.update()
+    with open_memory(path) as memory:
+        have = len(memory._state.nodes) - 1
+        notes = memory._state.leaf_total
+        if have >= nodes:
+            return {"seconds": 0.0, "built_now": 0.0, "notes": float(notes)}
+        while have < nodes:
+            count = min(BUILD_BATCH, max(500, math.ceil((nodes - have) / 1.15)))
+            texts, metadata, times = memories.batch(notes, count)
+            memory.add_many(texts, metadata=metadata, timestamps=times, bulk=True)
+            notes += count
+            have = len(memory._state.nodes) - 1
+            progress(f"  built {have:,} nodes ({notes:,} notes) in {time.perf_counter() - started:,.0f} s")
+        memory._replica.wait()
+    seconds = time.perf_counter() - started
+    return {"seconds": seconds, "built_now": 1.0, "notes": float(notes)}
 
 
-def _index_bytes(index: VectorIndex) -> int:
-    """The vectors plus the per-row bookkeeping (flags, timestamps, slot table; not the
-    id strings, which the tree holds anyway)."""
-    import sys
+def settle(path: Path) -> float:
+    """Open the memory and let it finish its background work (a reopen that found its
+    segment more than ``reopen_share`` behind the rows writes a newer one), as a
+    process that runs a while after a restart does; return the seconds it took."""
+    started = time.perf_counter()
+    with open_memory(path) as memory:
+        memory._replica.wait()
+        memory.refresh(force=True)  # adopt what the background wrote
+        memory._replica.wait()
+    return time.perf_counter() - started
 
-    matrix = len(index) * index.dimension * 4
-    columns = len(index) * (1 + 8)
-    return matrix + columns + sys.getsizeof(index.ids) + sys.getsizeof(index._slot)
+
+def measure_reopens(
+    settings: ScaleSettings, path: Path, nodes: int, progress: Callable[[str], None]
+) -> dict[str, list[dict[str, float]]]:
+    """Fresh-process reopens, the two ways taking turns."""
+    query = Memories().queries(1, seed=99)[0]
+    runs: dict[str, list[dict[str, float]]] = {"segments": [], "rows": []}
+    rows_runs = 1 if nodes >= 500_000 else settings.reopens
+    for attempt in range(settings.reopens):
+        ways = ["segments", "rows"] if attempt % 2 == 0 else ["rows", "segments"]
+        for way in ways:
+            if way == "rows" and len(runs["rows"]) >= rows_runs:
+                continue
+            runs[way].append(reopen_in_fresh_process(path, way, query))
+            last = runs[way][-1]
+            progress(
+                f"  reopen ({way}): {last['open_to_answer']:.3f} s to the first answer, RSS {last['rss'] / 1e6:,.0f} MB"
+            )
+    return runs
+
+
+def reopen_in_fresh_process(path: Path, way: str, query: str) -> dict[str, float]:
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "memtree_bench.scale_reopen", str(path), way, query],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the reopen process failed: {done.stderr[-2000:]}")
+    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    result["process"] = time.perf_counter() - started
+    return result
+
+
+def measure_queries(
+    settings: ScaleSettings, memory: MemTree, progress: Callable[[str], None]
+) -> tuple[dict[str, dict[str, float]], dict[str, float], int, int, dict[str, float]]:
+    """Times of the four ways and the floor per query; recall; filter violations."""
+    index = memory._replica.index
+    assert index is not None
+    queries = Memories().queries(settings.queries, seed=settings.seed + 7)
+    rng = random.Random(settings.seed)
+    ways: dict[str, dict[str, Any]] = {
+        "hybrid": {},
+        "hybrid_exact": {"exact": True},
+        "dense": {"lexical_weight": 0.0},
+        "dense_exact": {"lexical_weight": 0.0, "exact": True},
+    }
+    times: dict[str, list[float]] = {name: [] for name in [*ways, "floor", "embed"]}
+    recall: dict[str, list[float]] = {"hybrid": [], "dense": [], "filtered": []}
+    nearest: list[float] = []
+    for warm in queries[:5]:  # the first reads fault the mapped pages in
+        memory.retrieve(warm, k=settings.k)
+    for query in queries:
+        vector = memory.embed_query(query)
+        started = time.perf_counter()
+        memory.embed_query(query)
+        times["embed"].append(time.perf_counter() - started)
+        got: dict[str, list[tuple[str, float]]] = {}
+        order = [*ways, "floor"]
+        rng.shuffle(order)
+        for name in order:
+            started = time.perf_counter()
+            if name == "floor":
+                scores, _ = index._matrix.knn(np.ascontiguousarray(vector, dtype=np.float32), settings.k)
+                times[name].append(time.perf_counter() - started)
+                nearest.append(float(scores[0]))
+                continue
+            hits = memory.retrieve(query, k=settings.k, **ways[name])
+            times[name].append(time.perf_counter() - started)
+            got[name] = [(hit.id, hit.score) for hit in hits]
+        for name in ("hybrid", "dense"):
+            recall[name].append(tie_aware_recall(got[name], got[f"{name}_exact"]))
+    violations = filtered = 0
+    notes = max(1, memory._state.leaf_total)
+    for number, query in enumerate(queries[: max(10, settings.queries // 4)]):
+        speaker = ("Caroline", "Melanie", "Jon", "Gina")[number % 4]
+        start = 1.6e9 + 60.0 * rng.randrange(notes)  # the notes' event times (Memories.batch): a tenth of them
+        window = (start, start + 60.0 * max(10, notes // 10))
+        options: list[dict[str, Any]] = [
+            {"leaves_only": True, "where": {"speaker": speaker}},
+            {"time_range": window},
+        ]
+        for option in options:
+            approximate = memory.retrieve(query, k=settings.k, **option)
+            exact_hits = memory.retrieve(query, k=settings.k, exact=True, **option)
+            if exact_hits:
+                recall["filtered"].append(
+                    tie_aware_recall([(h.id, h.score) for h in approximate], [(h.id, h.score) for h in exact_hits])
+                )
+            filtered += 1
+            for hit in approximate:
+                if option.get("leaves_only") and (not hit.is_leaf or hit.metadata.get("speaker") != speaker):
+                    violations += 1
+                if "time_range" in option and (hit.timestamp is None or not window[0] <= hit.timestamp <= window[1]):
+                    violations += 1
+
+    sample = index.sample(2000, seed=settings.seed)
+    pairs = float(np.mean(np.sum(sample[:1000] * sample[1000:2000], axis=1))) if len(sample) >= 2000 else math.nan
+    progress(
+        "  queries: "
+        + ", ".join(f"{name} {percentiles(values)['p50'] * 1e3:.2f} ms" for name, values in times.items())
+        + f"; recall@{settings.k} "
+        + ", ".join(f"{name} {np.mean(values):.3f}" for name, values in recall.items())
+        + f"; violations {violations}"
+    )
+    return (
+        {name: percentiles(values) for name, values in times.items()},
+        {name: float(np.mean(values)) if values else math.nan for name, values in recall.items()},
+        violations,
+        filtered,
+        {"nearest_p50": float(np.median(nearest)), "random_pair_mean": pairs},
+    )
+
+
+def tie_aware_recall(found: list[tuple[str, float]], exact: list[tuple[str, float]]) -> float:
+    """The share of the exact results the approximate ones match: a result counts if
+    the exact search returned it, or if it scores as high as the lowest exact result
+    (two nodes of equal score are equally right, and which of them makes the cut goes
+    by the order of the rows, which the two searches read differently)."""
+    if not exact:
+        return 1.0
+    ids = {node_id for node_id, _ in exact}
+    lowest = min(score for _, score in exact) - 1e-6
+    matched = sum(1 for node_id, score in found if node_id in ids or score >= lowest)
+    return min(matched, len(exact)) / len(exact)
+
+
+def measure_baselines(
+    settings: ScaleSettings, memory: MemTree, progress: Callable[[str], None]
+) -> dict[str, dict[str, float]]:
+    """FAISS's IVF (its own lists of copies) and HNSW on the memory's matrix, dense only."""
+    index = memory._replica.index
+    assert index is not None and index.ivf is not None
+    matrix = index.all_vectors()
+    queries = np.stack([memory.embed_query(query) for query in Memories().queries(settings.queries, seed=11)])
+    _, truth = faiss.knn(queries, matrix, settings.k, metric=faiss.METRIC_INNER_PRODUCT)
+    ours = index.ivf
+    config = memory.config
+    probes = max(1, min(ours.lists, max(config.ann_min_probes, math.ceil(config.ann_probe_share * ours.lists))))
+    out: dict[str, dict[str, float]] = {}
+    started = time.perf_counter()
+    quantizer = faiss.IndexFlatIP(index.dimension)
+    ivf = faiss.IndexIVFFlat(quantizer, index.dimension, ours.lists, faiss.METRIC_INNER_PRODUCT)
+    ivf.train(matrix[np.random.default_rng(0).choice(len(matrix), min(len(matrix), 64 * ours.lists), replace=False)])
+    ivf.add(matrix)
+    ivf.nprobe = probes
+    out["faiss_ivf_flat"] = _time_faiss(ivf, queries, truth, settings.k, time.perf_counter() - started, len(matrix))
+    out["faiss_ivf_flat"]["update"] = _update_cost(ivf, matrix)
+    started = time.perf_counter()
+    hnsw = faiss.IndexHNSWFlat(index.dimension, 32, faiss.METRIC_INNER_PRODUCT)
+    hnsw.hnsw.efConstruction = 40
+    hnsw.add(matrix)
+    build = time.perf_counter() - started
+    for ef in (32, 64, 128):
+        hnsw.hnsw.efSearch = ef
+        out[f"faiss_hnsw_ef{ef}"] = _time_faiss(hnsw, queries, truth, settings.k, build, len(matrix))
+    ours_times, ours_recall = [], []
+    for query, expected in zip(queries, truth, strict=True):
+        started = time.perf_counter()
+        found = index.search(query, settings.k)
+        ours_times.append(time.perf_counter() - started)
+        ids = {node_id for node_id, _ in found}
+        ours_recall.append(len(ids & {index.ids[int(row)] for row in expected}) / settings.k)
+    out["memtree_ivf"] = {"p50": float(np.median(ours_times)), "recall": float(np.mean(ours_recall))}
+    shown = ", ".join(f"{name} {v['p50'] * 1e3:.2f} ms r={v['recall']:.3f}" for name, v in out.items())
+    progress(f"  baselines: {shown}")
+    return out
+
+
+def _time_faiss(
+    index: Any, queries: np.ndarray, truth: np.ndarray, k: int, build: float, rows: int
+) -> dict[str, float]:
+    times, recall = [], []
+    for query, expected in zip(queries, truth, strict=True):
+        started = time.perf_counter()
+        _, found = index.search(query[None, :], k)
+        times.append(time.perf_counter() - started)
+        recall.append(len(set(found[0].tolist()) & set(expected.tolist())) / k)
+    return {"p50": float(np.median(times)), "recall": float(np.mean(recall)), "build": build, "rows": float(rows)}
+
+
+def _update_cost(index: Any, matrix: np.ndarray) -> float:
+    """Seconds FAISS's IVF takes to replace one vector (remove, add), median of 50."""
+    index.set_direct_map_type(faiss.DirectMap.Hashtable)  # type: ignore[attr-defined]  # removing by id needs it
+    times = []
+    for row in range(min(50, len(matrix))):
+        started = time.perf_counter()
+        index.remove_ids(np.asarray([row], dtype=np.int64))
+        index.add_with_ids(matrix[row : row + 1], np.asarray([row], dtype=np.int64))
+        times.append(time.perf_counter() - started)
+    return float(np.median(times))
+
+
+def measure_adds(
+    settings: ScaleSettings, memory: MemTree, nodes: int, progress: Callable[[str], None]
+) -> dict[str, float]:
+    """``settings.adds`` single adds on the tree: notes numbered past every leaf it
+    holds, so a run never repeats the notes an earlier run added to the kept file
+    (``deduplicate`` would answer those with the stored leaf's id, writing nothing)."""
+    before = memory._state.leaf_total
+    texts, metadata, stamps = Memories().batch(10_000_000 + nodes + before, settings.adds)
+    times = []
+    for text, meta, stamp in zip(texts, metadata, stamps, strict=True):
+        started = time.perf_counter()
+        memory.add(text, metadata=meta, timestamp=stamp)
+        times.append(time.perf_counter() - started)
+    if memory._state.leaf_total - before != settings.adds:
+        raise RuntimeError(
+            f"{settings.adds} adds stored {memory._state.leaf_total - before} new leaves: the timings are not of adds"
+        )
+    result = percentiles(times)
+    progress(f"  adds: p50 {result['p50'] * 1e3:.1f} ms, p95 {result['p95'] * 1e3:.1f} ms")
+    return result
+
+
+def measure_growth(settings: ScaleSettings, progress: Callable[[str], None]) -> dict[str, Any]:
+    """Grow a new tree by single adds; the median add around 1k nodes and at the end."""
+    path = settings.trees / "growth.db"
+    for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        leftover.unlink(missing_ok=True)
+    import shutil
+
+    shutil.rmtree(f"{path}-index", ignore_errors=True)
+    memories = Memories(seed=5)
+    windows: dict[int, list[float]] = {}
+    cpu: dict[int, list[float]] = {}
+    marks = (1_000, settings.growth)
+    load = {"before": load_average()}
+    started = time.perf_counter()
+    with open_memory(path) as memory:
+        number = 0
+        for mark in marks:
+            # The window ends at the mark: at 20,000 nodes the tree reaches the default
+            # segment_min_nodes, and the first segment written in the background would
+            # slow the adds beside it; that one-time cost is the build's, not an add's.
+            while len(memory._state.nodes) - 1 < mark - GROWTH_NODES:
+                texts, metadata, stamps = memories.batch(number, 1)
+                memory.add(texts[0], metadata=metadata[0], timestamp=stamps[0])
+                number += 1
+            windows[mark], cpu[mark] = [], []
+            at = len(memory._state.nodes) - 1
+            while len(memory._state.nodes) - 1 < mark:
+                texts, metadata, stamps = memories.batch(number, 1)
+                wall, process = time.perf_counter(), time.process_time()
+                memory.add(texts[0], metadata=metadata[0], timestamp=stamps[0])
+                windows[mark].append(time.perf_counter() - wall)
+                cpu[mark].append(time.process_time() - process)
+                number += 1
+            load[f"at {mark}"] = load_average()
+            progress(f"  growth: {at:,} to {mark:,} nodes, median add {statistics.median(windows[mark]) * 1e3:.1f} ms")
+        stats = memory.stats()
+    small, large = marks
+    return {
+        "marks": list(marks),
+        "timed": {str(mark): len(windows[mark]) for mark in marks},
+        "adds": number,
+        "nodes": stats.nodes,
+        "seconds": time.perf_counter() - started,
+        "median": {str(mark): statistics.median(windows[mark]) for mark in marks},
+        "p95": {str(mark): float(np.percentile(windows[mark], 95)) for mark in marks},
+        "cpu_median": {str(mark): statistics.median(cpu[mark]) for mark in marks},
+        "ratio": statistics.median(windows[large]) / statistics.median(windows[small]),
+        "cpu_ratio": statistics.median(cpu[large]) / statistics.median(cpu[small]),
+        "mean_leaf_depth": stats.mean_leaf_depth,
+        "load": load,
+        "max_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "pid": os.getpid(),
+    }

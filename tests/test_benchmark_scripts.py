@@ -94,7 +94,7 @@ def test_chat_ingestion_benchmark_pairs_a_baseline_run_with_this_codes(tmp_path:
 
 
 @pytest.mark.slow
-def test_storage_benchmark_times_reopen_with_and_without_the_bm25_index(tmp_path: Path) -> None:
+def test_storage_benchmark_times_reopen_from_segments_and_from_rows(tmp_path: Path) -> None:
     command = [
         sys.executable,
         str(ROOT / "benchmarks" / "storage.py"),
@@ -108,10 +108,13 @@ def test_storage_benchmark_times_reopen_with_and_without_the_bm25_index(tmp_path
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     subprocess.run(command, check=True, cwd=ROOT, env=env, capture_output=True, timeout=600)
     report = (tmp_path / "out" / "storage.md").read_text(encoding="utf-8")
-    assert "| reopen without BM25 (s) |" in report and "| sqlite FULL |" in report
+    assert "| from rows without BM25 (s) |" in report and "| sqlite FULL |" in report
+    assert "map a segment's embeddings" in report
     results = json.loads((tmp_path / "out" / "storage.json").read_text(encoding="utf-8"))["results"]
     assert {row["store"] for row in results} == {"memory", "sqlite FULL", "sqlite NORMAL"}
-    assert all(row["reopen_s"] > 0 and row["reopen_dense_only_s"] > 0 for row in results)
+    assert all(
+        row["reopen_s"] > 0 and row["reopen_from_rows_s"] > 0 and row["reopen_dense_only_s"] > 0 for row in results
+    )
     backup = next((tmp_path / "cache").glob("*.jsonl")).read_text(encoding="utf-8")
     assert '"speaker"' in backup  # the notes carry metadata, as an application's do
 
@@ -546,3 +549,19 @@ def test_the_adversarial_pass_runs_the_whole_table_and_reports_it(tmp_path: Path
     assert sqlite["race"]["put/get/delete x2"]["lost"] == 0 and sqlite["privacy"]["leaks"] == []
     assert sqlite["bad_inputs"]["raw"] == 0 and sqlite["bad_inputs"]["accepted"] == 0
     assert "| 1 | namespace race" in out.with_suffix(".md").read_text(encoding="utf-8")
+
+
+def test_scale_query_cpu_times_each_way_on_a_kept_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CPU-time companion of ``memtree bench scale`` reads the tree that command
+    keeps and reports a CPU and a wall median for each way of retrieving."""
+    from memtree_bench.scale import open_memory
+    from memtree_bench.scale_data import Memories
+
+    texts, metadata, stamps = Memories().batch(0, 60)
+    with open_memory(tmp_path / "scale-300.db") as memory:
+        memory.add_many(texts, metadata=metadata, timestamps=stamps)
+    script = benchmark_script("scale_query_cpu", monkeypatch)
+    result = script.measure(tmp_path / "scale-300.db", 4)
+    assert set(result) == {"hybrid", "dense", "hybrid_exact"}
+    assert all(way["cpu_p50_ms"] > 0 and way["wall_p50_ms"] > 0 for way in result.values())
+    assert result["hybrid"]["queries"] == 4 and result["hybrid_exact"]["queries"] == 2

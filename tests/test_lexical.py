@@ -14,7 +14,7 @@ from lexical_reference import ReferenceLexicalIndex
 from memtree import MemTree, MemTreeConfig
 from memtree import lexical as lexical_module
 from memtree.embed import Embedder, Matrix
-from memtree.lexical import LexicalIndex, lexical_tokens, top
+from memtree.lexical import LexicalBase, LexicalIndex, lexical_tokens, top
 
 
 class BlurryEmbedder(Embedder):
@@ -212,6 +212,22 @@ def test_numpy_index_scores_exactly_like_the_reference(
         _check_against_reference(index, reference, ids, start, operations, forward_cost)
 
 
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    start=st.lists(text, min_size=1, max_size=60),
+    operations=st.lists(operation, max_size=40),
+    forward_cost=st.sampled_from([None, 0, lexical_module._FORWARD_COST]),
+)
+def test_an_index_mapped_from_stored_arrays_scores_like_the_reference(
+    start: list[str], operations: list[tuple[str, object]], forward_cost: float | None
+) -> None:
+    """An index opened over a segment's arrays (postings read in place until a write
+    copies them) gives the reference's scores before and after any upserts and removes."""
+    ids = [f"s{i}" for i in range(len(start))]
+    index = LexicalIndex.mapped(LexicalBase.of(ids, start))
+    _check_against_reference(index, ReferenceLexicalIndex(), ids, start, operations, forward_cost, loaded=True)
+
+
 def _check_against_reference(
     index: LexicalIndex,
     reference: ReferenceLexicalIndex,
@@ -219,8 +235,11 @@ def _check_against_reference(
     start: list[str],
     operations: list[tuple[str, object]],
     forward_cost: float | None,
+    *,
+    loaded: bool = False,
 ) -> None:
-    index.upsert_many(ids, start)
+    if not loaded:
+        index.upsert_many(ids, start)
     for key, value in zip(ids, start, strict=True):
         reference.upsert(key, value)
     one_pass = 10**9 if forward_cost is None else 0

@@ -27,12 +27,14 @@ version of it); deleting a namespace deletes all of it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from memtree.node import JSONDict, LeafVersion, Node
@@ -75,6 +77,23 @@ def encode_namespace(key: NamespaceKey) -> str:
 
 def decode_namespace(text: str) -> NamespaceKey:
     return tuple(json.loads(text))
+
+
+@dataclass(frozen=True)
+class IndexFolder:
+    """A namespace's folder of index files: its ``path``, whether this process may
+    write there, and the ``identity`` of the database the files must come from (a
+    segment stamped with another, say from before the database file was restored
+    from a backup, is never used)."""
+
+    path: Path
+    writable: bool
+    identity: str = ""
+
+
+def index_folder_name(namespace: NamespaceKey) -> str:
+    """The name of a namespace's folder of index files (namespaces may hold any character)."""
+    return hashlib.sha256(encode_namespace(namespace).encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def encode_records(kind: str, records: Mapping[str, JSONDict | None]) -> dict[str, str | None]:
@@ -311,6 +330,11 @@ class Store(ABC):
             if self.head(namespace) == (changes.seq, changes.generation):
                 break
         return NamespaceSnapshot(changes, records, history)
+
+    def index_folder(self, namespace: NamespaceKey) -> IndexFolder | None:
+        """Where ``namespace``'s index files live (:mod:`memtree.checkpoint`);
+        ``None`` (this default): nowhere, so each process builds its indexes from the rows."""
+        return None
 
     def compact(self) -> CompactionReport:
         """Drop what the store keeps only for readers catching up (tombstones of

@@ -16,12 +16,14 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from memtree.store import migrations
-from memtree.store.base import NamespaceKey, encode_namespace
+from memtree.store.base import IndexFolder, NamespaceKey, encode_namespace, index_folder_name
 from memtree.store.migrations import (
     SCHEMA_TABLE,
     SCHEMA_V1_DESCRIPTION,
@@ -85,13 +87,25 @@ class PostgresBackend(SQLBackend):
         memory = MemTree(store=store, namespace=("users", "alice"))
 
     (``MemTree.open("postgresql://...")`` does the same and closes the store for you.)
+
+    ``index_dir``: a local folder where this machine keeps index files of large
+    namespaces (:mod:`memtree.checkpoint`), so a process that starts maps them and
+    reads only the rows committed since, instead of every row (a cache: deleting it
+    loses nothing). ``None`` (the default): each process builds its indexes from the rows.
     """
 
     placeholder = "%s"
     namespace_for_records = NAMESPACE_ID + " FOR KEY SHARE"  # a concurrent delete_namespace waits for us
 
     def __init__(
-        self, dsn: str, *, min_size: int = 1, max_size: int = 10, lock_timeout: float = 30.0, read_only: bool = False
+        self,
+        dsn: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        lock_timeout: float = 30.0,
+        index_dir: str | os.PathLike[str] | None = None,
+        read_only: bool = False,
     ) -> None:
         super().__init__()
         self.read_only = read_only
@@ -108,6 +122,7 @@ class PostgresBackend(SQLBackend):
         if lock_timeout <= 0:
             raise ValueError(f"lock_timeout must be > 0 seconds, got {lock_timeout}")
         self.lock_timeout = lock_timeout
+        self.index_dir = None if index_dir is None else Path(index_dir) / hashlib.sha256(dsn.encode()).hexdigest()[:16]
         self._errors = psycopg.errors
         self._label = _describe(dsn)
         try:
@@ -128,6 +143,12 @@ class PostgresBackend(SQLBackend):
 
     def __repr__(self) -> str:
         return f"PostgresBackend({self._label})"
+
+    def index_folder(self, namespace: NamespaceKey) -> IndexFolder | None:
+        """``index_dir/<DSN hash>/<namespace hash>``, when an ``index_dir`` was given."""
+        if self.index_dir is None:
+            return None
+        return IndexFolder(self.index_dir / index_folder_name(namespace), True, f"postgres:{self.index_dir.name}")
 
     def _migrate(self, connection: Any) -> None:
         """Create or upgrade memtree's tables under a lock, so concurrent first opens agree."""

@@ -44,7 +44,7 @@ from typing import Literal
 from urllib.parse import quote
 
 from memtree.store import migrations
-from memtree.store.base import NamespaceKey
+from memtree.store.base import IndexFolder, NamespaceKey, index_folder_name
 from memtree.store.migrations import (
     SCHEMA_V1_DESCRIPTION,
     SCHEMA_V2_DESCRIPTION,
@@ -58,6 +58,9 @@ from memtree.store.migrations import (
 )
 from memtree.store.sql import SQLBackend
 from memtree.store.sqlite_inspect import APPLICATION_ID, inspect, schema_version
+
+INDEX_SUFFIX = "-index"
+"""The folder of index files beside a database file: ``memory.db-index`` (see :mod:`memtree.checkpoint`)."""
 
 _MAX_IDLE_READERS = 4
 _MMAP_BYTES = 1 << 30
@@ -97,7 +100,13 @@ class SQLiteBackend(SQLBackend):
         memory = MemTree(store=store, namespace=("users", "alice"))
 
     (``MemTree.open("memory.db")`` does the same and closes the store for you.)
+
+    Large namespaces also keep index files in a folder beside the file
+    (``memory.db-index``; :mod:`memtree.checkpoint`), which a reopen maps instead of
+    rebuilding its indexes; deleting that folder loses nothing (it is made again).
     """
+
+    _writes_files = True
 
     def __init__(
         self,
@@ -135,6 +144,19 @@ class SQLiteBackend(SQLBackend):
 
     def __repr__(self) -> str:
         return f"SQLiteBackend({str(self.path)!r})"
+
+    def index_folder(self, namespace: NamespaceKey) -> IndexFolder | None:
+        """``<file>-index/<namespace hash>``, beside the database file. Its identity is
+        the file's device and inode: a copy restored in its place is another file, so
+        segments written for the old one are not used with it."""
+        try:
+            status = os.stat(self.path)
+        except OSError:
+            return None
+        identity = f"sqlite:{status.st_dev}:{status.st_ino}"
+        return IndexFolder(
+            Path(f"{self.path}{INDEX_SUFFIX}") / index_folder_name(namespace), self._writes_files, identity
+        )
 
     # -- opening ---------------------------------------------------------------------
 
@@ -316,6 +338,9 @@ class ReadOnlySQLiteBackend(SQLiteBackend):
 
     def __repr__(self) -> str:
         return f"ReadOnlySQLiteBackend({str(self.path)!r})"
+
+    _writes_files = False
+    """Reads index files beside the database, never writes them."""
 
     def _connect(self) -> sqlite3.Connection:
         uri = f"file:{quote(str(self.path.resolve()))}?{self._uri_options}"
