@@ -26,7 +26,11 @@ Writing
   routing          where a new text goes: depth-adaptive threshold, descent from the root
   calibration      theta0="auto": the routing threshold learnt from the embedder's scale
 Reading
+  intent           what a query asks for: an overview (about whom or what, when) or a lookup
+  overview         MemTree.overview: a person, topic or time span covered breadth first, dated
   retrieval        a query checked, ranked (collapsed or traversal, hybrid) and packed to a budget
+  feedback         context feedback: the best first match's tree context moves the query
+  time_expressions "in May 2023", "last week": a query's time expressions as a time range (dateparser)
   recency          same_subject: a newer memory about the same subject put above an older one
   packing          a ranking made into results under k, the token budget and sentence de-duplication
   summary_hits     what a summary that ranks delivers: its best leaves (default) or its own text

@@ -1,0 +1,434 @@
+"""``MemTree.overview``: what the memory holds about a person, a topic or a time span.
+
+``retrieve`` ranks memories against a question's words and meaning, which is right
+for a lookup ("What is Maya's dog called?") and wrong for an overview ("What do
+you know about Maya?", "What did we talk about on 9 June?"): such a request names a
+part of the memory, not a fact, and the memories that share its words are the
+least informative ones ("Maya: thanks!"). An overview instead covers that part,
+breadth first:
+
+1. **Scope.** The live leaves inside the time range (``since``/``until``) that pass
+   ``where``. When ``about`` names speakers of the memory (a leaf written
+   ``Name: ...``, as chat turns are), only what they said; other words of
+   ``about`` weigh each leaf by its relevance to ``about`` (the hybrid score of
+   :mod:`memtree.retrieval`: cosine and BM25).
+2. **Segments.** The scope is cut into time segments, one per calendar day (undated
+   leaves: one per subtree below the root), so that a long stretch of time is not
+   represented by its busiest day alone.
+3. **Choice.** Each leaf is worth its information (the idf-weighted count of its
+   distinct content words: a long, specific turn holds more facts than "Wow, so
+   cool!") times its relevance to the rest of ``about`` raised to
+   :data:`RELEVANCE_POWER`. Parts are taken best first, and each part a segment has
+   already given discounts its next by :data:`REPEAT_DISCOUNT`, until the token
+   budget or ``k``.
+4. **Summaries.** A summary whose leaves all lie in the scope stands in for them when
+   its text is not made of their own sentences (a model's prose, which restates
+   several of their facts in fewer words; an extractive summary only repeats some
+   of their sentences): it is chosen as its leaves would be, worth what they are
+   worth together, at the cost of its text.
+5. **Order.** The parts come in time order, each dated: a text that does not
+   start with a date gets ``YYYY-MM-DD: `` (a summary its first and last dates).
+
+No model is called: the only model work is one embedding of ``about`` when it holds
+words beyond speaker names. ``benchmarks/results/overview.md`` measures it against
+flat search, flat search with the question's time range as a filter, MMR and a
+random sample of the asked turns, on questions built from LoCoMo's annotations.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from memtree.config import MemTreeConfig
+from memtree.digest import STOPWORDS, speaker_of
+from memtree.index import VectorIndex
+from memtree.inputs import TimeLike, to_time_range
+from memtree.node import ROOT_ID, Node, RetrievedNode, Vector, to_datetime
+from memtree.packing import DeliveredSentences, cut_to_budget
+from memtree.replica import Replica
+from memtree.state import TreeState
+from memtree.text import date_of, fold, split_sentences
+from memtree.where import Where, parse_where
+
+DEFAULT_TOKEN_BUDGET = 1000
+"""The overview's size when neither the call nor the config gives a token budget."""
+
+RELEVANCE_POWER = 3.0
+"""How much a leaf's relevance to ``about`` (beyond speaker names) weighs against its
+information: its worth is ``information * relevance ** RELEVANCE_POWER``. 0 would
+ignore the topic; tuned on LoCoMo conversations 0-4 (benchmarks/results/overview.md)."""
+
+REPEAT_DISCOUNT = 0.5
+"""What each part a time segment has already given multiplies the worth of its next
+by: 0 takes one part per segment before any second, 1 ignores segments."""
+
+OVERVIEW = "overview"
+"""``RetrievedNode.answered_by`` of an overview's parts."""
+
+_WORD = re.compile(r"[^\W\d_][\w'’-]*", re.UNICODE)
+_POSSESSIVE = re.compile(r"['’]s$")
+_SPEAKER_LABEL = re.compile(r"^.{0,60}?[A-Z][\w'’-]*(?: [A-Z][\w'’-]*)?:\s")
+_REQUEST_TEXT = """what who whom whose which when where why how know knows remember remembers tell talk talked
+    discuss discussed happened happen happens summarise summarize summary recap overview everything anything all
+    about did does do me us we our you your i my"""
+_REQUEST_WORDS = frozenset(_REQUEST_TEXT.split())
+
+
+@dataclass(frozen=True)
+class OverviewQuery:
+    """One ``overview`` call's options, checked."""
+
+    about: str | None
+    time_range: tuple[float | None, float | None] | None
+    token_budget: int
+    k: int | None
+    where: Where | None
+    count_tokens: Callable[[str], int]
+    lexical_weight: float
+    relevance_floor: float | None = None
+    """The embedder's calibrated relevance floor (a cosine): a topic's leaves are those
+    sharing a word with it or at least this similar to it (``None``: every leaf)."""
+
+    @property
+    def topic(self) -> str | None:
+        """``about`` if it holds any word to rank by (else ``None``)."""
+        return self.about if self.about and terms_of(self.about) else None
+
+
+def check_overview(
+    config: MemTreeConfig,
+    about: str | None,
+    since: TimeLike | None,
+    until: TimeLike | None,
+    token_budget: int | None,
+    k: int | None,
+    where: Mapping[str, Any] | None,
+    relevance_floor: float | None = None,
+) -> OverviewQuery:
+    """``MemTree.overview``'s arguments checked, the config's defaults filled in; a
+    bad value raises naming the argument and what it accepts."""
+    if about is not None and not isinstance(about, str):
+        raise TypeError(f"about must be a str or None, got {type(about).__name__}")
+    if about is not None and not about.strip():
+        about = None
+    budget = token_budget if token_budget is not None else (config.token_budget or DEFAULT_TOKEN_BUDGET)
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
+        raise ValueError(f"token_budget must be a positive integer or None, got {token_budget!r}")
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k <= 0):
+        raise ValueError(f"k must be a positive integer or None (as many parts as the budget holds), got {k!r}")
+    span = to_time_range((since, until)) if since is not None or until is not None else None
+    if span is not None and span[0] is not None and span[1] is not None and span[0] > span[1]:
+        raise ValueError(f"since ({since!r}) is after until ({until!r})")
+    return OverviewQuery(
+        about, span, budget, k, parse_where(where), config.token_counter, float(config.lexical_weight), relevance_floor
+    )
+
+
+def terms_of(text: str) -> list[str]:
+    """The content words of ``about`` (lower-cased; request and function words such
+    as "what", "know", "about", "we" left out), in order, once each."""
+    words = (_POSSESSIVE.sub("", word.lower()).strip("'’-") for word in _WORD.findall(text))
+    return list(dict.fromkeys(w for w in words if len(w) > 1 and w not in STOPWORDS and w not in _REQUEST_WORDS))
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The choice's knobs (the module doc says what each does); the benchmark tries others."""
+
+    relevance_power: float = RELEVANCE_POWER
+    repeat_discount: float = REPEAT_DISCOUNT
+    segments: str = "day"
+    """``"day"``: one segment per calendar day; ``"subtree"``: per subtree below the
+    root; ``"none"``: no segments."""
+    cost_power: float = 0.0
+    """A part's priority is its worth over its cost in tokens to this power: 0 takes
+    the most informative first, 1 the most informative per token."""
+    topic_only: bool = True
+    """Whether a topic keeps only the leaves about it (:meth:`_Overview._about_topic`)."""
+    summary_share: float | None = 1.0
+    """A summary of model prose may stand in for its leaves when at least this share
+    of them lies in the scope (``None``: never)."""
+
+
+def answer_overview(
+    replica: Replica, query: OverviewQuery, vector: Vector | None, settings: Settings = Settings()
+) -> list[RetrievedNode]:
+    """The overview's parts for ``query`` (``vector``: the embedding of its topic, or
+    ``None`` when it has none), under the replica's read lock."""
+    with replica.lock.read():
+        index, state = replica.index, replica.state
+        if index is None or len(index) == 0:
+            return []
+        return _Overview(index, state, query, vector, settings, state.hidden(time.time())).parts()
+
+
+class _Overview:
+    """One overview being chosen: the scope, each leaf's worth, the segments."""
+
+    def __init__(
+        self,
+        index: VectorIndex,
+        state: TreeState,
+        query: OverviewQuery,
+        vector: Vector | None,
+        settings: Settings,
+        hidden: frozenset[str],
+    ) -> None:
+        self.index, self.state, self.query, self.settings, self.hidden = index, state, query, settings, hidden
+        leaves = self._in_range()
+        named = self._named_speakers(leaves)
+        if named:
+            leaves = [leaf for leaf in leaves if (self._speaker(leaf) or "").lower() in named]
+        self.leaves = leaves
+        rest = [term for term in terms_of(query.about or "") if term not in named]
+        self._terms, self._vector = rest, (vector if rest else None)
+        self._peak: float | None = None
+        if self._vector is not None and settings.topic_only:
+            self.leaves = leaves = self._about_topic(leaves)
+        self.relevance = self._relevance_of(leaves) if self._vector is not None else None
+        self.information = self._information()
+
+    # -- scope --------------------------------------------------------------------------
+
+    def _in_range(self) -> list[str]:
+        state, query = self.state, self.query
+        selection = state.leaves_matching(query.where) if query.where else None
+        start, end = query.time_range or (None, None)
+        leaves = []
+        for node in state.nodes.values():
+            if not node.is_leaf or node.is_root or node.id in self.hidden:
+                continue
+            if selection is not None and node.id not in selection:
+                continue
+            if start is not None and (node.timestamp is None or node.timestamp < start):
+                continue
+            if end is not None and (node.timestamp is None or node.timestamp > end):
+                continue
+            leaves.append(node.id)
+        return leaves
+
+    def _speaker(self, leaf: str) -> str | None:
+        return speaker_of(self.state.nodes[leaf].text)
+
+    def _named_speakers(self, leaves: list[str]) -> set[str]:
+        """The speakers of the scope (``Name:`` at a leaf's start) that ``about`` names."""
+        wanted = set(terms_of(self.query.about or ""))
+        if not wanted:
+            return set()
+        speakers = {(self._speaker(leaf) or "").lower() for leaf in leaves}
+        return {name for name in speakers if name and all(part in wanted for part in name.split())}
+
+    # -- worth ----------------------------------------------------------------------------
+
+    def _scores(self, node_ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Nodes' cosines with the topic, and their BM25 scores for its words over the
+        best BM25 score among the scope's leaves (zeros without a lexical index)."""
+        assert self._vector is not None
+        cosine = self.index.score(self._vector, node_ids).astype(np.float64)
+        lexical = np.zeros(len(node_ids))
+        words = self.state.lexical
+        if self.query.lexical_weight > 0 and words is not None:
+            prepared = words.prepare(" ".join(self._terms))
+            if len(prepared):
+                if self._peak is None:
+                    scope = words.score_of(prepared, self.leaves) if self.leaves else np.zeros(0)
+                    self._peak = float(scope.max()) if len(scope) else 0.0
+                if self._peak > 0:
+                    lexical = words.score_of(prepared, node_ids).astype(np.float64) / self._peak
+        return cosine, lexical
+
+    def _relevance_of(self, node_ids: list[str]) -> dict[str, float]:
+        """Nodes' hybrid scores against the topic, as retrieval scores them."""
+        if not node_ids:
+            return {}
+        cosine, lexical = self._scores(node_ids)
+        weight = self.query.lexical_weight
+        score = (cosine + weight * lexical) / (1.0 + weight)
+        return dict(zip(node_ids, np.clip(score, 1e-6, None).tolist(), strict=True))
+
+    def _about_topic(self, leaves: list[str]) -> list[str]:
+        """The leaves about the topic: sharing a word with it, or at least as similar to
+        it as the relevance floor (the calibrated one of the embedder; without one, all).
+        None of them: all, ranked by relevance alone."""
+        floor = self.query.relevance_floor
+        if not leaves or floor is None:
+            return leaves
+        cosine, lexical = self._scores(leaves)
+        kept = [leaf for leaf, c, w in zip(leaves, cosine, lexical, strict=True) if w > 0 or c >= floor]
+        return kept or leaves
+
+    def _information(self) -> dict[str, float]:
+        """Each scope leaf's distinct content words, weighted by their rarity in the scope."""
+        words = {leaf: set(_content_words(self.state.nodes[leaf].text)) for leaf in self.leaves}
+        self._frequency = Counter(word for found in words.values() for word in found)
+        return {leaf: self._rarity(found) for leaf, found in words.items()}
+
+    def _rarity(self, words: set[str]) -> float:
+        total = max(1, len(self.leaves))
+        return sum(math.log(1.0 + total / max(1, self._frequency[word])) for word in words)
+
+    def worth(self, leaf: str) -> float:
+        value = self.information[leaf]
+        if self.relevance is not None:
+            value *= self.relevance[leaf] ** self.settings.relevance_power
+        return value
+
+    def _summary_worth(self, summary: str, share: float) -> float:
+        """A summary's information (as a leaf's, from its own text) times the share of
+        its leaves in the scope, and its relevance as a leaf's."""
+        value = self._rarity(set(_content_words(self.state.nodes[summary].text))) * share
+        if self.relevance is not None and self._vector is not None:
+            value *= self._relevance_of([summary])[summary] ** self.settings.relevance_power
+        return value
+
+    # -- segments and choice ----------------------------------------------------------------
+
+    def _segment(self, node: Node) -> object:
+        kind = self.settings.segments
+        if kind == "none":
+            return None
+        if kind == "day" and node.timestamp is not None:
+            moment = to_datetime(node.timestamp)
+            return moment.date() if moment is not None else node.timestamp
+        return self._top(node.id)
+
+    def _top(self, node_id: str) -> str:
+        """The subtree below the root that holds ``node_id``."""
+        node = self.state.nodes[node_id]
+        while node.parent is not None and node.parent != ROOT_ID:
+            node = self.state.nodes[node.parent]
+        return node.id
+
+    def _candidates(self) -> list[tuple[float, str, list[str]]]:
+        """(worth, node id, leaves it stands for): every scope leaf, and each summary of
+        model prose with at least ``summary_share`` of its live leaves in the scope."""
+        candidates = [(self.worth(leaf), leaf, [leaf]) for leaf in self.leaves]
+        share_needed = self.settings.summary_share
+        if share_needed is None or not self.leaves:
+            return candidates
+        scope = set(self.leaves)
+        for summary in self._summaries_over(scope):
+            below = [leaf for leaf in self.state.leaf_ids_under(summary) if leaf not in self.hidden]
+            inside = [leaf for leaf in below if leaf in scope]
+            share = len(inside) / len(below) if below else 0.0
+            if inside and share >= share_needed and not _quotes_leaves(self.state, summary, below):
+                candidates.append((self._summary_worth(summary, share), summary, inside))
+        return candidates
+
+    def _summaries_over(self, scope: set[str]) -> list[str]:
+        found: set[str] = set()
+        for leaf in scope:
+            node = self.state.nodes[leaf]
+            while node.parent is not None and node.parent != ROOT_ID and node.parent not in found:
+                found.add(node.parent)
+                node = self.state.nodes[node.parent]
+        return sorted(found)
+
+    def parts(self) -> list[RetrievedNode]:
+        query = self.query
+        count = query.count_tokens
+        heaps: dict[object, list[tuple[float, str, list[str]]]] = {}
+        for worth, node_id, below in self._candidates():
+            cost = max(1, count(self.state.nodes[node_id].text))
+            key = self._segment(self.state.nodes[below[0]])
+            heaps.setdefault(key, []).append((-worth / cost**self.settings.cost_power, node_id, below))
+        for heap in heaps.values():
+            heapq.heapify(heap)
+        taken: Counter[object] = Counter()
+        covered: set[str] = set()
+        chosen: list[tuple[str, list[str]]] = []
+        spent = 0
+        discount = self.settings.repeat_discount
+        while heaps and spent < query.token_budget and (query.k is None or len(chosen) < query.k):
+            key = min(heaps, key=lambda seg: heaps[seg][0][0] * discount ** taken[seg])
+            _, node_id, below = heapq.heappop(heaps[key])
+            if not heaps[key]:
+                del heaps[key]
+            if any(leaf in covered for leaf in below):
+                continue  # a summary and one of its leaves: the first chosen stands
+            covered.update(below)
+            chosen.append((node_id, below))
+            taken[key] += 1
+            spent += count(self.state.nodes[node_id].text)
+        return self._packed(chosen)
+
+    # -- delivery -------------------------------------------------------------------------
+
+    def _packed(self, chosen: list[tuple[str, list[str]]]) -> list[RetrievedNode]:
+        """The chosen parts in time order, dated, repeated sentences dropped, cut to the budget."""
+        nodes = self.state.nodes
+
+        def when(part: tuple[str, list[str]]) -> tuple[float, float, str]:
+            stamps = [stamp for stamp in (nodes[leaf].timestamp for leaf in part[1]) if stamp is not None]
+            return (min(stamps) if stamps else math.inf, nodes[part[0]].created_at, part[0])
+
+        delivered = DeliveredSentences()
+        results: list[RetrievedNode] = []
+        used = 0
+        for node_id, below in sorted(chosen, key=when):
+            node = nodes[node_id]
+            fresh = delivered.new_part(node.text)
+            if fresh is None:
+                continue
+            context = _dated(fresh, [nodes[leaf].timestamp for leaf in below])
+            cost = self.query.count_tokens(context)
+            if used + cost > self.query.token_budget:
+                context = cut_to_budget(context, self.query.token_budget - used, self.query.count_tokens)
+                if not context:
+                    break
+                cost = self.query.count_tokens(context)
+            used += cost
+            results.append(
+                RetrievedNode(
+                    id=node.id,
+                    text=node.text,
+                    score=self.worth(node_id) if node.is_leaf else self._summary_worth(node_id, 1.0),
+                    depth=node.depth,
+                    is_leaf=node.is_leaf,
+                    timestamp=node.timestamp,
+                    metadata=dict(node.metadata),
+                    leaf_ids=tuple(below),
+                    source_id=node.source_id,
+                    context=context,
+                    answered_by=OVERVIEW,
+                )
+            )
+        return results
+
+
+def _content_words(text: str) -> list[str]:
+    """A leaf's content words: its speaker label and function words left out."""
+    label = _SPEAKER_LABEL.match(text)
+    body = text[label.end() :] if label else text
+    words = (word.lower().strip("'’-") for word in _WORD.findall(body))
+    return [word for word in words if len(word) > 2 and word not in STOPWORDS and "'" not in word]
+
+
+def _quotes_leaves(state: TreeState, summary: str, leaves: list[str]) -> bool:
+    """Whether a summary is made of its leaves' own sentences (an extractive or digest
+    summary): delivering the leaves gives all it says, and more."""
+    sentences = {fold(sentence) for leaf in leaves for sentence in split_sentences(state.nodes[leaf].text)}
+    own = [fold(sentence) for sentence in split_sentences(state.nodes[summary].text)]
+    quoted = sum(sentence in sentences for sentence in own)
+    return quoted * 2 >= len(own)
+
+
+def _dated(text: str, stamps: list[float | None]) -> str:
+    """``text`` with its date in front (``YYYY-MM-DD: ``, or a first and last date),
+    unless it already starts with one."""
+    if date_of(text) is not None:
+        return text
+    days = sorted({moment.date() for moment in map(to_datetime, stamps) if moment is not None})
+    if not days:
+        return text
+    span = days[0].isoformat() if len(days) == 1 else f"{days[0].isoformat()} – {days[-1].isoformat()}"
+    return f"{span}: {text}"
