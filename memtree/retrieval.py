@@ -34,8 +34,10 @@ import numpy as np
 import numpy.typing as npt
 
 from memtree.config import RETRIEVAL_MODES, MemTreeConfig
+from memtree.feedback import NAME_WEIGHT, Feedback, boosted, context_feedback
 from memtree.index import Mask, VectorIndex
 from memtree.inputs import TimeLike, to_min_score, to_time_range
+from memtree.lexical import LexicalIndex
 from memtree.lexical import LexicalQuery as PreparedQuery
 from memtree.node import ROOT_ID, RetrievedNode, Vector
 from memtree.packing import Packing, pack
@@ -46,6 +48,7 @@ from memtree.spare_core import IN_TURN, SEARCHES, Overlap
 from memtree.state import TreeState
 from memtree.summary_hits import SUMMARY_HIT_WEIGHT, best_leaves_under, check_summary_hits
 from memtree.text import require_text
+from memtree.time_expressions import time_span
 from memtree.where import Selection, Where, parse_where
 
 Ranked = list[tuple[str, float]]
@@ -74,10 +77,30 @@ class Filters:
 
 @dataclass(frozen=True)
 class LexicalQuery:
-    """The query's words and the weight BM25 gets beside cosine similarity."""
+    """The query's words and the weight BM25 gets beside cosine similarity; ``names``
+    (context feedback, :mod:`memtree.feedback`) count as words of the query at
+    ``name_weight``."""
 
     text: str
     weight: float
+    names: tuple[str, ...] = ()
+    name_weight: float = NAME_WEIGHT
+
+
+def prepared_words(words: LexicalIndex, lexical: LexicalQuery) -> PreparedQuery:
+    """``lexical``'s words as the BM25 index weighs them, its names at their weight."""
+    prepared = words.prepare(lexical.text)
+    if not lexical.names:
+        return prepared
+    extra = words.prepare(" ".join(lexical.names))
+    new = ~np.isin(extra.terms, prepared.terms)
+    if not new.any():
+        return prepared
+    return PreparedQuery(
+        np.concatenate([prepared.terms, extra.terms[new]]),
+        np.concatenate([prepared.weights, extra.weights[new] * lexical.name_weight]),
+        prepared.average_length,
+    )
 
 
 def first_limit(k: int) -> int:
@@ -113,6 +136,25 @@ def relevance_floor(embedder_name: str) -> float | None:
     return next((floor for model, floor in CALIBRATED_FLOORS.items() if model in name), None)
 
 
+TIME_PREFERENCE = 0.2
+"""What a node inside the time range a query names (:mod:`memtree.time_expressions`)
+adds to its score. A boost rather than a filter: an event is often told of after
+its day ("last week I..."), and a range that misses it must not hide it. On the 100
+LoCoMo questions of conversations 0-4 that name a time, it raised evidence recall by
++2.2 / +7.6 / +6.1 / +2.1 points at 250 / 500 / 1000 / 2000 words, where filtering
+by the range lost 1.1-11.7 points and ranking the range first then the rest gained
+-0.4 / +5.8 / +4.1 / +1.9 (0.1 gave +0.7 / +6.6 / +6.1 / +3.1)."""
+
+
+@dataclass(frozen=True)
+class Preference:
+    """Nodes whose event time lies in ``time_range`` (inclusive; ``None`` leaves a
+    side open) rank ``boost`` higher."""
+
+    time_range: tuple[float | None, float | None]
+    boost: float = TIME_PREFERENCE
+
+
 OVERLAP_MIN_NODES = 8192
 """From this many nodes up, hybrid ranking runs its BM25 search beside the vector
 scan by default; on smaller memories the scan is too short for the thread handoff
@@ -140,6 +182,7 @@ def rank_collapsed(
     lexical: LexicalQuery | None = None,
     overlap: Overlap | None = None,
     summary_weight: float = SUMMARY_WEIGHT,
+    prefer: Preference | None = None,
 ) -> Ranked:
     """The best nodes among those the filters allow, by cosine similarity or, when
     ``lexical`` is given, by ``(cosine + weight * BM25 / best BM25) / (1 + weight)``:
@@ -160,7 +203,12 @@ def rank_collapsed(
 
     The BM25 search runs on a spare core during the vector scan (``overlap``; by
     default :data:`memtree.spare_core.SEARCHES` on memories of :data:`OVERLAP_MIN_NODES`
-    nodes or more, else the calling thread does both in turn)."""
+    nodes or more, else the calling thread does both in turn).
+
+    With ``prefer``, the best nodes inside its time range are ranked as well and every
+    node of either list is rescored on one scale (:func:`_preferring`)."""
+    if prefer is not None:
+        return _preferring(index, state, query, limit, filters, lexical, overlap, summary_weight, prefer)
     selection = state.leaves_matching(filters.where) if filters.where else None
     ids = selection.ids if selection is not None and not selection.negated else None
     excluded = selection.ids if selection is not None and selection.negated else None
@@ -206,7 +254,7 @@ def _rank_hybrid(
         return index.search(query, limit, mask)
 
     def word_search() -> tuple[PreparedQuery, Ranked, list[float]]:
-        prepared = words.prepare(lexical.text)
+        prepared = prepared_words(words, lexical)
         hits = words.search(prepared, limit, allowed) if len(prepared) else []
         return prepared, hits, index.score(query, [node_id for node_id, _ in hits]).tolist()
 
@@ -225,6 +273,54 @@ def _rank_hybrid(
         for node_id, similarity in similarities.items()
     ]
     return _discounted(index, fused, summary_weight)
+
+
+def _preferring(
+    index: VectorIndex,
+    state: TreeState,
+    query: Vector,
+    limit: int,
+    filters: Filters,
+    lexical: LexicalQuery | None,
+    overlap: Overlap | None,
+    summary_weight: float,
+    prefer: Preference,
+) -> Ranked:
+    """The ``limit`` best nodes the filters allow and the ``limit`` best of them inside
+    the preferred range, each scored as :func:`_node_scorer` scores (BM25 over the
+    best BM25 of the whole memory, so a node scores the same in both lists), the
+    summaries discounted, the nodes inside the range raised by ``prefer.boost``."""
+    inside = replace(filters, time_range=_narrowed(filters.time_range, prefer.time_range))
+    ranked = rank_collapsed(index, state, query, limit, filters, lexical, overlap, summary_weight)
+    preferred = rank_collapsed(index, state, query, limit, inside, lexical, overlap, summary_weight)
+    ids = list(dict.fromkeys([node_id for node_id, _ in ranked] + [node_id for node_id, _ in preferred]))
+    if not ids:
+        return []
+    weighted = lexical is not None and lexical.weight > 0 and state.lexical is not None
+    scores = _node_scorer(index, state, query, lexical)(ids).tolist()
+    leaves = index.leaf_flags(ids).tolist()
+    start, end = prefer.time_range
+    fused = []
+    for node_id, score, leaf in zip(ids, scores, leaves, strict=True):
+        if weighted and not leaf:
+            score *= summary_weight
+        stamp = state.nodes[node_id].timestamp
+        if stamp is not None and (start is None or stamp >= start) and (end is None or stamp <= end):
+            score += prefer.boost
+        fused.append((node_id, float(score)))
+    fused.sort(key=lambda pair: (-pair[1], pair[0]))
+    return fused
+
+
+def _narrowed(
+    given: tuple[float | None, float | None] | None, preferred: tuple[float | None, float | None]
+) -> tuple[float | None, float | None]:
+    """The part of ``preferred`` inside ``given`` (an empty range when they miss)."""
+    if given is None:
+        return preferred
+    starts = [side for side in (given[0], preferred[0]) if side is not None]
+    ends = [side for side in (given[1], preferred[1]) if side is not None]
+    return (max(starts) if starts else None, min(ends) if ends else None)
 
 
 def _discounted(index: VectorIndex, ranked: Ranked, summary_weight: float = SUMMARY_WEIGHT) -> Ranked:
@@ -285,7 +381,7 @@ def _node_scorer(
     """Scores of given nodes: cosine, or the hybrid score of :func:`rank_collapsed`
     (BM25 normalized by the best BM25 score of the whole memory)."""
     words = state.lexical if lexical is not None and lexical.weight > 0 else None
-    prepared = words.prepare(lexical.text) if words is not None and lexical is not None else None
+    prepared = prepared_words(words, lexical) if words is not None and lexical is not None else None
     hits = words.search(prepared, 1) if words is not None and prepared is not None and len(prepared) else []
     peak = hits[0][1] if hits else 0.0
     weight = lexical.weight if lexical is not None else 0.0
@@ -309,6 +405,8 @@ def retrieve(
     packing: Packing,
     filters: Filters,
     lexical: LexicalQuery | None = None,
+    prefer: Preference | None = None,
+    feedback_weight: float = 0.0,
 ) -> list[RetrievedNode]:
     """Rank and pack until ``k`` results or the budget are reached, or every node
     that passes the filters (and ``min_score``, ``min_similarity``) was considered;
@@ -319,7 +417,7 @@ def retrieve(
     while de-duplication leaves the results short. Traversal packs its own ranking
     first (:func:`rank_traversal`) and, if that runs out, goes on with the other
     nodes in collapsed order."""
-    results = _ranked_and_packed(index, state, query, mode, beam, packing, filters, lexical)
+    results = _ranked_and_packed(index, state, query, mode, beam, packing, filters, lexical, prefer, feedback_weight)
     if packing.same_subject is not None:
         newer_first(index, state, results, packing.same_subject)
     return results
@@ -334,24 +432,55 @@ def _ranked_and_packed(
     packing: Packing,
     filters: Filters,
     lexical: LexicalQuery | None,
+    prefer: Preference | None = None,
+    feedback_weight: float = 0.0,
 ) -> list[RetrievedNode]:
     lead: Ranked = []
-    leaves_of = _leaves_of(index, state, query, packing, filters, lexical)
+    original = query
+    feedback: Feedback | None = None
+    first: Ranked | None = None  # a first ranking that gave no feedback is the one delivered
+    if mode != "traversal" and feedback_weight > 0:
+        first = rank_collapsed(
+            index,
+            state,
+            query,
+            first_limit(packing.k),
+            filters,
+            lexical,
+            summary_weight=_weight(packing),
+            prefer=prefer,
+        )
+        text = lexical.text if lexical is not None else ""
+        feedback = context_feedback(
+            index, state, query, text, _gated(index, state, query, first, packing), feedback_weight
+        )
+        if feedback is not None:
+            first, query = None, feedback.vector
+            if lexical is not None:
+                lexical = replace(lexical, names=feedback.names)
+    leaves_of = _leaves_of(index, state, query, packing, filters, lexical, original)
     if mode == "traversal":
         lead = rank_traversal(index, state, query, beam, filters, lexical)
-        gated = _gated(index, state, query, lead, packing)
+        gated = _gated(index, state, original, lead, packing)
         results, exhausted = pack(state, gated, packing, filters.hidden, leaves_of)
         if not exhausted:
-            return with_similarities(index, query, results)
+            return with_similarities(index, original, results)
     taken = {node_id for node_id, _ in lead}
     limit = first_limit(packing.k)
     while True:
-        ranked = rank_collapsed(index, state, query, limit, filters, lexical, summary_weight=_weight(packing))
+        if first is not None:
+            ranked, first = first, None
+        else:
+            ranked = rank_collapsed(
+                index, state, query, limit, filters, lexical, summary_weight=_weight(packing), prefer=prefer
+            )
+        if feedback is not None:
+            ranked = boosted(state, ranked, feedback.speaker)
         combined = [*lead, *(pair for pair in ranked if pair[0] not in taken)] if lead else ranked
-        gated = _gated(index, state, query, combined, packing)
+        gated = _gated(index, state, original, combined, packing)
         results, exhausted = pack(state, gated, packing, filters.hidden, leaves_of)
         if not exhausted or len(ranked) < limit or _gate_closed(ranked, packing, lexical):
-            return with_similarities(index, query, results)
+            return with_similarities(index, original, results)
         limit *= 4
 
 
@@ -362,6 +491,7 @@ def _leaves_of(
     packing: Packing,
     filters: Filters,
     lexical: LexicalQuery | None,
+    original: Vector | None = None,
 ) -> Callable[[str], Ranked] | None:
     """What a summary hit delivers in its place (``summary_hits="leaves"``), or
     ``None`` when summaries deliver their own text (or cannot rank at all)."""
@@ -381,7 +511,7 @@ def _leaves_of(
     return best_leaves_under(
         index,
         state,
-        query,
+        query if original is None else original,
         score,
         lambda node_id: _allowed(state, node_id, filters, selection),
         packing.min_score,
@@ -460,6 +590,10 @@ class Query:
     packing: Packing
     filters: Filters
     lexical_weight: float
+    prefer: Preference | None = None
+    """The time range the query names, ranked higher (``parse_times``)."""
+    feedback: float = 0.0
+    """How far the best leaf's context moves the query (``context_feedback``; 0: not at all)."""
 
 
 def check_query(
@@ -477,9 +611,13 @@ def check_query(
     min_similarity: float | None = None,
     same_subject: float | None = None,
     summary_hits: str | None = None,
+    now: TimeLike | None = None,
+    parse_times: bool | None = None,
 ) -> Query:
     """``MemTree.retrieve``'s arguments with the config's defaults filled in; a bad
-    value raises naming the argument and what it accepts."""
+    value raises naming the argument and what it accepts. Unless a ``time_range`` is
+    given or ``parse_times`` is off, a time expression in the query ("in May 2023",
+    "last week", counted back from ``now``) becomes a :class:`Preference`."""
     require_text(query, "query")
     k = config.k if k is None else k
     if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
@@ -511,7 +649,16 @@ def check_query(
             "this memory keeps no lexical index (its config has lexical_weight=0); "
             "open it with MemTreeConfig(lexical_weight=...) > 0 to use hybrid retrieval"
         )
-    return Query(query, mode, packing, filters, float(weight))
+    parse = config.parse_times if parse_times is None else _checked_flag(parse_times, "parse_times")
+    span = time_span(query, now) if parse and time_range is None else None
+    prefer = Preference(span.as_range) if span is not None else None
+    return Query(query, mode, packing, filters, float(weight), prefer, float(config.context_feedback))
+
+
+def _checked_flag(value: object, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True, False or None (the config's), got {value!r}")
+    return value
 
 
 def _checked_same_subject(value: object) -> float:
@@ -531,4 +678,6 @@ def answer(replica: Replica, query: Query, vector: Vector, beam: int) -> list[Re
             return []
         hidden = state.hidden(time.time())  # expired memories are never returned
         filters = replace(query.filters, hidden=hidden) if hidden else query.filters
-        return retrieve(index, state, vector, query.mode, beam, query.packing, filters, lexical)
+        return retrieve(
+            index, state, vector, query.mode, beam, query.packing, filters, lexical, query.prefer, query.feedback
+        )

@@ -23,9 +23,11 @@ from memtree.embed import Embedder, check_query_embedding
 from memtree.index import VectorIndex
 from memtree.inputs import TimeLike, TTLLike, expiry_of, make_item
 from memtree.integrity import integrity_problems
+from memtree.intent import routed_overview
 from memtree.model_calls import ModelCalls
 from memtree.model_choice import choose_models
 from memtree.node import LeafVersion, Node, RetrievedNode, Vector
+from memtree.overview import answer_overview, check_overview
 from memtree.replica import Replica
 from memtree.retrieval import answer, check_query, relevance_floor
 from memtree.siblings import Siblings
@@ -326,6 +328,9 @@ class MemTree:
         min_similarity: float | None = None,
         same_subject: float | None = None,
         summary_hits: str | None = None,
+        now: TimeLike | None = None,
+        parse_times: bool | None = None,
+        route_overviews: bool | None = None,
     ) -> list[RetrievedNode]:
         """The nodes most relevant to ``query``, best first. ``mode``: ``"collapsed"``
         (every node scored) or ``"traversal"`` (beam descent). ``token_budget`` caps
@@ -343,7 +348,13 @@ class MemTree:
         puts a newer memory about the same subject just above an older one
         (:func:`memtree.recency.newer_first`); ``None``: the config's, off by default.
         ``summary_hits``: what a summary that ranks delivers, ``"leaves"`` (its best
-        leaves, marked ``found_by``; the config's default) or ``"text"`` (its own text)."""
+        leaves, marked ``found_by``; the config's default) or ``"text"`` (its own text).
+        A time expression in ``query`` ("in May 2023", "last week", counted back from
+        ``now``, default the current time) ranks the memories of that range higher
+        unless ``time_range`` is given (``parse_times``, default ``config.parse_times``).
+        An overview request ("what do you know about...", "recap...") is answered by
+        :meth:`overview` (``route_overviews``, default ``config.route_overviews``; its
+        parts say ``answered_by="overview"``)."""
         options = (k, token_budget, mode, leaves_only, where, time_range, min_score, lexical_weight)
         checked = check_query(
             self.config,
@@ -353,7 +364,12 @@ class MemTree:
             min_similarity=min_similarity,
             same_subject=same_subject,
             summary_hits=summary_hits,
+            now=now,
+            parse_times=parse_times,
         )
+        routed = routed_overview(self.config, query, now, route_overviews, time_range, token_budget, k, where)
+        if routed is not None:
+            return self.overview(**routed)
         self._replica.maybe_refresh()
         vector = self._writer.embed_query(query) if query_embedding is None else self._given(query_embedding)
         return answer(self._replica, checked, vector, self.config.beam)
@@ -374,6 +390,9 @@ class MemTree:
         min_similarity: float | None = None,
         same_subject: float | None = None,
         summary_hits: str | None = None,
+        now: TimeLike | None = None,
+        parse_times: bool | None = None,
+        route_overviews: bool | None = None,
     ) -> list[RetrievedNode]:
         """Async :meth:`retrieve`."""
         options = (k, token_budget, mode, leaves_only, where, time_range, min_score, lexical_weight)
@@ -385,10 +404,53 @@ class MemTree:
             min_similarity=min_similarity,
             same_subject=same_subject,
             summary_hits=summary_hits,
+            now=now,
+            parse_times=parse_times,
         )
+        routed = routed_overview(self.config, query, now, route_overviews, time_range, token_budget, k, where)
+        if routed is not None:
+            return await self.aoverview(**routed)
         await asyncio.to_thread(self._replica.maybe_refresh)
         vector = await self._writer.aembed_query(query) if query_embedding is None else self._given(query_embedding)
         return answer(self._replica, checked, vector, self.config.beam)
+
+    def overview(
+        self,
+        about: str | None = None,
+        *,
+        since: TimeLike | None = None,
+        until: TimeLike | None = None,
+        token_budget: int | None = None,
+        k: int | None = None,
+        where: Mapping[str, Any] | None = None,
+    ) -> list[RetrievedNode]:
+        """What the memory holds about ``about`` (a person, a topic; ``None``:
+        everything) between ``since`` and ``until``, breadth first: the most
+        informative memories of each day (or subtree), a model's summary in place of
+        the leaves it restates, in time order, each part dated, within
+        ``token_budget`` tokens (default ``config.token_budget``, else 1,000) and at
+        most ``k`` parts (:mod:`memtree.overview`). ``retrieve`` answers overview
+        requests ("what do you know about...") with it."""
+        checked = check_overview(self.config, about, since, until, token_budget, k, where, self.relevance_floor)
+        self._replica.maybe_refresh()
+        vector = self._writer.embed_query(checked.topic) if checked.topic else None
+        return answer_overview(self._replica, checked, vector)
+
+    async def aoverview(
+        self,
+        about: str | None = None,
+        *,
+        since: TimeLike | None = None,
+        until: TimeLike | None = None,
+        token_budget: int | None = None,
+        k: int | None = None,
+        where: Mapping[str, Any] | None = None,
+    ) -> list[RetrievedNode]:
+        """Async :meth:`overview`."""
+        checked = check_overview(self.config, about, since, until, token_budget, k, where, self.relevance_floor)
+        await asyncio.to_thread(self._replica.maybe_refresh)
+        vector = await self._writer.aembed_query(checked.topic) if checked.topic else None
+        return answer_overview(self._replica, checked, vector)
 
     @property
     def relevance_floor(self) -> float | None:
