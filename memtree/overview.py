@@ -51,7 +51,7 @@ import numpy as np
 from memtree.config import MemTreeConfig
 from memtree.digest import STOPWORDS, speaker_of
 from memtree.index import VectorIndex
-from memtree.inputs import TimeLike, to_time_range
+from memtree.inputs import TimeLike, to_timestamp
 from memtree.node import ROOT_ID, Node, RetrievedNode, Vector, to_datetime
 from memtree.packing import DeliveredSentences, cut_to_budget
 from memtree.replica import Replica
@@ -70,6 +70,9 @@ ignore the topic; tuned on LoCoMo conversations 0-4 (benchmarks/results/overview
 REPEAT_DISCOUNT = 0.5
 """What each part a time segment has already given multiplies the worth of its next
 by: 0 takes one part per segment before any second, 1 ignores segments."""
+
+RANKED_LIMIT = 1000
+"""How many of a topic's best leaves the ranking scores (the rest count as unrelated)."""
 
 OVERVIEW = "overview"
 """``RetrievedNode.answered_by`` of an overview's parts."""
@@ -125,9 +128,10 @@ def check_overview(
         raise ValueError(f"token_budget must be a positive integer or None, got {token_budget!r}")
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k <= 0):
         raise ValueError(f"k must be a positive integer or None (as many parts as the budget holds), got {k!r}")
-    span = to_time_range((since, until)) if since is not None or until is not None else None
-    if span is not None and span[0] is not None and span[1] is not None and span[0] > span[1]:
+    start, end = to_timestamp(since, "since"), to_timestamp(until, "until")
+    if start is not None and end is not None and start > end:
         raise ValueError(f"since ({since!r}) is after until ({until!r})")
+    span = (start, end) if start is not None or end is not None else None
     return OverviewQuery(
         about, span, budget, k, parse_where(where), config.token_counter, float(config.lexical_weight), relevance_floor
     )
@@ -157,6 +161,9 @@ class Settings:
     summary_share: float | None = 1.0
     """A summary of model prose may stand in for its leaves when at least this share
     of them lies in the scope (``None``: never)."""
+    ranked_relevance: float = 0.0
+    """Above 0: a leaf's relevance to the topic is its score in retrieval's ranking with
+    context feedback at this weight (:mod:`memtree.feedback`), not the plain hybrid score."""
 
 
 def answer_overview(
@@ -194,7 +201,10 @@ class _Overview:
         self._peak: float | None = None
         if self._vector is not None and settings.topic_only:
             self.leaves = leaves = self._about_topic(leaves)
-        self.relevance = self._relevance_of(leaves) if self._vector is not None else None
+        self.relevance = None
+        if self._vector is not None:
+            ranked = settings.ranked_relevance > 0
+            self.relevance = self._ranked_relevance(leaves) if ranked else self._relevance_of(leaves)
         self.information = self._information()
 
     # -- scope --------------------------------------------------------------------------
@@ -255,15 +265,47 @@ class _Overview:
         score = (cosine + weight * lexical) / (1.0 + weight)
         return dict(zip(node_ids, np.clip(score, 1e-6, None).tolist(), strict=True))
 
+    def _ranked_relevance(self, leaves: list[str]) -> dict[str, float]:
+        """Leaves' scores in retrieval's ranking of the topic, context feedback included."""
+        from memtree.feedback import boosted, context_feedback
+        from memtree.retrieval import Filters, LexicalQuery, rank_collapsed
+
+        assert self._vector is not None
+        if not leaves:
+            return {}
+        text = " ".join(self._terms)
+        lexical = (
+            LexicalQuery(self.query.about or text, self.query.lexical_weight) if self.query.lexical_weight > 0 else None
+        )
+        filters = Filters(leaves_only=True, time_range=self.query.time_range, hidden=self.hidden)
+        limit = min(len(leaves), RANKED_LIMIT)
+        first = rank_collapsed(self.index, self.state, self._vector, limit, filters, lexical)
+        feedback = context_feedback(
+            self.index, self.state, self._vector, self.query.about or text, first, self.settings.ranked_relevance
+        )
+        if feedback is not None:
+            moved = LexicalQuery(lexical.text, lexical.weight, names=feedback.names) if lexical is not None else None
+            first = boosted(
+                self.state,
+                rank_collapsed(self.index, self.state, feedback.vector, limit, filters, moved),
+                feedback.speaker,
+            )
+        scores = dict(first)
+        return {leaf: max(scores.get(leaf, 0.0), 1e-6) for leaf in leaves}
+
     def _about_topic(self, leaves: list[str]) -> list[str]:
         """The leaves about the topic: sharing a word with it, or at least as similar to
-        it as the relevance floor (the calibrated one of the embedder; without one, all).
-        None of them: all, ranked by relevance alone."""
-        floor = self.query.relevance_floor
-        if not leaves or floor is None:
+        it as the relevance floor (the embedder's calibrated one; an embedder without one
+        counts words only). None of them: all, ranked by relevance alone."""
+        if not leaves:
             return leaves
+        floor = self.query.relevance_floor
         cosine, lexical = self._scores(leaves)
-        kept = [leaf for leaf, c, w in zip(leaves, cosine, lexical, strict=True) if w > 0 or c >= floor]
+        kept = [
+            leaf
+            for leaf, c, w in zip(leaves, cosine, lexical, strict=True)
+            if w > 0 or (floor is not None and c >= floor)
+        ]
         return kept or leaves
 
     def _information(self) -> dict[str, float]:

@@ -613,6 +613,7 @@ def check_query(
     summary_hits: str | None = None,
     now: TimeLike | None = None,
     parse_times: bool | None = None,
+    context_feedback: float | None = None,
 ) -> Query:
     """``MemTree.retrieve``'s arguments with the config's defaults filled in; a bad
     value raises naming the argument and what it accepts. Unless a ``time_range`` is
@@ -652,7 +653,10 @@ def check_query(
     parse = config.parse_times if parse_times is None else _checked_flag(parse_times, "parse_times")
     span = time_span(query, now) if parse and time_range is None else None
     prefer = Preference(span.as_range) if span is not None else None
-    return Query(query, mode, packing, filters, float(weight), prefer, float(config.context_feedback))
+    feedback = config.context_feedback if context_feedback is None else context_feedback
+    if isinstance(feedback, bool) or not isinstance(feedback, (int, float)) or not 0 <= feedback <= 10:
+        raise ValueError(f"context_feedback must be a number between 0 (off) and 10, got {feedback!r}")
+    return Query(query, mode, packing, filters, float(weight), prefer, float(feedback))
 
 
 def _checked_flag(value: object, name: str) -> bool:

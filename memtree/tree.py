@@ -331,6 +331,7 @@ class MemTree:
         now: TimeLike | None = None,
         parse_times: bool | None = None,
         route_overviews: bool | None = None,
+        context_feedback: float | None = None,
     ) -> list[RetrievedNode]:
         """The nodes most relevant to ``query``, best first. ``mode``: ``"collapsed"``
         (every node scored) or ``"traversal"`` (beam descent). ``token_budget`` caps
@@ -354,7 +355,9 @@ class MemTree:
         unless ``time_range`` is given (``parse_times``, default ``config.parse_times``).
         An overview request ("what do you know about...", "recap...") is answered by
         :meth:`overview` (``route_overviews``, default ``config.route_overviews``; its
-        parts say ``answered_by="overview"``)."""
+        parts say ``answered_by="overview"``). ``context_feedback``: how far the best
+        first match's tree context moves the query (:mod:`memtree.feedback`; default
+        ``config.context_feedback``, ``0``: not at all)."""
         options = (k, token_budget, mode, leaves_only, where, time_range, min_score, lexical_weight)
         checked = check_query(
             self.config,
@@ -366,6 +369,7 @@ class MemTree:
             summary_hits=summary_hits,
             now=now,
             parse_times=parse_times,
+            context_feedback=context_feedback,
         )
         routed = routed_overview(self.config, query, now, route_overviews, time_range, token_budget, k, where)
         if routed is not None:
@@ -393,6 +397,7 @@ class MemTree:
         now: TimeLike | None = None,
         parse_times: bool | None = None,
         route_overviews: bool | None = None,
+        context_feedback: float | None = None,
     ) -> list[RetrievedNode]:
         """Async :meth:`retrieve`."""
         options = (k, token_budget, mode, leaves_only, where, time_range, min_score, lexical_weight)
@@ -406,6 +411,7 @@ class MemTree:
             summary_hits=summary_hits,
             now=now,
             parse_times=parse_times,
+            context_feedback=context_feedback,
         )
         routed = routed_overview(self.config, query, now, route_overviews, time_range, token_budget, k, where)
         if routed is not None:

@@ -29,7 +29,7 @@ def overview(
         Path | None,
         typer.Option("--model-trees", help="Folder of model-written trees to read too (never built here)."),
     ] = None,
-    model: Annotated[
+    model_name: Annotated[
         str,
         typer.Option("--model", help="The model in the model-written trees' recipe, as --llm named it (file name)."),
     ] = "llama-cpp:qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
@@ -41,6 +41,9 @@ def overview(
         typer.Option("--tuning", help="The conversations the defaults were tuned on (reported apart): 0-4, or none."),
     ] = "0-4",
     budgets: Annotated[str, typer.Option("--budgets", help="Word budgets, comma separated.")] = "250,500,1000,2000",
+    embedder: Annotated[
+        str, typer.Option("--embedder", help="local, or hashing (not semantic; for smoke runs).")
+    ] = "local",
     out: Annotated[Path, typer.Option("--out", help="Directory for the report.")] = Path("benchmarks/results"),
     name: Annotated[str, typer.Option("--name", help="File stem of the report.")] = "overview",
 ) -> None:
@@ -65,13 +68,15 @@ def overview(
         budgets=_budgets(budgets),
         trees=str(trees),
         model_trees=str(model_trees) if model_trees is not None else None,
-        model=model,
+        model=model_name,
         tuning=tuned,
     )
     info = machine_info(extra_versions=("dateparser", "nltk", "sklearn"))
-    embedder = CachedEmbedder(make_embedder("local"))
-    run = run_overview([(i, raw[i]) for i in chosen], settings, embedder, progress=_say)
-    info["embedder"] = embedder.name
+    if embedder not in ("local", "hashing"):
+        raise CliError(f"--embedder must be local or hashing, got {embedder!r}")
+    model = CachedEmbedder(make_embedder(embedder))
+    run = run_overview([(i, raw[i]) for i in chosen], settings, model, progress=_say)
+    info["embedder"] = model.name
     paths = write_overview_report(run, machine_lines(info), out, stem=name)
     print("wrote " + ", ".join(str(path) for path in paths))
 
