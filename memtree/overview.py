@@ -62,7 +62,7 @@ from memtree.where import Where, parse_where
 DEFAULT_TOKEN_BUDGET = 1000
 """The overview's size when neither the call nor the config gives a token budget."""
 
-RELEVANCE_POWER = 3.0
+RELEVANCE_POWER = 5.0
 """How much a leaf's relevance to ``about`` (beyond speaker names) weighs against its
 information: its worth is ``information * relevance ** RELEVANCE_POWER``. 0 would
 ignore the topic; tuned on LoCoMo conversations 0-4 (benchmarks/results/overview.md)."""
@@ -99,7 +99,9 @@ class OverviewQuery:
     lexical_weight: float
     relevance_floor: float | None = None
     """The embedder's calibrated relevance floor (a cosine): a topic's leaves are those
-    sharing a word with it or at least this similar to it (``None``: every leaf)."""
+    sharing a word with it or at least this similar to it (``None``: those sharing a word)."""
+    feedback: float = 0.0
+    """The memory's ``context_feedback``: a topic is ranked as ``retrieve`` ranks it."""
 
     @property
     def topic(self) -> str | None:
@@ -133,7 +135,15 @@ def check_overview(
         raise ValueError(f"since ({since!r}) is after until ({until!r})")
     span = (start, end) if start is not None or end is not None else None
     return OverviewQuery(
-        about, span, budget, k, parse_where(where), config.token_counter, float(config.lexical_weight), relevance_floor
+        about,
+        span,
+        budget,
+        k,
+        parse_where(where),
+        config.token_counter,
+        float(config.lexical_weight),
+        relevance_floor,
+        float(config.context_feedback),
     )
 
 
@@ -145,25 +155,46 @@ def terms_of(text: str) -> list[str]:
 
 
 @dataclass(frozen=True)
-class Settings:
-    """The choice's knobs (the module doc says what each does); the benchmark tries others."""
+class Choice:
+    """How parts are chosen (the module doc says why each matters)."""
 
+    repeat_discount: float
+    """What each part a time segment has already given multiplies the worth of its
+    next by: 0 takes one part per segment before any second, 1 ignores segments."""
+    cost_power: float
+    """A part's priority is its worth over its cost in tokens to this power: 0 takes
+    the most informative first, 1 the most informative per token."""
+    self_weight: float
+    """A leaf's information times ``((1 + first-person words) / (1 + second-person
+    words)) ** self_weight``: what a speaker says of themselves ("I moved to Porto")
+    holds the facts about them; a reply about the listener, or a question, little."""
+
+
+SCOPE = Choice(repeat_discount=REPEAT_DISCOUNT, cost_power=0.5, self_weight=1.0)
+"""An overview of a person, a span or everything: coverage first."""
+
+TOPIC = Choice(repeat_discount=1.0, cost_power=1.0, self_weight=0.0)
+"""An overview of a topic (words beyond speaker names): relevance first."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The overview's knobs; the benchmark tries others."""
+
+    scope: Choice = SCOPE
+    topic: Choice = TOPIC
     relevance_power: float = RELEVANCE_POWER
-    repeat_discount: float = REPEAT_DISCOUNT
     segments: str = "day"
     """``"day"``: one segment per calendar day; ``"subtree"``: per subtree below the
     root; ``"none"``: no segments."""
-    cost_power: float = 0.0
-    """A part's priority is its worth over its cost in tokens to this power: 0 takes
-    the most informative first, 1 the most informative per token."""
     topic_only: bool = True
     """Whether a topic keeps only the leaves about it (:meth:`_Overview._about_topic`)."""
     summary_share: float | None = 1.0
     """A summary of model prose may stand in for its leaves when at least this share
     of them lies in the scope (``None``: never)."""
-    ranked_relevance: float = 0.0
-    """Above 0: a leaf's relevance to the topic is its score in retrieval's ranking with
-    context feedback at this weight (:mod:`memtree.feedback`), not the plain hybrid score."""
+    ranked_relevance: bool = True
+    """A leaf's relevance to a topic: its score in retrieval's ranking with context
+    feedback (:mod:`memtree.feedback`), not the plain hybrid score."""
 
 
 def answer_overview(
@@ -201,9 +232,10 @@ class _Overview:
         self._peak: float | None = None
         if self._vector is not None and settings.topic_only:
             self.leaves = leaves = self._about_topic(leaves)
+        self.choice = settings.topic if self._vector is not None else settings.scope
         self.relevance = None
         if self._vector is not None:
-            ranked = settings.ranked_relevance > 0
+            ranked = settings.ranked_relevance and query.feedback > 0
             self.relevance = self._ranked_relevance(leaves) if ranked else self._relevance_of(leaves)
         self.information = self._information()
 
@@ -281,7 +313,7 @@ class _Overview:
         limit = min(len(leaves), RANKED_LIMIT)
         first = rank_collapsed(self.index, self.state, self._vector, limit, filters, lexical)
         feedback = context_feedback(
-            self.index, self.state, self._vector, self.query.about or text, first, self.settings.ranked_relevance
+            self.index, self.state, self._vector, self.query.about or text, first, self.query.feedback
         )
         if feedback is not None:
             moved = LexicalQuery(lexical.text, lexical.weight, names=feedback.names) if lexical is not None else None
@@ -312,7 +344,11 @@ class _Overview:
         """Each scope leaf's distinct content words, weighted by their rarity in the scope."""
         words = {leaf: set(_content_words(self.state.nodes[leaf].text)) for leaf in self.leaves}
         self._frequency = Counter(word for found in words.values() for word in found)
-        return {leaf: self._rarity(found) for leaf, found in words.items()}
+        weight = self.choice.self_weight
+        return {
+            leaf: self._rarity(found) * _self_share(self.state.nodes[leaf].text) ** weight
+            for leaf, found in words.items()
+        }
 
     def _rarity(self, words: set[str]) -> float:
         total = max(1, len(self.leaves))
@@ -382,14 +418,14 @@ class _Overview:
         for worth, node_id, below in self._candidates():
             cost = max(1, count(self.state.nodes[node_id].text))
             key = self._segment(self.state.nodes[below[0]])
-            heaps.setdefault(key, []).append((-worth / cost**self.settings.cost_power, node_id, below))
+            heaps.setdefault(key, []).append((-worth / cost**self.choice.cost_power, node_id, below))
         for heap in heaps.values():
             heapq.heapify(heap)
         taken: Counter[object] = Counter()
         covered: set[str] = set()
         chosen: list[tuple[str, list[str]]] = []
         spent = 0
-        discount = self.settings.repeat_discount
+        discount = self.choice.repeat_discount
         while heaps and spent < query.token_budget and (query.k is None or len(chosen) < query.k):
             key = min(heaps, key=lambda seg: heaps[seg][0][0] * discount ** taken[seg])
             _, node_id, below = heapq.heappop(heaps[key])
@@ -453,6 +489,20 @@ def _content_words(text: str) -> list[str]:
     body = text[label.end() :] if label else text
     words = (word.lower().strip("'’-") for word in _WORD.findall(body))
     return [word for word in words if len(word) > 2 and word not in STOPWORDS and "'" not in word]
+
+
+_FIRST_PERSON = re.compile(r"\b(?:I|I'm|I've|I'd|I'll|my|me|mine|we|our|us)\b")
+_SECOND_PERSON = re.compile(r"\b(?:you|your|you're|you've|yours)\b", re.IGNORECASE)
+
+
+def _self_share(text: str) -> float:
+    """``(1 + first-person words) / (1 + second-person words)``, each counted up to 3:
+    1 for a text in the third person."""
+    label = _SPEAKER_LABEL.match(text)
+    body = text[label.end() :] if label else text
+    first = min(3, len(_FIRST_PERSON.findall(body)))
+    second = min(3, len(_SECOND_PERSON.findall(body)))
+    return (1 + first) / (1 + second)
 
 
 def _quotes_leaves(state: TreeState, summary: str, leaves: list[str]) -> bool:
