@@ -331,7 +331,8 @@ def run_mode(mode: str | None, messages: Sequence[str], delay: float, workdir: P
                 llm=llm,
                 config=MemTreeConfig(theta0=0.3),
             )
-            middleware = TimedMiddleware(memory=memory, aggregation=mode)  # type: ignore[arg-type]
+            # one user, so one fixed namespace: the memory's own
+            middleware = TimedMiddleware(memory=memory, namespace=memory.namespace, aggregation=mode)  # type: ignore[arg-type]
         agent = create_agent(
             model,
             tools=[],

@@ -87,7 +87,8 @@ def score_row(memory: MemTree, updates: Sequence[Update], k: int, same_subject: 
     newer_first = both = new_found = ties = 0
     ranks: list[dict[str, int | None]] = []
     for update in updates:
-        contexts = [fold(hit.context) for hit in memory.retrieve(update.question, k=k, same_subject=same_subject)]
+        hits = memory.retrieve(update.question, k=k, same_subject=same_subject, min_similarity=None)  # the k best
+        contexts = [fold(hit.context) for hit in hits]
         new_rank = _place(contexts, update.new)
         old_rank = _place(contexts, update.old)
         new_found += new_rank is not None

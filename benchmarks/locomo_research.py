@@ -1224,8 +1224,8 @@ def check_against_engine(scene_path: Path, scene: Scene, queries: list[Query], e
         differ = {name: 0 for name, _, _ in checks}
         for query in queries:
             for name, variant, options in checks:
-                # min_score -1: the re-implementation applies no score threshold.
-                found = memory.retrieve(query.text, k=max(BUDGETS) // 8, min_score=-1.0, **options)
+                # min_score -1, no floor: the re-implementation applies no score threshold.
+                found = memory.retrieve(query.text, k=max(BUDGETS) // 8, min_score=-1.0, min_similarity=None, **options)
                 engine = [r.context for r in found]
                 ours = variant(scene, query)
                 if contexts_at_budgets(engine, BUDGETS) != contexts_at_budgets(ours, BUDGETS):

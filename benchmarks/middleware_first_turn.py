@@ -74,10 +74,10 @@ from memtree import MemTree
 imported = time.perf_counter()
 memory = MemTree(store=sys.argv[1])
 mode = "background" if "background" in sys.argv[2] else "now"
-try:
-    middleware = MemTreeMemoryMiddleware(memory=memory, load_embedder=mode)
+try:  # one user: the memory's own namespace, fixed
+    middleware = MemTreeMemoryMiddleware(memory=memory, namespace=memory.namespace, load_embedder=mode)
 except TypeError:  # a checkout from before load_embedder
-    middleware = MemTreeMemoryMiddleware(memory=memory)
+    middleware = MemTreeMemoryMiddleware(memory=memory, namespace=memory.namespace)
 constructed = time.perf_counter()
 questions = {questions!r}
 agent = create_agent(scripted(*[f"Answer {{i}}." for i in range(len(questions))]), middleware=[middleware])

@@ -79,8 +79,8 @@ def locomo_memory(cache: Path, conversation: Conversation, embedder: DiskCachedE
 
 def gate_options(scale: str, floor: float | None) -> dict[str, Any]:
     if floor is None:
-        return {}
-    return {"min_similarity": floor} if scale == "cosine" else {"min_score": floor}
+        return {"min_similarity": None}  # ungated: MemTree.retrieve's default floor off
+    return {"min_similarity": floor} if scale == "cosine" else {"min_score": floor, "min_similarity": None}
 
 
 def evidence_rows(
@@ -241,7 +241,7 @@ def demo_answers(memory: MemTree, floor: float | None) -> dict[str, dict[str, in
     _, questions = load_demo_conversation()
     return {
         question: {
-            "ungated": len(memory.retrieve(question, k=4, token_budget=160)),
+            "ungated": len(memory.retrieve(question, k=4, token_budget=160, min_similarity=None)),
             "gated": len(memory.retrieve(question, k=4, token_budget=160, min_similarity=floor)),
         }
         for question in questions

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
-from memtree import MemTree
+from memtree import MemTree, viz
 from memtree.demo import demo_memory, load_demo_conversation
 
 HERE = Path(__file__).resolve().parent
@@ -25,14 +25,14 @@ def main() -> None:
     with demo_memory() as memory:
         first = turns[:30]
         memory.add_many([turn.text for turn in first], timestamps=[turn.timestamp for turn in first])
-        memory.to_png(HERE / "demo-tree.png", max_depth=3, width=64)
+        viz.to_png(memory, HERE / "demo-tree.png", max_depth=3, width=64)
     with MemTree() as memory:
         memory.add_many(
             [turn.text for turn in turns],
             timestamps=[turn.timestamp for turn in turns],
             metadata=[{"speaker": turn.speaker, "session": turn.session} for turn in turns],
         )
-        page = memory.to_html(queries=questions, k=6, expand_depth=2, title="memtree demo")
+        page = viz.to_html(memory, queries=questions, k=6, expand_depth=2, title="memtree demo")
     with tempfile.TemporaryDirectory() as folder:
         target = Path(folder) / "demo.html"
         target.write_text(page, encoding="utf-8")

@@ -17,8 +17,12 @@ background worker: a turn waits for one embedding, never for a chat request.
 (:meth:`MemTreeMemoryMiddleware.flush`, ``memory.close()`` or interpreter exit);
 ``"eager"`` writes them inside the turn, as the paper does.
 
-The memory's namespace can be fixed or chosen per run from the LangGraph runtime
-(``namespace=lambda runtime: ("users", runtime.context.user_id)``).
+Each user's memories are kept apart by default: the namespace is the template
+``("memories", "{user_id}")``, filled per run from the agent's runtime context or
+config (:mod:`langchain_memtree.namespaces`), and a run with no ``user_id`` is
+refused rather than given a memory shared with everyone. Another template, a
+function of the LangGraph runtime, or a fixed namespace (shared by every run, on
+purpose) can be chosen instead.
 """
 
 from __future__ import annotations
@@ -38,19 +42,18 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from langchain_memtree._calls import Call, Procedure, arun, run
 from langchain_memtree.messages import closes_round, exchange_text, latest_human_text, role, text_parts
+from langchain_memtree.namespaces import NamespaceChoice, namespace_chooser
 from memtree import MemTree, RetrievedNode
 from memtree.config import AGGREGATION_MODES, Aggregation, RetrievalMode
 from memtree.inputs import TimeLike, to_min_score
 from memtree.recency import SIBLINGS
-from memtree.store import Namespace, Store, namespace_key
+from memtree.store import Store
 from memtree.store.base import not_a_langgraph_store
 
 logger = logging.getLogger(__name__)
 
 MEMORY_HEADER = "## Relevant memories from earlier conversations"
 """First line of the memory section added to the system message."""
-
-NamespaceChoice = Namespace | Callable[[Runtime[Any]], Namespace] | None
 
 
 def format_memories(hits: Sequence[RetrievedNode], header: str = MEMORY_HEADER) -> str:
@@ -77,21 +80,35 @@ def _dated(hit: RetrievedNode) -> str:
 class MemTreeMemoryMiddleware(AgentMiddleware):
     """Agent middleware that remembers each exchange and recalls relevant memories.
 
-    ``memory`` is the MemTree (its store keeps the memories); ``namespace`` is the
-    user's namespace in it: a fixed one, a function of the LangGraph ``Runtime``,
-    or ``None`` for the memory's own. ``k`` and ``token_budget`` bound what is
+    ``memory`` is the MemTree (its store keeps the memories); ``namespace`` says
+    which namespace of it a run's memories live in:
+
+    * left out: ``("memories", "{user_id}")``, one namespace per user, the
+      ``user_id`` taken from the agent's runtime context
+      (``agent.invoke(..., context={"user_id": "maya"})`` with a ``context_schema``)
+      or ``config={"configurable": {"user_id": ...}}``. A run with no ``user_id``
+      raises ``ValueError`` saying how to choose: no user ever sees another's
+      memories by default.
+    * a template of your own, such as ``("memories", "{org_id}", "{user_id}")``,
+      filled the same way;
+    * a function of the LangGraph ``Runtime`` returning the namespace;
+    * a fixed namespace (no ``{...}`` part), such as ``("shared",)`` or
+      ``memory.namespace``: one memory for every run, shared on purpose.
+
+    ``k`` and ``token_budget`` bound what is
     added to the prompt (the budget counts the memories' text, with the memory's
     ``config.token_counter``); ``mode`` and ``min_score`` tune retrieval.
 
     ``min_similarity`` is the relevance gate: a memory whose cosine similarity to
     the user's message is below it is not added, and when none passes the system
     message gets no memory section ("What is 17 times 3?" recalls nothing). The
-    default ``"auto"`` takes the floor calibrated for the memory's embedder
+    default ``"auto"`` is the memory's policy, the same as ``memory.retrieve``'s:
+    its ``config.min_similarity``, by default the floor calibrated for its embedder
     (``memory.relevance_floor``: 0.3 for the offline all-MiniLM-L6-v2, which keeps
     some evidence for 97% of the LoCoMo questions that had some and gives 86% of 105
-    unrelated questions no memory, benchmarks/results/relevance_gate.md); for an embedder with
-    no calibrated floor it gates nothing. ``None`` turns the gate off; a number sets
-    the floor.
+    unrelated questions no memory, benchmarks/results/relevance_gate.md); for an
+    embedder with no calibrated floor it gates nothing. ``None`` turns the gate off
+    here, ``MemTreeConfig(min_similarity=None)`` everywhere; a number sets the floor.
 
     ``newer_first`` (default on) puts a newer memory just above an older sibling in
     the tree (a near-duplicate by construction) that it scores no more than 0.3
@@ -126,10 +143,9 @@ class MemTreeMemoryMiddleware(AgentMiddleware):
     Example::
 
         agent = create_agent(
-            model,
-            tools,
-            middleware=[MemTreeMemoryMiddleware(memory=memory, namespace=("users", "maya"))],
+            model, tools, middleware=[MemTreeMemoryMiddleware(memory=memory)], context_schema=UserContext
         )
+        agent.invoke({"messages": [...]}, context=UserContext(user_id="maya"))  # maya's memories only
     """
 
     def __init__(
@@ -157,8 +173,7 @@ class MemTreeMemoryMiddleware(AgentMiddleware):
             raise ValueError(f"aggregation must be one of: {', '.join(AGGREGATION_MODES)}; got {aggregation!r}")
         if load_embedder not in ("now", "background"):
             raise ValueError(f"load_embedder must be 'now' or 'background', got {load_embedder!r}")
-        if namespace is not None and not callable(namespace):
-            namespace_key(namespace)  # a bad fixed namespace fails now, not mid-run
+        self.choose_namespace = namespace_chooser(namespace)  # a bad namespace fails now, not mid-run
         # refuse bad retrieval options now rather than in the middle of a run
         memory.config.with_options(k=k, token_budget=token_budget, mode=mode or memory.config.mode)
         self.memory = memory
@@ -200,10 +215,9 @@ class MemTreeMemoryMiddleware(AgentMiddleware):
         if not self.recall or not query:
             return request
         memory = yield Call(self, "memory_for", (request.runtime,))
-        floor = memory.relevance_floor if self.min_similarity == "auto" else self.min_similarity
         options = {"k": self.k, "token_budget": self.token_budget, "mode": self.mode, "min_score": self.min_score}
         recency = {"same_subject": SIBLINGS} if self.newer_first else {}
-        hits = yield Call(memory, "retrieve", (query,), {**options, "min_similarity": floor, **recency})
+        hits = yield Call(memory, "retrieve", (query,), {**options, "min_similarity": self.min_similarity, **recency})
         if not hits:
             return request  # nothing relevant: no memory section at all
         section = format_memories(hits, self.header)
@@ -275,17 +289,12 @@ class MemTreeMemoryMiddleware(AgentMiddleware):
     # -- namespaces ------------------------------------------------------------------
 
     def memory_for(self, runtime: Runtime[Any] | None) -> MemTree:
-        """The memory of the namespace this run belongs to."""
+        """The memory of the namespace this run belongs to (``ValueError`` when the
+        namespace is a template the run gives no value for)."""
         store = getattr(runtime, "store", None)
         if isinstance(store, Store):  # the agent's store: fail before the model runs, not at a tool call
             raise not_a_langgraph_store(store, "serve as the agent's store")
-        if self.namespace is None:
-            return self.memory
-        if callable(self.namespace):
-            if runtime is None:
-                raise ValueError("namespace is a function of the runtime, but this call has no runtime")
-            return self.memory.sibling(self.namespace(runtime))
-        return self.memory.sibling(self.namespace)
+        return self.memory.sibling(self.choose_namespace(runtime))
 
 
 def _answer(messages: Sequence[BaseMessage], structured: Any) -> BaseMessage | None:

@@ -1,7 +1,10 @@
 """``MemTreeRetriever``: a MemTree as a LangChain retriever.
 
-Every option of :meth:`memtree.MemTree.retrieve` is a field, and each can also be
-given per call (``retriever.invoke("query", k=3)``). Each result becomes a
+Every option of :meth:`memtree.MemTree.retrieve` is a field; as for LangChain's
+vector-store retrievers, ``search_kwargs`` (``{"k": 1}``, ``{"filter": {...}}``,
+``{"score_threshold": 0.4}``) override them, and so do keywords of one call
+(``retriever.invoke("query", k=3)``). An unknown field, search keyword or call
+keyword raises instead of being ignored. Each result becomes a
 ``Document`` whose ``page_content`` is the result's ``context`` (its text minus
 sentences a better-ranked result already gave; budgets are charged on it, so the
 documents joined fit ``token_budget``) and whose metadata is plain JSON.
@@ -14,15 +17,29 @@ from typing import Any, Literal
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from pydantic import ConfigDict, ValidationInfo, field_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
 from memtree import MemTree, RetrievedNode
 from memtree.config import RetrievalMode
-from memtree.inputs import TimeLike, to_time_range
+from memtree.inputs import TimeLike, to_min_score, to_time_range
 from memtree.node import time_text
 
-OPTIONS = ("k", "token_budget", "mode", "leaves_only", "where", "time_range", "min_score", "summary_hits")
-"""Retrieval options a call may override."""
+OPTIONS = (
+    "k",
+    "token_budget",
+    "mode",
+    "leaves_only",
+    "where",
+    "time_range",
+    "min_similarity",
+    "min_score",
+    "summary_hits",
+)
+"""Retrieval options a call (or ``search_kwargs``) may override."""
+
+SEARCH_ALIASES = {"filter": "where", "score_threshold": "min_similarity"}
+"""``search_kwargs`` names of LangChain's vector-store retrievers and the options
+they stand for: a metadata filter, and a relevance floor on cosine similarity."""
 
 
 class MemTreeRetriever(BaseRetriever):
@@ -33,8 +50,13 @@ class MemTreeRetriever(BaseRetriever):
     (``"collapsed"`` or ``"traversal"``), ``leaves_only``, ``where`` (a leaf
     metadata filter, ``{"topic": "dog", "year": {"$gte": 2024}}``: see
     :mod:`memtree.where`), ``time_range`` (``(start, end)`` on event time),
-    ``min_score`` and ``summary_hits`` (what a summary that ranks delivers:
-    ``"leaves"``, its best leaves, by default; ``"text"``, its own text).
+    ``min_similarity`` (the relevance floor, a cosine; ``"auto"``, the default: the
+    memory's, as ``MemTree.retrieve`` applies it, by default its embedder's
+    calibrated floor; ``None``: no floor), ``min_score`` and ``summary_hits`` (what
+    a summary that ranks delivers: ``"leaves"``, its best leaves, by default;
+    ``"text"``, its own text). ``search_kwargs`` takes the same names, and
+    LangChain's ``filter`` (for ``where``) and ``score_threshold`` (for
+    ``min_similarity``).
 
     Document metadata: ``id``, ``score``, ``depth``, ``is_leaf``, ``timestamp``
     (ISO 8601, UTC, or ``None``; a stored number no date can show comes raw), ``leaf_ids`` (the leaves below the node),
@@ -45,9 +67,10 @@ class MemTreeRetriever(BaseRetriever):
 
         retriever = MemTreeRetriever(memory=memory, k=4, token_budget=300)
         docs = retriever.invoke("What is Maya's dog called?", k=2)
+        retriever = MemTreeRetriever(memory=memory, search_kwargs={"k": 1})  # as a vector store's
     """
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
     memory: MemTree
     k: int | None = None
@@ -56,8 +79,11 @@ class MemTreeRetriever(BaseRetriever):
     leaves_only: bool = False
     where: dict[str, Any] | None = None
     time_range: tuple[TimeLike | None, TimeLike | None] | None = None
+    min_similarity: float | Literal["auto"] | None = "auto"
     min_score: float | None = None
     summary_hits: Literal["leaves", "text"] | None = None
+    search_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Options as LangChain's vector-store retrievers take them; they override the fields."""
 
     @field_validator("k", "token_budget", mode="before")
     @classmethod
@@ -68,6 +94,19 @@ class MemTreeRetriever(BaseRetriever):
             raise ValueError(
                 f"{info.field_name} must be a positive integer, got {value!r}; pass None to use the memory's {default}"
             )
+        return value
+
+    @field_validator("min_similarity")
+    @classmethod
+    def _floor(cls, value: Any) -> Any:
+        if value != "auto" and value is not None:
+            to_min_score(value, "min_similarity")  # NaN would keep everything
+        return value
+
+    @field_validator("search_kwargs")
+    @classmethod
+    def _search_names(cls, value: dict[str, Any]) -> dict[str, Any]:
+        _translated(value, "search_kwargs")  # an unknown name fails now, not at the first query
         return value
 
     @field_validator("time_range")
@@ -87,12 +126,19 @@ class MemTreeRetriever(BaseRetriever):
         return [to_document(hit) for hit in await self.memory.aretrieve(query, **self._options(options))]
 
     def _options(self, overrides: dict[str, Any]) -> dict[str, Any]:
-        unknown = sorted(set(overrides) - set(OPTIONS))
-        if unknown:
-            raise TypeError(f"unknown retrieval option(s) {unknown}; choose from: {', '.join(OPTIONS)}")
         options = {name: getattr(self, name) for name in OPTIONS}
-        options.update(overrides)
+        options.update(_translated(self.search_kwargs, "search_kwargs"))  # read per call: callers change it
+        options.update(_translated(overrides, "retrieval option"))
         return options
+
+
+def _translated(given: dict[str, Any], what: str) -> dict[str, Any]:
+    """``given`` with LangChain's names made memtree's; an unknown name raises."""
+    unknown = sorted(set(given) - set(OPTIONS) - set(SEARCH_ALIASES))
+    if unknown:
+        allowed = ", ".join([*OPTIONS, *SEARCH_ALIASES])
+        raise TypeError(f"unknown {what}(s) {unknown}; choose from: {allowed}")
+    return {SEARCH_ALIASES.get(name, name): value for name, value in given.items()}
 
 
 def to_document(hit: RetrievedNode) -> Document:

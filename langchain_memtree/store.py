@@ -41,11 +41,10 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from langgraph.runtime import Runtime
 from langgraph.store.base import (
     BaseStore,
     GetOp,
@@ -68,8 +67,9 @@ from langchain_memtree._text import storable
 from langchain_memtree.filters import check_filter, matches, namespace_matches
 from langchain_memtree.index_config import Path, StoreIndex, read_index, tokenized
 from langchain_memtree.middleware import MemTreeMemoryMiddleware
+from langchain_memtree.namespaces import NamespaceChoice, NamespaceTemplate, namespace_chooser
 from langchain_memtree.ttl import Sweeper, check_ttl_config, check_ttl_minutes, expiry_fields, is_expired, refreshable
-from memtree import MemTree
+from memtree import MemTree, RetrievedNode
 from memtree.config import Aggregation, RetrievalMode
 from memtree.source_leaves import SOURCES
 from memtree.store import Namespace, NamespaceKey, namespace_key
@@ -80,7 +80,24 @@ logger = logging.getLogger(__name__)
 ITEMS = "store_items"
 """Record kind of the items (key: the item's key)."""
 
-_Hit = tuple[float | None, NamespaceKey, str, dict[str, Any]]
+_Hit = tuple[tuple[float, float] | None, NamespaceKey, str, dict[str, Any]]
+"""(cosine and hybrid score of the item's best leaf, or ``None`` for a listed item), namespace, key, record."""
+
+
+class MemTreeSearchItem(SearchItem):
+    """A ``SearchItem`` whose ``score`` is the cosine similarity of the item's best
+    text to the query, as in LangGraph's ``InMemoryStore``, and whose
+    ``memtree_score`` is the hybrid score (cosine and BM25) that ranked it, as in
+    ``MemTreeIndex``; both ``None`` for an item listed, not ranked."""
+
+    __slots__ = ("memtree_score",)
+
+    def __init__(self, *args: Any, memtree_score: float | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.memtree_score = memtree_score
+
+    def dict(self) -> dict[str, Any]:
+        return {**super().dict(), "memtree_score": self.memtree_score}
 
 
 class MemTreeStore(BaseStore):
@@ -147,6 +164,8 @@ class MemTreeStore(BaseStore):
         self.ttl_config: TTLConfig | None = check_ttl_config(ttl)
         self.index: StoreIndex | None = read_index(index)
         """The index configuration read from ``index`` (``None``: exact key-value store)."""
+        self.index_config: IndexConfig | None = {**index} if index else None  # type: ignore[typeddict-item]
+        """The ``index`` given, as LangGraph's stores keep it (``None``: no index)."""
         self._opened: list[MemTree] = []  # memories this store made and must close
         if memory is None:
             memory = MemTree()
@@ -229,13 +248,11 @@ class MemTreeStore(BaseStore):
         while self._opened:  # in the order opened: the handles before the memory that owns the store
             self._opened.pop(0).close()
 
-    def middleware(
-        self,
-        namespace: Namespace | Callable[[Runtime[Any]], Namespace],
-        **options: Any,
-    ) -> MemTreeMemoryMiddleware:
+    def middleware(self, namespace: NamespaceChoice = None, **options: Any) -> MemTreeMemoryMiddleware:
         """Agent middleware that records into and recalls from this store's tree of
-        ``namespace`` (a LangGraph namespace, or a function of the runtime giving one).
+        ``namespace``: as for :class:`MemTreeMemoryMiddleware`, one per user by default
+        (``("memories", "{user_id}")``, filled from the run), a template, a function of
+        the runtime, or a fixed LangGraph namespace (shared by every run).
 
         The middleware's exchanges and the items tools ``put`` then grow one tree:
         the model is reminded of both, nothing is kept twice in two trees, and
@@ -249,15 +266,15 @@ class MemTreeStore(BaseStore):
                 model,
                 tools,
                 store=store,
-                middleware=[store.middleware(lambda runtime: ("memories", runtime.context.user_id))],
+                middleware=[store.middleware(("memories", "{user_id}"))],  # the default; filled per run
             )
         """
-        if callable(namespace):
-            choose = namespace
+        choose = namespace_chooser(namespace)  # a template ("memories", "{user_id}") is filled per run
+        if callable(namespace) or isinstance(choose, NamespaceTemplate):
             return MemTreeMemoryMiddleware(
-                memory=self._base, namespace=lambda runtime: self._key(namespace_key(choose(runtime))), **options
+                memory=self._base, namespace=lambda runtime: self._key(choose(runtime)), **options
             )
-        return MemTreeMemoryMiddleware(memory=self._base, namespace=self._key(namespace_key(namespace)), **options)
+        return MemTreeMemoryMiddleware(memory=self._base, namespace=self._key(choose(None)), **options)
 
     def check(self) -> list[str]:
         """Every problem of this store's trees, described (empty: sound); reads only.
@@ -453,12 +470,14 @@ class MemTreeStore(BaseStore):
         if op.refresh_ttl:
             page = yield from self._refreshed_page(page)
         return [
-            _item(ns[len(self.prefix) :], item_key, record, score=score, result=SearchItem)
-            for score, ns, item_key, record in page
+            _item(ns[len(self.prefix) :], item_key, record, scores=scores, result=MemTreeSearchItem)
+            for scores, ns, item_key, record in page
         ]
 
     def _ranked_steps(self, op: SearchOp, namespaces: list[NamespaceKey], wanted: int) -> Procedure[list[_Hit]]:
-        """Items by their best leaf's score, across namespaces, filtered.
+        """Items by their best leaf's score, across namespaces, filtered; a leaf under
+        the memory's relevance floor (``config.min_similarity``, by default its
+        embedder's calibrated one) does not count, as in ``MemTree.retrieve``.
 
         The filter applies to item values the tree does not hold, so this asks each
         tree for more leaves (4x per round) until enough items pass or every tree
@@ -473,34 +492,34 @@ class MemTreeStore(BaseStore):
         for ns in namespaces:
             memories.append((ns, (yield Call(self._memories, "sibling", (ns,)))))
         traversal = (self.mode or self._memories.config.mode) == "traversal"
-        options = {"leaves_only": True, "min_score": -1.0, "query_embedding": vector}
+        options = {"leaves_only": True, "query_embedding": vector}
         k = wanted * 2 + 8
         while True:
-            leaves: list[tuple[int, float, NamespaceKey, str]] = []  # (tier, score, ...): tier 0 leads
+            leaves: list[tuple[int, float, float, NamespaceKey, str]] = []  # (tier, hybrid, cosine, ...): tier 0 leads
             exhausted = True
             for ns, memory in memories:
                 if traversal:
                     reached = yield Call(memory, "retrieve", (op.query,), {"k": k, "mode": "traversal", **options})
-                    leaves += [(0, hit.score, ns, hit.source_id) for hit in reached if hit.source_id is not None]
+                    leaves += [_leaf(0, hit, ns) for hit in reached if hit.source_id is not None]
                 results = yield Call(memory, "retrieve", (op.query,), {"k": k, "mode": "collapsed", **options})
                 exhausted = exhausted and len(results) < k
-                leaves += [(1, hit.score, ns, hit.source_id) for hit in results if hit.source_id is not None]
+                leaves += [_leaf(1, hit, ns) for hit in results if hit.source_id is not None]
             leaves.sort(key=lambda leaf: (leaf[0], -leaf[1]))
-            best: dict[tuple[NamespaceKey, str], tuple[int, float]] = {}
-            for tier, score, ns, item_key in leaves:
-                best.setdefault((ns, item_key), (tier, score))
+            best: dict[tuple[NamespaceKey, str], tuple[int, float, float]] = {}
+            for tier, hybrid, cosine, ns, item_key in leaves:
+                best.setdefault((ns, item_key), (tier, hybrid, cosine))
             hits: list[_Hit] = []
             now = time.time()
             for ns in namespaces:
                 keys = [item_key for (space, item_key) in best if space == ns]
                 records = (yield Call(self._records, "get_records", (ns, ITEMS, keys))) if keys else {}
                 hits += [
-                    (best[(ns, item_key)][1], ns, item_key, record)
+                    ((best[(ns, item_key)][2], best[(ns, item_key)][1]), ns, item_key, record)
                     for item_key, record in records.items()
                     if not is_expired(record, now) and matches(record["value"], op.filter)
                 ]
             # beam-reached first; equal scores stay in namespace, then insertion, order
-            hits.sort(key=lambda hit: (best[(hit[1], hit[2])][0], -(hit[0] or 0.0)))
+            hits.sort(key=lambda hit: (best[(hit[1], hit[2])][0], -best[(hit[1], hit[2])][1]))
             if len(hits) >= wanted or exhausted:
                 return hits
             k *= 4
@@ -587,8 +606,8 @@ class MemTreeStore(BaseStore):
             refreshed = yield from self._refresh_steps(ns, wanted)
             current.update({(ns, key): record for key, record in refreshed.items()})
         return [
-            (score, ns, key, current.get((ns, key), record))
-            for score, ns, key, record in page
+            (scores, ns, key, current.get((ns, key), record))
+            for scores, ns, key, record in page
             if (ns, key) in current or not refreshable(record)
         ]
 
@@ -689,7 +708,7 @@ def _texts(value: Mapping[str, Any], paths: list[Path]) -> list[tuple[str, str]]
 def _checked_ops(ops: Iterable[Op]) -> list[Op]:
     """Every operation of a batch checked before any runs, so a bad one applies
     nothing (LangGraph's own stores also check every op before writing any)."""
-    checked = list(ops)
+    checked = [_tuple_namespace(op) for op in ops]
     for op in checked:
         if not isinstance(op, (GetOp, SearchOp, ListNamespacesOp, PutOp)):
             raise TypeError(f"unknown store operation {type(op).__name__}")
@@ -721,6 +740,16 @@ def _checked_ops(ops: Iterable[Op]) -> list[Op]:
             if op.value is not None:
                 _checked_value(op.value)
     return checked
+
+
+def _tuple_namespace(op: Op) -> Op:
+    """``op`` with a list namespace (or search prefix) made a tuple, as LangGraph's
+    ``SqliteStore`` and ``PostgresStore`` take ``store.search(["docs"])``."""
+    if isinstance(op, SearchOp) and isinstance(op.namespace_prefix, list):
+        return op._replace(namespace_prefix=tuple(op.namespace_prefix))
+    if isinstance(op, (GetOp, PutOp)) and isinstance(op.namespace, list):
+        return op._replace(namespace=tuple(op.namespace))
+    return op
 
 
 def _check_listing(op: ListNamespacesOp) -> None:
@@ -759,18 +788,26 @@ def _checked_value(value: Any) -> dict[str, Any]:
         ) from None
 
 
+def _leaf(tier: int, hit: RetrievedNode, ns: NamespaceKey) -> tuple[int, float, float, NamespaceKey, str]:
+    """A ranked leaf as (tier, hybrid score, cosine, namespace, item key)."""
+    assert hit.source_id is not None
+    cosine = hit.similarity if hit.similarity is not None else hit.score
+    return (tier, hit.score, cosine, ns, hit.source_id)
+
+
 def _item(
     namespace: tuple[str, ...],
     key: str,
     record: dict[str, Any],
     *,
-    score: float | None = None,
+    scores: tuple[float, float] | None = None,
     result: type[Item] = Item,
 ) -> Any:
     times = {
         "created_at": datetime.fromisoformat(record["created_at"]),
         "updated_at": datetime.fromisoformat(record["updated_at"]),
     }
-    if result is SearchItem:
-        return SearchItem(tuple(namespace), key, record["value"], score=score, **times)
+    if result is MemTreeSearchItem:
+        cosine, hybrid = scores if scores is not None else (None, None)
+        return MemTreeSearchItem(tuple(namespace), key, record["value"], score=cosine, memtree_score=hybrid, **times)
     return Item(value=record["value"], key=key, namespace=tuple(namespace), **times)

@@ -60,6 +60,7 @@ RETRIEVER_OPTIONS: tuple[str, ...] = (
     "summary_hits",
     "filters",
     "time_range",
+    "min_similarity",
     "min_score",
     "verbose",
     "callback_manager",
@@ -268,7 +269,7 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
         with self._callback_manager.as_trace("ainsert_nodes"):
             await self.docstore.async_add_documents(nodes, allow_update=True)
             items, replaced, updates = self._changes(nodes)
-            await self._memory.adelete_many(replaced)
+            await self._memory.adelete(replaced)
             async with self._updating():
                 for leaf_id, item in updates:
                     await self._memory.aupdate(leaf_id, item.text, metadata=item.metadata, timestamp=item.timestamp)
@@ -293,7 +294,7 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
         **insert_kwargs: Any,
     ) -> None:
         items, replaced, updates = self._changes(nodes)
-        self._memory.delete_many(replaced)
+        self._memory.delete(replaced)
         with self._updating():
             for leaf_id, item in updates:
                 self._memory.update(leaf_id, item.text, metadata=item.metadata, timestamp=item.timestamp)
@@ -404,7 +405,7 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
         each from what remains."""
         node_ids = list(node_ids)  # delete_ref_doc passes a list the docstore edits as it deletes
         with self._callback_manager.as_trace("delete_nodes"):
-            self._memory.delete_many(self._leaves_of(node_ids))
+            self._memory.delete(self._leaves_of(node_ids))
             self._note_leaves(self._index_struct)
             if delete_from_docstore:
                 for node_id in node_ids:
@@ -417,7 +418,7 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
         """Async :meth:`delete_nodes`."""
         node_ids = list(node_ids)
         with self._callback_manager.as_trace("adelete_nodes"):
-            await self._memory.adelete_many(self._leaves_of(node_ids))
+            await self._memory.adelete(self._leaves_of(node_ids))
             self._note_leaves(self._index_struct)
             if delete_from_docstore:
                 for node_id in node_ids:
@@ -425,7 +426,7 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
             await self._storage_context.index_store.async_add_index_struct(self._index_struct)
 
     def _delete_node(self, node_id: str, **delete_kwargs: Any) -> None:
-        self._memory.delete_many(self._leaves_of([node_id]))
+        self._memory.delete(self._leaves_of([node_id]))
         self._note_leaves(self._index_struct)
 
     def _leaves_of(self, node_ids: Sequence[str]) -> list[str]:
@@ -485,7 +486,7 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
         **kwargs: Any,
     ) -> MemTreeRetriever:
         """A :class:`MemTreeRetriever` over this index's tree (options there:
-        ``leaves_only``, ``summary_hits``, ``filters``, ``time_range``, ``min_score``, ``verbose``,
+        ``leaves_only``, ``summary_hits``, ``filters``, ``time_range``, ``min_similarity``, ``min_score``, ``verbose``,
         ``callback_manager``). ``similarity_top_k`` defaults to LlamaIndex's own
         default (2), as ``VectorStoreIndex``'s does.
 

@@ -8,7 +8,7 @@ results into ``NodeWithScore`` objects; the ranking is the engine's.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks.base import CallbackManager
@@ -20,7 +20,7 @@ from llama_index.core.vector_stores.types import MetadataFilters
 from llamaindex_memtree.filters import narrowed_time_range, translate_filters
 from llamaindex_memtree.nodes import to_node_with_score
 from memtree import MemTree, RetrievedNode
-from memtree.inputs import TimeLike, to_time_range
+from memtree.inputs import TimeLike, to_min_score, to_time_range
 from memtree.summary_hits import check_summary_hits
 
 
@@ -46,6 +46,12 @@ class MemTreeRetriever(BaseRetriever):
     same meaning here. Scores therefore need not decrease down the list; the
     ranking score is in the node's ``memtree_score`` metadata, and ``min_score``
     cuts on it (not on the cosine).
+
+    ``min_similarity`` is the relevance floor on that cosine, as ``MemTree.retrieve``
+    applies it: ``"auto"`` (the default) is the memory's own
+    (``config.min_similarity``, by default its embedder's calibrated floor), so a
+    question nothing in the index is about retrieves nothing; ``None`` turns it
+    off (``MemTreeConfig(min_similarity=None)`` turns it off everywhere).
 
     A summary that ranks delivers its best leaves in its place (``summary_hits``,
     default the memory's ``"leaves"``; ``"text"`` delivers the summary itself).
@@ -73,6 +79,7 @@ class MemTreeRetriever(BaseRetriever):
         summary_hits: str | None = None,
         filters: MetadataFilters | None = None,
         time_range: tuple[TimeLike | None, TimeLike | None] | None = None,
+        min_similarity: float | Literal["auto"] | None = "auto",
         min_score: float | None = None,
         timestamp_key: str | None = None,
         docstore: BaseDocumentStore | None = None,
@@ -93,6 +100,9 @@ class MemTreeRetriever(BaseRetriever):
         self.time_range = narrowed_time_range(to_time_range(time_range), translated.time_range)
         start, end = self.time_range or (None, None)
         self._matches_nothing = start is not None and end is not None and start > end  # contradicting times
+        if min_similarity != "auto" and min_similarity is not None:
+            to_min_score(min_similarity, "min_similarity")  # a bad floor fails now, not at the first query
+        self.min_similarity = min_similarity
         self.min_score = min_score
         self.docstore = docstore
         super().__init__(callback_manager=callback_manager, object_map=object_map, verbose=verbose)
@@ -106,6 +116,7 @@ class MemTreeRetriever(BaseRetriever):
             "summary_hits": self.summary_hits,
             "where": self.where,
             "time_range": self.time_range,
+            "min_similarity": self.min_similarity,
             "min_score": self.min_score,
         }
 

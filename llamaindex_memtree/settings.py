@@ -31,8 +31,8 @@ from llama_index.core import Settings
 from llama_index.core.embeddings import MockEmbedding
 from llama_index.core.llms import MockLLM
 
-from memtree import ExtractiveAggregator, LocalEmbedder, MemTree, MemTreeConfig
-from memtree.store.base import Namespace
+from memtree import EmbedderMismatchError, ExtractiveAggregator, LocalEmbedder, MemTree, MemTreeConfig
+from memtree.store.base import Namespace, namespace_key
 
 logger = logging.getLogger(__name__)
 
@@ -96,9 +96,11 @@ def open_memory(location: str | os.PathLike[str], *, namespace: Namespace = "def
     ``embedder=`` / ``llm=`` / ``aggregator=`` are given; the adapters call it when
     given a path or DSN as ``memory=``.
 
-    A memory that already holds vectors of another model is refused with a
-    ``ValueError`` naming both models: its stored vectors could not be compared with
-    the new ones. The memory owns the store: ``memory.close()`` closes it.
+    A memory that already holds vectors of another model is refused with an
+    :class:`~memtree.EmbedderMismatchError` (a ``ValueError``) naming both models: its
+    stored vectors could not be compared with the new ones. With neither
+    ``Settings.embed_model`` nor ``embedder=``, an existing memory embeds with the
+    model that built it. The memory owns the store: ``memory.close()`` closes it.
 
     Example::
 
@@ -111,22 +113,21 @@ def open_memory(location: str | os.PathLike[str], *, namespace: Namespace = "def
     if "llm" in kwargs or "aggregator" in kwargs:
         chosen.pop("llm", None)
         chosen.pop("aggregator", None)
-    memory = MemTree.open(location, namespace=namespace, **chosen, **kwargs)
-    stored = memory.stored_embedder
-    if stored is not None and stored != memory.embedder.name:
-        memory.close()
+    try:
+        return MemTree.open(location, namespace=namespace, **chosen, **kwargs)
+    except EmbedderMismatchError as error:
         source = "the embedder= given" if "embedder" in kwargs else _embedder_source(chosen)
-        raise ValueError(
-            f"{os.fspath(location)!r} (namespace {memory.namespace!r}) holds vectors of {stored}, but "
-            f"{source} is {memory.embedder.name}; their vectors cannot be compared. Set Settings.embed_model "
-            "to the model the memory was built with, or pass embedder=<that model>"
-        )
-    return memory
+        raise EmbedderMismatchError(
+            error.stored,
+            error.given,
+            error.spec,
+            f"{os.fspath(location)!r} (namespace {namespace_key(namespace)!r}) holds vectors of {error.stored}, but "
+            f"{source} is {error.given}; their vectors cannot be compared. Set Settings.embed_model "
+            "to the model the memory was built with, or pass embedder=<that model>",
+        ) from None
 
 
 def _embedder_source(chosen: dict[str, Any]) -> str:
-    if "embedder" not in chosen:
-        return "the engine's default embedder (Settings.embed_model is not set)"
     if isinstance(chosen["embedder"], LocalEmbedder):
         return "the offline embedder (Settings.embed_model is switched off)"
     return "Settings.embed_model"

@@ -94,6 +94,10 @@ def config_fields(config: MemTreeConfig) -> dict[str, Any]:
     return plain
 
 
+RENAMED_CONFIG_FIELDS = {"retrieve_threshold": "min_score"}
+"""Config fields an older memtree recorded under another name, and their names now."""
+
+
 def stored_config(struct: MemTreeIndexStruct) -> MemTreeConfig | None:
     """The config a struct recorded, validated again; ``None`` if it recorded none.
 
@@ -103,8 +107,9 @@ def stored_config(struct: MemTreeIndexStruct) -> MemTreeConfig | None:
     """
     if struct.config is None:
         return None
+    recorded = {RENAMED_CONFIG_FIELDS.get(name, name): value for name, value in struct.config.items()}
     known = {item.name for item in fields(MemTreeConfig)} - UNSTORED_CONFIG_FIELDS
-    unknown = sorted(set(struct.config) - known)
+    unknown = sorted(set(recorded) - known)
     if unknown:
         logger.warning(
             "index %s: ignoring stored config fields this memtree does not know: %s",
@@ -112,7 +117,7 @@ def stored_config(struct: MemTreeIndexStruct) -> MemTreeConfig | None:
             ", ".join(unknown),
         )
     try:
-        return MemTreeConfig(**{name: value for name, value in struct.config.items() if name in known})
+        return MemTreeConfig(**{name: value for name, value in recorded.items() if name in known})
     except (TypeError, ValueError) as error:
         raise ValueError(
             f"index {struct.index_id}: the stored memory config is invalid ({error}); pass memory=MemTree(config=...) "

@@ -7,9 +7,10 @@ no circles):
 
 Entry points
   cli, commands/   the ``memtree`` command, one module per sub-command (bench: finds memtree_bench)
-  demo             the offline demo conversation, its tree and answers
+  demo             the offline demo conversation, its tree and what it retrieves for three questions
   tree             MemTree: the public API, a facade delegating each operation in one step
-  siblings         the handles a memory keeps open to other namespaces of its store (sibling())
+  keywords         the keyword options of the facade's writing calls, written once per sync/async pair
+  siblings         the handles a memory keeps open to other namespaces of its store (sibling()), LRU, closed out
   backup           JSONL export and import of one namespace (no pickle, no re-embedding)
   source_leaves    replace_source: a source's leaves and the caller's records in one transaction; manifests
   update           MemTree.update: correct a leaf in place (same id), the versions it replaced kept
@@ -26,26 +27,26 @@ Writing
   routing          where a new text goes: depth-adaptive threshold, descent from the root
   calibration      theta0="auto": the routing threshold learnt from the embedder's scale
 Reading
-  intent           what a query asks for: an overview (about whom or what, when) or a lookup
   overview         MemTree.overview: a person, topic or time span covered breadth first, dated
   retrieval        a query checked, ranked (collapsed or traversal, hybrid) and packed to a budget
-  feedback         context feedback: the best first match's tree context moves the query
+  intent           what a query asks for: an overview (about whom or what, when) or a lookup
   time_expressions "in May 2023", "last week": a query's time expressions as a time range (dateparser)
   recency          same_subject: a newer memory about the same subject put above an older one
   packing          a ranking made into results under k, the token budget and sentence de-duplication
   summary_hits     what a summary that ranks delivers: its best leaves (default) or its own text
+  feedback         context feedback: the best first match's tree context moves the query
   replica          this process's tree and index of one namespace, caught up from the store
   integrity        every invariant of a tree and its index, checked
   stats            TreeStats and the cost counters
-  viz/             pictures of the tree: outline, Mermaid, DOT (PNG/SVG via Graphviz), HTML page
+  viz/             pictures of the tree, functions of a memory: outline, Mermaid, DOT (PNG/SVG), HTML page
   state            TreeState: the in-process tree and its lookups, changed only by change batches
   where            the metadata filter of retrieve (Mongo-style operators), parsed and matched
   index            the incremental FAISS index (exact inner product) over a namespace's nodes
   lexical          the incremental BM25 index beside it, for hybrid scores
   spare_core       runs the BM25 search on a spare core while the caller scans vectors
 Models
-  model_choice     which embedder and summary writer a memory uses (OpenAI with a key, else offline)
-  digest           digest summaries: an offline summary that says who, when and what (the demo's)
+  model_choice     which embedder and summary writer a memory uses (the stored one, else offline; never the env)
+  digest           digest summaries: an offline summary that says who, when and what (the demo's), read as a phrase
   aggregate        Aggregator: LLM summaries (the paper's prompt) and offline extractive ones
   models/          OpenAI, LangChain, LlamaIndex and llama.cpp adapters; the resolver of what callers pass
   embed            Embedder: local (bundled MiniLM on numpy, else sentence-transformers), hashing (tests); checks
@@ -64,6 +65,7 @@ Foundations
   text             sentences, words, token counts, text checks
   output_file      writing a file the user named as shell redirection would, without its risks
   version          the package version, also written into backups
+  deprecation      old public names kept working with a DeprecationWarning
 """
 
 from typing import TYPE_CHECKING, Any
@@ -84,6 +86,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
     from memtree.digest import DigestAggregator
     from memtree.embed import Embedder, HashingEmbedder, LocalEmbedder
     from memtree.llm import CallableChatModel, ChatModel, Completion
+    from memtree.model_choice import EmbedderMismatchError
     from memtree.node import ROOT_ID, LeafVersion, Node, RetrievedNode
     from memtree.retry import ModelResponseError, RetryPolicy
     from memtree.stats import TreeStats
@@ -111,6 +114,7 @@ _HOMES = {
     "memtree.digest": ("DigestAggregator",),
     "memtree.embed": ("Embedder", "HashingEmbedder", "LocalEmbedder"),
     "memtree.llm": ("CallableChatModel", "ChatModel", "Completion"),
+    "memtree.model_choice": ("EmbedderMismatchError",),
     "memtree.node": ("ROOT_ID", "LeafVersion", "Node", "RetrievedNode"),
     "memtree.retry": ("ModelResponseError", "RetryPolicy"),
     "memtree.stats": ("TreeStats",),
@@ -157,6 +161,7 @@ __all__ = [
     "Completion",
     "DigestAggregator",
     "Embedder",
+    "EmbedderMismatchError",
     "ExtractiveAggregator",
     "HashingEmbedder",
     "IncompatibleStoreError",

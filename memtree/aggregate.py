@@ -96,6 +96,12 @@ class Aggregator(ABC):
         when it cannot (the default: a model's prose is embedded)."""
         return None
 
+    def missing_sentences(self, summary: str) -> list[str]:
+        """The texts :meth:`known_vector` still lacks to give ``summary`` a vector. The
+        engine embeds them first, so a summary's vector depends on its text alone,
+        not on what this process happened to embed before. By default none."""
+        return []
+
     @property
     def calls_model(self) -> bool:
         """Whether aggregation costs a model call (the engine reports these)."""
@@ -246,6 +252,13 @@ class ExtractiveAggregator(Aggregator):
         mean = weights @ np.stack(vectors)  # type: ignore[arg-type]
         norm = float(np.linalg.norm(mean))
         return (mean / norm).astype(np.float32) if norm > 0 else None
+
+    def missing_sentences(self, summary: str) -> list[str]:
+        """The summary's sentences not cached (a summary written in another process, or
+        whose sentences the cache dropped): their vectors make its vector."""
+        sentences = split_sentences(summary)
+        with self._lock:
+            return [sentence for sentence in dict.fromkeys(sentences) if sentence not in self._cache]
 
     def _sentence_vectors(self, sentences: list[str]) -> Matrix:
         if self.embedder is None:

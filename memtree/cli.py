@@ -13,6 +13,7 @@ from pathlib import Path
 
 import typer
 
+from memtree import viz
 from memtree.commands import add, backup, check, compact, query, repair, show, stats
 from memtree.commands.bench import add_bench
 from memtree.commands.common import CliError, LlmOption, cli_errors, parse_llm, set_verbose
@@ -55,7 +56,7 @@ def demo(
         run_demo(memory, sys.stdout, k=k, token_budget=budget, max_depth=depth)
         if html is not None:
             _, questions = load_demo_conversation()
-            page = memory.to_html(queries=questions, k=k, expand_depth=2, title="memtree demo")
+            page = viz.to_html(memory, queries=questions, k=k, expand_depth=2, title="memtree demo")
             try:
                 Path(html).write_text(page, encoding="utf-8")
             except OSError as error:

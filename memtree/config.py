@@ -78,9 +78,17 @@ class MemTreeConfig:
     answer); ``"text"``, the summary's own text, as in the paper
     (:mod:`memtree.summary_hits`; ``retrieve(summary_hits=...)`` per call).
 
-    ``retrieve_threshold`` is the lowest score a result may have; ``None`` (the
-    default) cuts nothing, so a retrieval returns ``k`` results whenever that many
-    nodes pass its filters (``retrieve(min_score=...)`` sets one per call).
+    ``min_similarity`` is the relevance floor: a result whose cosine similarity to
+    the query is below it is left out, so a query nothing stored is about gets
+    nothing. ``"auto"`` (the default) is the floor calibrated for the memory's
+    embedder (:func:`memtree.retrieval.relevance_floor`: 0.3 for the offline
+    all-MiniLM-L6-v2; no floor for a model none was measured for); ``None`` turns it
+    off, a number sets it. ``retrieve(min_similarity=...)`` sets it per call; every
+    adapter (middleware, retrievers, store) applies the same value.
+
+    ``min_score`` is the lowest hybrid ``score`` a result may have; ``None`` (the
+    default) cuts nothing. That score is relative to the query's best word match, so
+    it is no measure of relevance by itself: the floor above is.
 
     ``parse_times`` (default on) reads a time expression in a query ("in May 2023",
     "last week", :mod:`memtree.time_expressions`) and ranks the memories inside the
@@ -116,8 +124,8 @@ class MemTreeConfig:
     auto_theta0_start: float = 0.4
     k: int = 10
     token_budget: int | None = None
-    retrieve_threshold: float | None = None
-    min_similarity: float | None = None
+    min_score: float | None = None
+    min_similarity: float | Literal["auto"] | None = "auto"
     same_subject: float | None = None
     lexical_weight: float = 0.3
     mode: RetrievalMode = "collapsed"
@@ -143,9 +151,11 @@ class MemTreeConfig:
         _check_range("auto_theta0_start", self.auto_theta0_start, -1.0, 1.0)
         _check_range("max_threshold", self.max_threshold, -1.0, 1.0)
         _check_range("near_duplicate", self.near_duplicate, -1.0, 1.0)
-        if self.retrieve_threshold is not None:
-            _check_range("retrieve_threshold", self.retrieve_threshold, -1.0, 1.0)
-        if self.min_similarity is not None:
+        if self.min_score is not None:
+            _check_range("min_score", self.min_score, -1.0, 1.0)
+        if self.min_similarity is not None and self.min_similarity != "auto":
+            if isinstance(self.min_similarity, bool) or not isinstance(self.min_similarity, (int, float)):
+                raise TypeError(f"min_similarity must be a number, 'auto' or None, got {self.min_similarity!r}")
             _check_range("min_similarity", self.min_similarity, -1.0, 1.0)
         if self.same_subject is not None:
             _check_range("same_subject", self.same_subject, -1.0, 1.0)

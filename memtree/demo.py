@@ -1,4 +1,5 @@
-"""The offline demo: a memory of a six-session conversation, its tree, and answers.
+"""The offline demo: a memory of a six-session conversation, its tree, and what it
+retrieves for three questions.
 
 ``memtree demo`` runs this with no API key and no network: local embeddings
 (all-MiniLM-L6-v2 from the installed package) and extractive summaries.
@@ -13,7 +14,9 @@ from importlib import resources
 from typing import Any, TextIO
 
 from memtree.config import MemTreeConfig
-from memtree.digest import DigestAggregator
+from memtree.digest import DigestAggregator, words_said
+from memtree.node import RetrievedNode
+from memtree.text import count_words, split_sentences
 from memtree.tree import MemTree
 
 
@@ -59,8 +62,44 @@ def demo_memory(llm: Any = None) -> MemTree:
     return MemTree(aggregator=DigestAggregator(), config=DEMO_CONFIG)
 
 
+RELATIVE_SCORE = 0.65
+"""A memory shown for a question scores at least this share of the best one's score.
+The relevance floor keeps out what is unrelated; a short chat is full of turns that
+are only a little related (\"I knew she would. Did everything go smoothly?\"), which
+rank when little else is left and would read as answers."""
+
+
+def says_something(text: str) -> bool:
+    """Whether a turn states something (three words or more outside its questions):
+    a question, or \"Eighteen!\", is no answer to show."""
+    statements = [s for s in split_sentences(words_said(text)) if not s.rstrip().endswith("?")]
+    return count_words(" ".join(statements)) >= 3
+
+
+def memories_for(memory: MemTree, question: str, *, k: int, token_budget: int) -> list[RetrievedNode]:
+    """The memories the demo shows for ``question``, best first: retrieved (over the
+    relevance floor), then only those that state something and score close enough
+    to the best (:data:`RELATIVE_SCORE`), at most ``k`` within ``token_budget``."""
+    hits = memory.retrieve(question, k=2 * k, token_budget=2 * token_budget)
+    if not hits:
+        return []
+    best = hits[0].score
+    shown: list[RetrievedNode] = []
+    spent = 0
+    for hit in hits:
+        cost = memory.config.token_counter(hit.context)
+        if hit.score < RELATIVE_SCORE * best or not says_something(hit.context) or spent + cost > token_budget:
+            continue
+        shown.append(hit)
+        spent += cost
+        if len(shown) == k:
+            break
+    return shown
+
+
 def run_demo(memory: MemTree, out: TextIO, *, k: int = 4, token_budget: int = 160, max_depth: int = 3) -> None:
-    """Build the demo memory in ``memory``, then print its tree and three answers."""
+    """Build the demo memory in ``memory``, then print its tree and, for each question,
+    the memories it retrieves (the demo retrieves; it writes no answer)."""
     turns, questions = load_demo_conversation()
     print(f"Remembering {len(turns)} turns from {turns[-1].session} sessions…", file=out)
     memory.add_many(
@@ -70,18 +109,22 @@ def run_demo(memory: MemTree, out: TextIO, *, k: int = 4, token_budget: int = 16
     )
     stats = memory.stats()
     print(
-        f"\nThe tree: {stats.nodes} nodes ({stats.leaves} leaves, {stats.summaries} summaries), "
-        f"max depth {stats.max_depth}, mean leaf depth {stats.mean_leaf_depth:.1f}, θ0 {stats.theta0:.2f}\n",
+        f"\nThe tree: {stats.leaves} turns grouped under {stats.summaries} summaries, {stats.max_depth} levels deep. "
+        "A summary says who and when, then its most central sentences; the turns it covers hang below it.\n",
         file=out,
     )
     print(memory.format_tree(max_depth=max_depth, width=90), file=out)
+    print(
+        "\nThree questions. For each, the turns the memory retrieves, best first, as they were said: "
+        "the demo retrieves memories, it does not write an answer.",
+        file=out,
+    )
     for question in questions:
         print(f"\nQ: {question}", file=out)
-        # the relevance gate leaves out filler turns ("Did everything go smoothly?")
-        # that only rank because little else is left
-        for hit in memory.retrieve(question, k=k, token_budget=token_budget, min_similarity=memory.relevance_floor):
-            kind = "leaf" if hit.is_leaf else f"summary of {len(hit.leaf_ids)}"
-            if hit.found_by is not None:  # a summary matched the question and brought this leaf
-                kind += ", via a summary"
+        found = memories_for(memory, question, k=k, token_budget=token_budget)
+        if not found:
+            print("  (nothing in the memory is about this)", file=out)
+        for hit in found:
             body = " / ".join(line for line in hit.context.splitlines() if line.strip())
-            print(f"  [{hit.score:.2f} · depth {hit.depth} · {kind}] {body}", file=out)
+            via = " (found through a summary)" if hit.found_by is not None else ""
+            print(f"  - {body}{via}", file=out)

@@ -87,6 +87,43 @@ class Heading:
             return ""
         return SEPARATOR.join(field or EMPTY for field in fields)
 
+    def phrase(self) -> str:
+        """The heading said as a phrase a person reads at a glance: who and when
+        (``Maya and Leo, 14 January 2024 – 22 February 2024``); the terms, a keyword
+        list that serves retrieval, are left out. Empty when neither is known."""
+        people = list(self.people)
+        who = " and ".join([", ".join(people[:-1]), people[-1]]) if len(people) > 1 else "".join(people)
+        when = ""
+        if self.first_date is not None:
+            same = self.last_date is None or self.last_date == self.first_date
+            when = self.first_date if same else f"{self.first_date}{SPAN}{self.last_date}"
+        return ", ".join(part for part in (who, when) if part)
+
+
+def readable(text: str) -> str:
+    """A summary's text as a person reads it: a digest's heading said as a phrase
+    (:meth:`Heading.phrase`), then its turns as ``Name: words``; any other text as
+    it is (``Maya and Leo, 28 April 2024 – 16 June 2024 — Maya: We adopted a dog!``)."""
+    first, _, rest = text.partition("\n")
+    heading = parse_heading(first)
+    if heading is None:
+        return text
+    said = heading.phrase()
+    body = " ".join(_without_date(line.strip()) for line in rest.splitlines() if line.strip())
+    return f"{said} — {body}" if said and body else said or body
+
+
+def _without_date(line: str) -> str:
+    """A chat turn as ``Name: words`` (the heading already gives the dates)."""
+    speaker = speaker_of(line)
+    return f"{speaker}: {words_said(line)}" if speaker else line
+
+
+def words_said(text: str) -> str:
+    """A chat turn's own words: the text after its date and ``Name:`` label, if any."""
+    match = _SPEAKER.match(text)
+    return text[match.end() :] if match else text
+
 
 def speaker_of(text: str) -> str | None:
     """The ``Name:`` a chat turn is attributed to, if the text has one near its start."""
@@ -170,6 +207,14 @@ class DigestAggregator(ExtractiveAggregator):
             terms=self.terms,
         )
         return bound
+
+    def known_vector(self, summary: str) -> Vector | None:
+        """``None``: a digest's heading is no sentence of any leaf, so the memory
+        embeds the digest's whole text (its vector depends on that text alone)."""
+        return None
+
+    def missing_sentences(self, summary: str) -> list[str]:
+        return []
 
     def _observe(self, texts: Sequence[str]) -> None:
         """Count each distinct text once in the document frequencies (the idf of terms)."""

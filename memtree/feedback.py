@@ -121,3 +121,28 @@ def names_in(leaf: str, query: str, speaker: str | None) -> tuple[str, ...]:
             if len(word) > 1 and word[0].isupper() and "'" not in word and "’" not in word and word.lower() not in said:
                 names.append(word)
     return tuple(dict.fromkeys(names))
+
+
+def passes_floor(
+    index: VectorIndex,
+    state: TreeState,
+    query: Vector,
+    node_ids: list[str],
+    floor: float,
+    feedback: Feedback | None = None,
+) -> list[bool]:
+    """Whether each node passes the relevance floor (a cosine): by its cosine with the
+    query, or, under context feedback, through its context: its cosine with the moved
+    query, or a name of the best match in its text ("Pepper is scared of bicycles."
+    for "What is Maya's dog afraid of?", whose best match names Pepper). Feedback only
+    exists when that best match passed the floor itself, so a query nothing stored is
+    about still gets nothing."""
+    if not node_ids:
+        return []
+    passing = index.score(query, node_ids) >= floor
+    if feedback is not None:
+        passing |= index.score(feedback.vector, node_ids) >= floor
+        if feedback.names:
+            named = re.compile(r"\b(?:" + "|".join(map(re.escape, feedback.names)) + r")\b")
+            passing |= np.array([named.search(state.nodes[node_id].text) is not None for node_id in node_ids])
+    return [bool(value) for value in passing]

@@ -96,36 +96,27 @@ def _subject(about: str, span: TimeSpan | None) -> str | None:
     return about
 
 
-def routed_overview(
-    config: MemTreeConfig,
-    query: str,
-    now: TimeLike | None,
-    route: bool | None,
-    time_range: tuple[TimeLike | None, TimeLike | None] | None,
-    token_budget: int | None,
-    k: int | None,
-    where: Mapping[str, Any] | None,
-) -> dict[str, Any] | None:
-    """``MemTree.overview``'s arguments for a ``retrieve`` call whose query is an
-    overview request (and routing is on: ``route``, default ``config.route_overviews``),
-    else ``None``. A ``time_range`` the caller gives wins over the query's own; ``k``
-    caps the parts only when no token budget is given (an overview's parts are as
-    many as its budget holds)."""
+def routed_overview(config: MemTreeConfig, query: str, options: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``MemTree.overview``'s arguments for a ``retrieve`` call (its ``options``) whose
+    query is an overview request, when routing is on (``route_overviews``, default
+    ``config.route_overviews``); else ``None``. A ``time_range`` the caller gives wins
+    over the query's own; ``k`` caps the parts only when no token budget is given (an
+    overview's parts are as many as its budget holds)."""
+    route = options.get("route_overviews")
     enabled = config.route_overviews if route is None else route
     if not isinstance(enabled, bool):
         raise TypeError(f"route_overviews must be True, False or None (the config's), got {route!r}")
-    if not enabled:
-        return None
-    request = overview_request(query, now)
+    request = overview_request(query, options.get("now")) if enabled else None
     if request is None:
         return None
-    since, until = time_range if time_range is not None else (request.span.as_range if request.span else (None, None))
-    budget = token_budget if token_budget is not None else config.token_budget
+    given = options.get("time_range")
+    since, until = given if given is not None else (request.span.as_range if request.span else (None, None))
+    budget = options.get("token_budget") or config.token_budget
     return {
         "about": request.about,
         "since": since,
         "until": until,
         "token_budget": budget,
-        "k": None if budget is not None else k,
-        "where": where,
+        "k": None if budget is not None else options.get("k"),
+        "where": options.get("where"),
     }

@@ -44,7 +44,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -109,37 +109,56 @@ class OverviewQuery:
         return self.about if self.about and terms_of(self.about) else None
 
 
+class OverviewOptions(TypedDict, total=False):
+    """The keyword options of ``MemTree.overview`` / ``aoverview``; one left out takes
+    its default, an unknown one raises ``TypeError``."""
+
+    since: TimeLike | None
+    """The earliest event time to cover (a datetime, date, POSIX seconds or ISO 8601)."""
+    until: TimeLike | None
+    """The latest event time to cover."""
+    token_budget: int | None
+    """The most tokens the parts' ``context`` may hold together (``None``: the
+    config's ``token_budget``, else :data:`DEFAULT_TOKEN_BUDGET`)."""
+    k: int | None
+    """The most parts (``None``: as many as the budget holds)."""
+    where: Mapping[str, Any] | None
+    """A leaf metadata filter, as ``retrieve``'s (:mod:`memtree.where`)."""
+
+
+OVERVIEW_OPTIONS: tuple[str, ...] = tuple(OverviewOptions.__annotations__)
+
+
 def check_overview(
-    config: MemTreeConfig,
-    about: str | None,
-    since: TimeLike | None,
-    until: TimeLike | None,
-    token_budget: int | None,
-    k: int | None,
-    where: Mapping[str, Any] | None,
-    relevance_floor: float | None = None,
+    config: MemTreeConfig, about: object, options: Mapping[str, Any], relevance_floor: float | None = None
 ) -> OverviewQuery:
     """``MemTree.overview``'s arguments checked, the config's defaults filled in; a
-    bad value raises naming the argument and what it accepts."""
+    bad value (or an unknown option) raises naming it and what it accepts."""
+    unknown = sorted(set(options) - set(OVERVIEW_OPTIONS))
+    if unknown:
+        raise TypeError(
+            f"overview() got unknown option(s) {', '.join(unknown)}; it takes: {', '.join(OVERVIEW_OPTIONS)}"
+        )
     if about is not None and not isinstance(about, str):
         raise TypeError(f"about must be a str or None, got {type(about).__name__}")
-    if about is not None and not about.strip():
-        about = None
+    topic = about if about is not None and about.strip() else None
+    token_budget, k = options.get("token_budget"), options.get("k")
     budget = token_budget if token_budget is not None else (config.token_budget or DEFAULT_TOKEN_BUDGET)
     if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
         raise ValueError(f"token_budget must be a positive integer or None, got {token_budget!r}")
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k <= 0):
         raise ValueError(f"k must be a positive integer or None (as many parts as the budget holds), got {k!r}")
+    since, until = options.get("since"), options.get("until")
     start, end = to_timestamp(since, "since"), to_timestamp(until, "until")
     if start is not None and end is not None and start > end:
         raise ValueError(f"since ({since!r}) is after until ({until!r})")
     span = (start, end) if start is not None or end is not None else None
     return OverviewQuery(
-        about,
+        topic,
         span,
         budget,
         k,
-        parse_where(where),
+        parse_where(options.get("where")),
         config.token_counter,
         float(config.lexical_weight),
         relevance_floor,
@@ -198,10 +217,12 @@ class Settings:
 
 
 def answer_overview(
-    replica: Replica, query: OverviewQuery, vector: Vector | None, settings: Settings = Settings()
+    replica: Replica, query: OverviewQuery, embed: Callable[[str], Vector], settings: Settings = Settings()
 ) -> list[RetrievedNode]:
-    """The overview's parts for ``query`` (``vector``: the embedding of its topic, or
-    ``None`` when it has none), under the replica's read lock."""
+    """The overview's parts for ``query`` (its topic embedded by ``embed``, one call,
+    when it has one), after catching up with other writers, under the read lock."""
+    replica.maybe_refresh()
+    vector = embed(query.topic) if query.topic is not None else None
     with replica.lock.read():
         index, state = replica.index, replica.state
         if index is None or len(index) == 0:
@@ -300,14 +321,14 @@ class _Overview:
     def _ranked_relevance(self, leaves: list[str]) -> dict[str, float]:
         """Leaves' scores in retrieval's ranking of the topic, context feedback included."""
         from memtree.feedback import boosted, context_feedback
-        from memtree.retrieval import Filters, LexicalQuery, rank_collapsed
+        from memtree.retrieval import Filters, LexicalShare, rank_collapsed
 
         assert self._vector is not None
         if not leaves:
             return {}
         text = " ".join(self._terms)
         lexical = (
-            LexicalQuery(self.query.about or text, self.query.lexical_weight) if self.query.lexical_weight > 0 else None
+            LexicalShare(self.query.about or text, self.query.lexical_weight) if self.query.lexical_weight > 0 else None
         )
         filters = Filters(leaves_only=True, time_range=self.query.time_range, hidden=self.hidden)
         limit = min(len(leaves), RANKED_LIMIT)
@@ -316,7 +337,7 @@ class _Overview:
             self.index, self.state, self._vector, self.query.about or text, first, self.query.feedback
         )
         if feedback is not None:
-            moved = LexicalQuery(lexical.text, lexical.weight, names=feedback.names) if lexical is not None else None
+            moved = LexicalShare(lexical.text, lexical.weight, names=feedback.names) if lexical is not None else None
             first = boosted(
                 self.state,
                 rank_collapsed(self.index, self.state, feedback.vector, limit, filters, moved),

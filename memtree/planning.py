@@ -267,11 +267,6 @@ class DeletePlan:
         return [*self.moved.values(), *self.ancestors]
 
 
-def plan_delete(state: TreeState, leaf_id: str, now: float) -> DeletePlan:
-    """Plan the removal of one leaf; a parent left with one child is folded away."""
-    return plan_delete_many(state, [leaf_id], now)
-
-
 def plan_delete_many(state: TreeState, leaf_ids: Sequence[str], now: float) -> DeletePlan:
     """Plan the removal of several leaves in one change.
 

@@ -26,19 +26,20 @@ Packing (:mod:`memtree.packing`) and the newer-first order
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 import numpy as np
 import numpy.typing as npt
 
 from memtree.config import RETRIEVAL_MODES, MemTreeConfig
-from memtree.feedback import NAME_WEIGHT, Feedback, boosted, context_feedback
+from memtree.embed import check_query_embedding
+from memtree.feedback import NAME_WEIGHT, Feedback, boosted, context_feedback, passes_floor
 from memtree.index import Mask, VectorIndex
 from memtree.inputs import TimeLike, to_min_score, to_time_range
-from memtree.lexical import LexicalIndex
-from memtree.lexical import LexicalQuery as PreparedQuery
+from memtree.intent import routed_overview
+from memtree.lexical import LexicalIndex, LexicalQuery
 from memtree.node import ROOT_ID, RetrievedNode, Vector
 from memtree.packing import Packing, pack
 from memtree.recency import SIBLINGS as SIBLINGS  # where users imported it from before
@@ -76,7 +77,7 @@ class Filters:
 
 
 @dataclass(frozen=True)
-class LexicalQuery:
+class LexicalShare:
     """The query's words and the weight BM25 gets beside cosine similarity; ``names``
     (context feedback, :mod:`memtree.feedback`) count as words of the query at
     ``name_weight``."""
@@ -87,7 +88,7 @@ class LexicalQuery:
     name_weight: float = NAME_WEIGHT
 
 
-def prepared_words(words: LexicalIndex, lexical: LexicalQuery) -> PreparedQuery:
+def prepared_words(words: LexicalIndex, lexical: LexicalShare) -> LexicalQuery:
     """``lexical``'s words as the BM25 index weighs them, its names at their weight."""
     prepared = words.prepare(lexical.text)
     if not lexical.names:
@@ -96,7 +97,7 @@ def prepared_words(words: LexicalIndex, lexical: LexicalQuery) -> PreparedQuery:
     new = ~np.isin(extra.terms, prepared.terms)
     if not new.any():
         return prepared
-    return PreparedQuery(
+    return LexicalQuery(
         np.concatenate([prepared.terms, extra.terms[new]]),
         np.concatenate([prepared.weights, extra.weights[new] * lexical.name_weight]),
         prepared.average_length,
@@ -179,7 +180,7 @@ def rank_collapsed(
     query: Vector,
     limit: int,
     filters: Filters,
-    lexical: LexicalQuery | None = None,
+    lexical: LexicalShare | None = None,
     overlap: Overlap | None = None,
     summary_weight: float = SUMMARY_WEIGHT,
     prefer: Preference | None = None,
@@ -238,7 +239,7 @@ def _rank_hybrid(
     limit: int,
     mask: Mask | None,
     allowed: Callable[[str], bool] | None,
-    lexical: LexicalQuery,
+    lexical: LexicalShare,
     overlap: Overlap,
     summary_weight: float = SUMMARY_WEIGHT,
 ) -> Ranked:
@@ -253,7 +254,7 @@ def _rank_hybrid(
     def vector_search() -> Ranked:
         return index.search(query, limit, mask)
 
-    def word_search() -> tuple[PreparedQuery, Ranked, list[float]]:
+    def word_search() -> tuple[LexicalQuery, Ranked, list[float]]:
         prepared = prepared_words(words, lexical)
         hits = words.search(prepared, limit, allowed) if len(prepared) else []
         return prepared, hits, index.score(query, [node_id for node_id, _ in hits]).tolist()
@@ -281,7 +282,7 @@ def _preferring(
     query: Vector,
     limit: int,
     filters: Filters,
-    lexical: LexicalQuery | None,
+    lexical: LexicalShare | None,
     overlap: Overlap | None,
     summary_weight: float,
     prefer: Preference,
@@ -338,7 +339,7 @@ def rank_traversal(
     query: Vector,
     beam: int,
     filters: Filters,
-    lexical: LexicalQuery | None = None,
+    lexical: LexicalShare | None = None,
 ) -> Ranked:
     """Beam descent: at each level keep the ``beam`` best children of the kept nodes
     (scored as in :func:`rank_collapsed`, without the summary discount), best first;
@@ -376,7 +377,7 @@ def rank_traversal(
 
 
 def _node_scorer(
-    index: VectorIndex, state: TreeState, query: Vector, lexical: LexicalQuery | None
+    index: VectorIndex, state: TreeState, query: Vector, lexical: LexicalShare | None
 ) -> Callable[[list[str]], npt.NDArray[np.float32]]:
     """Scores of given nodes: cosine, or the hybrid score of :func:`rank_collapsed`
     (BM25 normalized by the best BM25 score of the whole memory)."""
@@ -404,7 +405,7 @@ def retrieve(
     beam: int,
     packing: Packing,
     filters: Filters,
-    lexical: LexicalQuery | None = None,
+    lexical: LexicalShare | None = None,
     prefer: Preference | None = None,
     feedback_weight: float = 0.0,
 ) -> list[RetrievedNode]:
@@ -431,7 +432,7 @@ def _ranked_and_packed(
     beam: int,
     packing: Packing,
     filters: Filters,
-    lexical: LexicalQuery | None,
+    lexical: LexicalShare | None,
     prefer: Preference | None = None,
     feedback_weight: float = 0.0,
 ) -> list[RetrievedNode]:
@@ -458,10 +459,10 @@ def _ranked_and_packed(
             first, query = None, feedback.vector
             if lexical is not None:
                 lexical = replace(lexical, names=feedback.names)
-    leaves_of = _leaves_of(index, state, query, packing, filters, lexical, original)
+    leaves_of = _leaves_of(index, state, query, packing, filters, lexical, original, feedback)
     if mode == "traversal":
         lead = rank_traversal(index, state, query, beam, filters, lexical)
-        gated = _gated(index, state, original, lead, packing)
+        gated = _gated(index, state, original, lead, packing, feedback)
         results, exhausted = pack(state, gated, packing, filters.hidden, leaves_of)
         if not exhausted:
             return with_similarities(index, original, results)
@@ -477,9 +478,10 @@ def _ranked_and_packed(
         if feedback is not None:
             ranked = boosted(state, ranked, feedback.speaker)
         combined = [*lead, *(pair for pair in ranked if pair[0] not in taken)] if lead else ranked
-        gated = _gated(index, state, original, combined, packing)
+        gated = _gated(index, state, original, combined, packing, feedback)
         results, exhausted = pack(state, gated, packing, filters.hidden, leaves_of)
-        if not exhausted or len(ranked) < limit or _gate_closed(ranked, packing, lexical):
+        closed = _gate_closed(ranked, packing, lexical) and (feedback is None or packing.min_similarity is None)
+        if not exhausted or len(ranked) < limit or closed:
             return with_similarities(index, original, results)
         limit *= 4
 
@@ -490,8 +492,9 @@ def _leaves_of(
     query: Vector,
     packing: Packing,
     filters: Filters,
-    lexical: LexicalQuery | None,
+    lexical: LexicalShare | None,
     original: Vector | None = None,
+    feedback: Feedback | None = None,
 ) -> Callable[[str], Ranked] | None:
     """What a summary hit delivers in its place (``summary_hits="leaves"``), or
     ``None`` when summaries deliver their own text (or cannot rank at all)."""
@@ -516,10 +519,11 @@ def _leaves_of(
         lambda node_id: _allowed(state, node_id, filters, selection),
         packing.min_score,
         packing.min_similarity,
+        feedback=feedback,
     )
 
 
-def _gate_closed(ranked: Ranked, packing: Packing, lexical: LexicalQuery | None) -> bool:
+def _gate_closed(ranked: Ranked, packing: Packing, lexical: LexicalShare | None) -> bool:
     """Whether no node ranked below ``ranked`` could pass ``min_score`` or
     ``min_similarity``, so asking for more is pointless (a gate that lets nothing
     through must not widen the search to the whole memory).
@@ -544,13 +548,23 @@ def _weight(packing: Packing) -> float:
     return SUMMARY_HIT_WEIGHT if packing.summary_hits == "leaves" else SUMMARY_WEIGHT
 
 
-def _gated(index: VectorIndex, state: TreeState, query: Vector, ranked: Ranked, packing: Packing) -> Ranked:
-    """``ranked`` without the nodes below ``min_score`` or ``min_similarity``."""
+def _gated(
+    index: VectorIndex,
+    state: TreeState,
+    query: Vector,
+    ranked: Ranked,
+    packing: Packing,
+    feedback: Feedback | None = None,
+) -> Ranked:
+    """``ranked`` without the nodes below ``min_score`` or the relevance floor
+    (``min_similarity``; under context feedback a node may pass through its context:
+    :func:`memtree.feedback.passes_floor`)."""
     if packing.min_score is not None:
         ranked = [pair for pair in ranked if pair[1] >= packing.min_score]
     if packing.min_similarity is not None and ranked:
-        cosines = index.score(query, [node_id for node_id, _ in ranked]).tolist()
-        ranked = [pair for pair, cosine in zip(ranked, cosines, strict=True) if cosine >= packing.min_similarity]
+        ids = [node_id for node_id, _ in ranked]
+        passing = passes_floor(index, state, query, ids, packing.min_similarity, feedback)
+        ranked = [pair for pair, keep in zip(ranked, passing, strict=True) if keep]
     return ranked
 
 
@@ -581,68 +595,141 @@ def _allowed(state: TreeState, node_id: str, filters: Filters, selection: Select
 # -- a query from the public API, checked and answered -------------------------------
 
 
+class RetrieveOptions(TypedDict, total=False):
+    """The keyword options of ``MemTree.retrieve`` / ``aretrieve``, written once for
+    both (``**options: Unpack[RetrieveOptions]``); one left out takes the memory's
+    config, and an unknown one raises ``TypeError``."""
+
+    k: int | None
+    """How many results at most."""
+    token_budget: int | None
+    """The most tokens the results' ``context`` may hold together."""
+    mode: str | None
+    """``"collapsed"`` (every node scored) or ``"traversal"`` (beam descent from the root)."""
+    leaves_only: bool
+    """Only leaves (the remembered texts), no summaries."""
+    where: Mapping[str, Any] | None
+    """A leaf metadata filter: ``{"speaker": "Leo"}``, ``{"age": {"$gte": 30}}``,
+    ``$and`` / ``$or`` / ``$not`` (:mod:`memtree.where`)."""
+    time_range: tuple[TimeLike | None, TimeLike | None] | None
+    """``(start, end)`` on event time, inclusive; ``None`` leaves a side open."""
+    min_score: float | None
+    """The lowest hybrid ``score`` a result may have. That score is relative to the
+    best word match, so no measure of relevance by itself: ``min_similarity`` is."""
+    min_similarity: float | Literal["auto"] | None
+    """The relevance floor, a cosine: a result less similar to the query is left
+    out, so an unrelated query gets nothing. ``"auto"`` (left out): the memory's
+    ``config.min_similarity``, by default the floor calibrated for its embedder
+    (:func:`relevance_floor`); ``None``: no floor; a number: that floor."""
+    query_embedding: Vector | Sequence[float] | None
+    """The query's vector from this memory's embedder, if you have it (one embedding
+    for a search over many namespaces: ``MemTree.embed_query``)."""
+    lexical_weight: float | None
+    """The BM25 share of the hybrid score (``0``: cosine alone)."""
+    same_subject: float | None
+    """A cosine (``memtree.recency.SIBLINGS``: siblings only) above which a newer
+    memory about the same subject is put just above an older one
+    (:func:`memtree.recency.newer_first`)."""
+    summary_hits: str | None
+    """What a summary that ranks delivers: ``"leaves"`` (its best leaves, marked
+    ``found_by``) or ``"text"`` (its own text)."""
+    now: TimeLike | None
+    """The reference time of relative expressions in the query ("last week"); left
+    out: the current time."""
+    parse_times: bool | None
+    """Whether a time expression in the query ranks the memories of its range higher
+    (:mod:`memtree.time_expressions`; ``None``: ``config.parse_times``). A ``time_range``
+    given turns it off."""
+    route_overviews: bool | None
+    """Whether an overview request ("what do you know about...", "recap...") is
+    answered by ``MemTree.overview`` (``None``: ``config.route_overviews``)."""
+    context_feedback: float | None
+    """How far the best first match's tree context moves the query
+    (:mod:`memtree.feedback`; ``0``: not at all; ``None``: ``config.context_feedback``)."""
+
+
+RETRIEVE_OPTIONS: tuple[str, ...] = tuple(RetrieveOptions.__annotations__)
+"""The names :class:`RetrieveOptions` allows, in order (adapters check theirs against it)."""
+
+_GIVEN_OR_CONFIG = (
+    "k",
+    "token_budget",
+    "mode",
+    "min_score",
+    "lexical_weight",
+    "same_subject",
+    "summary_hits",
+    "context_feedback",
+)
+"""Options whose ``None`` means "the config's" (for the others ``None`` is a value:
+``min_similarity=None`` turns the relevance floor off)."""
+
+
 @dataclass(frozen=True)
 class Query:
-    """One ``retrieve`` call's options, checked: what to rank and how to pack it."""
+    """One ``retrieve`` call's options, checked: what to rank and how to pack it
+    (``vector``: the caller's query embedding, if given)."""
 
     text: str
     mode: str
     packing: Packing
     filters: Filters
     lexical_weight: float
+    vector: Vector | None = None
     prefer: Preference | None = None
     """The time range the query names, ranked higher (``parse_times``)."""
     feedback: float = 0.0
     """How far the best leaf's context moves the query (``context_feedback``; 0: not at all)."""
+    routed: dict[str, Any] | None = None
+    """``MemTree.overview``'s arguments when the query is an overview request that
+    ``route_overviews`` sends there (:func:`memtree.intent.routed_overview`)."""
 
 
 def check_query(
     config: MemTreeConfig,
     state: TreeState,
     query: str,
-    k: int | None,
-    token_budget: int | None,
-    mode: str | None,
-    leaves_only: bool,
-    where: Mapping[str, Any] | None,
-    time_range: tuple[TimeLike | None, TimeLike | None] | None,
-    min_score: float | None,
-    lexical_weight: float | None,
-    min_similarity: float | None = None,
-    same_subject: float | None = None,
-    summary_hits: str | None = None,
-    now: TimeLike | None = None,
-    parse_times: bool | None = None,
-    context_feedback: float | None = None,
+    options: Mapping[str, Any],
+    calibrated_floor: float | None = None,
 ) -> Query:
     """``MemTree.retrieve``'s arguments with the config's defaults filled in; a bad
-    value raises naming the argument and what it accepts. Unless a ``time_range`` is
-    given or ``parse_times`` is off, a time expression in the query ("in May 2023",
-    "last week", counted back from ``now``) becomes a :class:`Preference`."""
+    value (or an unknown option) raises naming it and what it accepts.
+    ``calibrated_floor`` is the memory's embedder's relevance floor, which
+    ``min_similarity="auto"`` (the config's default) stands for. Unless a
+    ``time_range`` is given or ``parse_times`` is off, a time expression in the query
+    ("in May 2023", "last week", counted back from ``now``) becomes a :class:`Preference`."""
     require_text(query, "query")
-    k = config.k if k is None else k
+    unknown = sorted(set(options) - set(RETRIEVE_OPTIONS))
+    if unknown:
+        allowed = ", ".join(RETRIEVE_OPTIONS)
+        raise TypeError(f"retrieve() got unknown option(s) {', '.join(unknown)}; it takes: {allowed}")
+    given = {name: options[name] for name in _GIVEN_OR_CONFIG if options.get(name) is not None}
+    k = given.get("k", config.k)
     if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
         raise ValueError(f"k must be a positive integer, got {k!r}")
-    budget = config.token_budget if token_budget is None else token_budget
+    budget = given.get("token_budget", config.token_budget)
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0):
         raise ValueError(f"token_budget must be a positive integer or None, got {budget!r}")
-    mode = config.mode if mode is None else mode
+    mode = given.get("mode", config.mode)
     if mode not in RETRIEVAL_MODES:
         raise ValueError(f"unknown mode {mode!r}; choose one of: {', '.join(RETRIEVAL_MODES)}")
-    threshold = config.retrieve_threshold if min_score is None else to_min_score(min_score)  # None: no cut
-    floor = config.min_similarity if min_similarity is None else to_min_score(min_similarity, "min_similarity")
+    threshold = to_min_score(given["min_score"]) if "min_score" in given else config.min_score  # None: no cut
+    floor = options.get("min_similarity", "auto")
+    same_subject = given.get("same_subject")
+    summary_hits = given.get("summary_hits")
     packing = Packing(
         k,
         budget,
         threshold,
         config.drop_repeated_sentences,
         config.token_counter,
-        min_similarity=floor,
+        min_similarity=resolve_floor(floor, config.min_similarity, calibrated_floor),
         same_subject=config.same_subject if same_subject is None else _checked_same_subject(same_subject),
         summary_hits=config.summary_hits if summary_hits is None else check_summary_hits(summary_hits),
     )
-    filters = Filters(leaves_only, parse_where(where), to_time_range(time_range))
-    weight = config.lexical_weight if lexical_weight is None else lexical_weight
+    where, time_range = parse_where(options.get("where")), to_time_range(options.get("time_range"))
+    filters = Filters(bool(options.get("leaves_only", False)), where, time_range)
+    weight = given.get("lexical_weight", config.lexical_weight)
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight <= 10:
         raise ValueError(f"lexical_weight must be a number between 0 and 10, got {weight!r}")
     if weight > 0 and state.lexical is None:
@@ -650,19 +737,28 @@ def check_query(
             "this memory keeps no lexical index (its config has lexical_weight=0); "
             "open it with MemTreeConfig(lexical_weight=...) > 0 to use hybrid retrieval"
         )
-    parse = config.parse_times if parse_times is None else _checked_flag(parse_times, "parse_times")
-    span = time_span(query, now) if parse and time_range is None else None
+    embedding = options.get("query_embedding")
+    vector = None if embedding is None else check_query_embedding(embedding, state.info.dimension)
+    parse = config.parse_times if options.get("parse_times") is None else options["parse_times"]
+    if not isinstance(parse, bool):
+        raise TypeError(f"parse_times must be True, False or None (the config's), got {parse!r}")
+    span = time_span(query, options.get("now")) if parse and time_range is None else None
     prefer = Preference(span.as_range) if span is not None else None
-    feedback = config.context_feedback if context_feedback is None else context_feedback
+    feedback = given.get("context_feedback", config.context_feedback)
     if isinstance(feedback, bool) or not isinstance(feedback, (int, float)) or not 0 <= feedback <= 10:
         raise ValueError(f"context_feedback must be a number between 0 (off) and 10, got {feedback!r}")
-    return Query(query, mode, packing, filters, float(weight), prefer, float(feedback))
+    routed = routed_overview(config, query, options)
+    return Query(query, mode, packing, filters, float(weight), vector, prefer, float(feedback), routed)
 
 
-def _checked_flag(value: object, name: str) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be True, False or None (the config's), got {value!r}")
-    return value
+def resolve_floor(floor: object, configured: object, calibrated: float | None) -> float | None:
+    """A ``min_similarity`` as the cosine floor to apply. ``"auto"`` is the memory's
+    policy, ``configured`` (its ``config.min_similarity``), whose own ``"auto"`` is
+    ``calibrated`` (the embedder's floor, :func:`relevance_floor`; ``None`` for a model
+    with none measured). ``None`` turns the floor off; a number is the floor."""
+    if floor == "auto":
+        floor = calibrated if configured == "auto" else configured
+    return None if floor is None else to_min_score(floor, "min_similarity")
 
 
 def _checked_same_subject(value: object) -> float:
@@ -675,7 +771,7 @@ def _checked_same_subject(value: object) -> float:
 def answer(replica: Replica, query: Query, vector: Vector, beam: int) -> list[RetrievedNode]:
     """Rank the replica's nodes for ``query`` (embedded as ``vector``) and pack the
     results (:func:`retrieve`), under the replica's read lock."""
-    lexical = LexicalQuery(query.text, query.lexical_weight) if query.lexical_weight > 0 else None
+    lexical = LexicalShare(query.text, query.lexical_weight) if query.lexical_weight > 0 else None
     with replica.lock.read():
         index, state = replica.index, replica.state
         if index is None or len(index) == 0:

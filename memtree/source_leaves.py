@@ -27,11 +27,12 @@ import asyncio
 import functools
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from memtree.inputs import Item, TimeLike, make_item, to_timestamp
+from memtree.integrity import integrity_problems
 from memtree.node import JSONDict, Node, Vector
 from memtree.state import TreeState
 from memtree.store.base import RecordChanges
@@ -278,9 +279,26 @@ def diverged(state: TreeState, manifests: Mapping[str, JSONDict]) -> list[str]:
     return out
 
 
-def reconcile(writer: Writer, read_manifests: Callable[[], Mapping[str, JSONDict]]) -> int:
+def manifests_of(writer: Writer) -> dict[str, Any]:
+    """The namespace's manifests: source id -> what :func:`replace_source` last wrote."""
+    return writer.replica.store.get_records(writer.replica.namespace, SOURCES)
+
+
+def problems(writer: Writer, depth_cap: int) -> list[str]:
+    """``MemTree.check_integrity``: every broken invariant of the tree and its index,
+    then every source whose leaves differ from its manifest, described."""
+    manifests = manifests_of(writer)
+
+    def found(state: TreeState) -> list[str]:
+        broken = integrity_problems(state, writer.replica.index, depth_cap)
+        return broken + source_problems(state, manifests)
+
+    return writer.replica.read(found)
+
+
+def reconcile(writer: Writer) -> int:
     """Make every diverged source's leaves match its manifest; return how many were."""
-    manifests = read_manifests()
+    manifests = manifests_of(writer)
     replica = writer.replica
     replica.maybe_refresh()
     with replica.lock.read():

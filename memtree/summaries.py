@@ -131,12 +131,23 @@ class SummaryWriter:
         self.calls.counters.add("aggregation_failures")
         node.stale = True
 
-    def embed_summaries(self, written: list[Node], nodes: Iterable[Node]) -> Generator[Request, Any, None]:
+    def embed_summaries(
+        self, written: list[Node], nodes: Iterable[Node], *, from_sentences: bool = True
+    ) -> Generator[Request, Any, None]:
         """Embed rewritten summaries (``parent_embedding="text"``) in batches, or with
-        ``"sentences"`` give each the aggregator's vector from its sentences and embed
-        only those it has none for; give the others their leaves' centroid where they
-        need one."""
-        if self.config.parent_embedding == "sentences":
+        ``"sentences"`` give each the aggregator's vector from its sentences (those not
+        held yet embedded first, so the vector depends on the text alone) and embed
+        only those it cannot make one for; give the others their leaves' centroid
+        where they need one. ``from_sentences=False`` embeds their texts instead (a
+        bulk build: its leaves' sentences were never embedded)."""
+        if self.config.parent_embedding == "sentences" and from_sentences:
+            aggregator = self.calls.aggregator
+            missing = list(dict.fromkeys(text for node in written for text in aggregator.missing_sentences(node.text)))
+            if missing:  # a summary's vector must not depend on what this process embedded before
+                try:
+                    aggregator.learn_vectors(missing, (yield from self.embed(missing)))
+                except Exception as error:  # noqa: BLE001 - embedded whole below, or marked stale
+                    logger.warning("embedding summary sentences failed: %s", error)
             unknown = []
             for node in written:
                 known = self.calls.aggregator.known_vector(node.text)
@@ -268,7 +279,7 @@ class SummaryWriter:
                 texts = [kid.text for kid in kids]
                 jobs.append(AggregationJob(node_id, "", texts, 0, centroid_of(node), vectors, node.leaf_count))
             written = yield from self.write_texts(jobs, nodes)
-            yield from self.embed_summaries(written, (nodes[node_id] for node_id in level))
+            yield from self.embed_summaries(written, (nodes[node_id] for node_id in level), from_sentences=False)
 
     def defer_ancestors(self, plan: DeletePlan) -> None:
         """A delete's ancestors marked stale for the background worker, without a model

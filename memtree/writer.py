@@ -12,6 +12,7 @@ this process's replica exactly as another writer's would be.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import threading
@@ -38,6 +39,28 @@ from memtree.stats import TreeStats, tree_stats
 from memtree.store.base import NamespaceInfo, NamespaceKey, RecordChanges, Store, WriteTransaction
 
 logger = logging.getLogger(__name__)
+
+STALE_NAMED = 20
+"""Stale summaries :func:`warn_left_stale` names one by one (then a count)."""
+
+
+def warn_left_stale(left: list[str], timeout: float | None) -> None:
+    """One warning naming the summaries ``MemTree.close`` left stale (as
+    ``namespace:id``) within ``timeout`` seconds: they keep their old text, and
+    ``repair()`` writes them later."""
+    if not left:
+        return
+    shown = ", ".join(left[:STALE_NAMED])
+    more = f" and {len(left) - STALE_NAMED} more" if len(left) > STALE_NAMED else ""
+    logger.warning(
+        "close() left %d summaries stale (the model did not write them within %s): %s%s; "
+        "they stay searchable with their old text: call repair() later",
+        len(left),
+        "the time allowed" if timeout is None else f"{timeout:g} s",
+        shown,
+        more,
+    )
+
 
 T = TypeVar("T")
 M = TypeVar("M")
@@ -269,7 +292,11 @@ class Writer:
 
     def restore(self, nodes: list[Node], info: NamespaceInfo, versions: Sequence[LeafVersion] = ()) -> None:
         """Write a whole checked tree (and its leaves' history) into this (empty)
-        namespace in one transaction."""
+        namespace in one transaction. The aggregator learns the leaves' vectors, as it
+        does a new leaf's, so summaries rewritten later do not embed them again."""
+        leaves = [(node.text, node.embedding) for node in nodes if node.is_leaf and node.embedding is not None]
+        if leaves:
+            self.calls.aggregator.learn_vectors([text for text, _ in leaves], np.stack([v for _, v in leaves]))
         self.write(lambda: self.procedures.restore(nodes, info, versions))
 
     def reinsert_leaf(self, leaf: Node) -> None:
@@ -277,6 +304,7 @@ class Writer:
         item = Item(leaf.text, dict(leaf.metadata), leaf.timestamp, leaf.source_id, leaf.expires_at)
         assert leaf.embedding is not None
         embedding = leaf.embedding
+        self.calls.aggregator.learn_vectors([leaf.text], embedding[None, :])  # as a new leaf's, not embedded again
         self.write(lambda: self.procedures.insert(item, embedding, restore=leaf))
 
     def embed_query(self, query: str) -> Vector:
@@ -303,6 +331,15 @@ class Writer:
             return []
         with self.replica.lock.read():
             return sorted(node.id for node in self.replica.state.nodes.values() if node.stale)
+
+    def sweep_before_showing(self) -> None:
+        """Sweep expired leaves before a picture or a backup shows the whole tree
+        (their summaries' texts too must stop mentioning them). A store this process
+        may not write (read-only) cannot be swept: there the picture shows them."""
+        self.replica.maybe_refresh()
+        if self.replica.sweep_due():
+            with contextlib.suppress(PermissionError):
+                self.sweep_expired()
 
     def _flush_on_close(self) -> None:
         try:

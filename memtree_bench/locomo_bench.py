@@ -136,6 +136,7 @@ VARIANT_ROWS: dict[str, dict[str, Any]] = {
     "memtree, lexical 0.5": {"retrieve": {"lexical_weight": 0.5}},
     "memtree, dense ranking (the paper's) over the default tree": {"retrieve": {"lexical_weight": 0.0}},
     "memtree, parent = mean of leaves": {"config": {"parent_embedding": "mean"}},
+    "memtree, relevance floor on (MemTree.retrieve's default)": {"retrieve": {"min_similarity": "auto"}},
 }
 
 

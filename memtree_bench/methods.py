@@ -369,7 +369,11 @@ class MemTreeMethod(Method):
 
     def ranked_texts(self, question: str, words: int) -> list[str]:
         k = max(10, words // 8)
-        results = self.memory.retrieve(question, k=k, mode=self.mode, **self.retrieve_options)
+        # Evidence recall compares rankings at a word budget, so the relevance floor
+        # that MemTree.retrieve applies by default is off unless a row turns it on:
+        # it would only stop some rows from filling the budget (docs/benchmarks.md).
+        options = {"min_similarity": None, **self.retrieve_options}
+        results = self.memory.retrieve(question, k=k, mode=self.mode, **options)
         return [result.context for result in results]
 
 

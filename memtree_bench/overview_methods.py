@@ -102,7 +102,13 @@ class FlatHybrid(Row):
         self.name = "flat hybrid" + (f", {' + '.join(parts)}" if parts else "")
 
     def contexts(self, memories: Memories, question: OverviewQuestion, budgets: Sequence[int]) -> dict[int, str]:
-        options: dict[str, Any] = {"k": _ranked_limit(budgets), "route_overviews": False, "parse_times": False}
+        options: dict[str, Any] = {
+            "k": _ranked_limit(budgets),
+            "route_overviews": False,
+            "parse_times": False,
+            "context_feedback": 0.0,
+            "min_similarity": None,  # ranked rows are scored on their ranking, as in `memtree bench locomo`
+        }
         if self.time_filter:
             span = time_span(question.question, memories.now)
             if span is not None:
@@ -167,7 +173,7 @@ class Retrieve(Row):
         self.name = "memtree retrieve, routed" if routed else "memtree retrieve"
 
     def contexts(self, memories: Memories, question: OverviewQuestion, budgets: Sequence[int]) -> dict[int, str]:
-        options = {"now": memories.now, "route_overviews": self.routed}
+        options = {"now": memories.now, "route_overviews": self.routed, "min_similarity": None}
         if not self.routed:
             hits = memories.tree.retrieve(question.question, k=_ranked_limit(budgets), **options)
             return contexts_at_budgets([hit.context for hit in hits] or [""], budgets)
@@ -190,13 +196,13 @@ class Overview(Row):
             request = OverviewRequest(question.question, time_span(question.question, memories.now))
         since, until = request.span.as_range if request.span is not None else (None, None)
         tree = memories.tree
-        vector = None
         out = {}
+        options = {"since": since, "until": until}
         for budget in budgets:
-            query = check_overview(tree.config, request.about, since, until, budget, None, None, tree.relevance_floor)
-            if vector is None and query.topic is not None:
-                vector = tree.embed_query(query.topic)
-            hits = answer_overview(tree._replica, query, vector, self.settings)  # research rows pass settings
+            query = check_overview(
+                tree.config, request.about, {**options, "token_budget": budget}, tree.relevance_floor
+            )
+            hits = answer_overview(tree._replica, query, tree.embed_query, self.settings)  # research rows: settings
             out[budget] = contexts_at_budgets([hit.context for hit in hits] or [""], [budget])[budget]
         return out
 

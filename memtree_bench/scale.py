@@ -64,7 +64,7 @@ from memtree.config import MemTreeConfig
 from memtree.embed import Matrix
 from memtree.index import VectorIndex
 from memtree.lexical import LexicalIndex, top
-from memtree.retrieval import SUMMARY_WEIGHT, Filters, LexicalQuery, Ranked, first_limit, rank_collapsed
+from memtree.retrieval import SUMMARY_WEIGHT, Filters, LexicalShare, Ranked, first_limit, rank_collapsed
 from memtree.spare_core import IN_TURN
 from memtree.state import TreeState, paused_gc
 from memtree_bench.report import percentiles
@@ -431,7 +431,7 @@ def _queries(
     for number in _repeat(settings.queries, 30, settings.seconds_per_measurement, progress):
         query = random_unit_vectors(rng, 1, settings.dimension)[0]
         text = settings.words.texts(rng, 1, settings.query_words, settings.query_words)[0]
-        lexical = LexicalQuery(text, weight)
+        lexical = LexicalShare(text, weight)
         row = query.reshape(1, -1)
         methods: dict[str, Callable[[], Any]] = {
             "hybrid": partial(rank_collapsed, engine, state, query, limit, no_filter, lexical),

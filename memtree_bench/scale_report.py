@@ -300,7 +300,7 @@ def _markdown(report: ScaleReport, info: dict[str, str]) -> list[str]:
         "",
         f"## Collapsed top-{s.k} query",
         "",
-        f"hybrid = `memtree.retrieval.rank_collapsed` with `LexicalQuery(text, {s.lexical_weight:g})`, the path "
+        f"hybrid = `memtree.retrieval.rank_collapsed` with `LexicalShare(text, {s.lexical_weight:g})`, the path "
         f"`MemTree.retrieve` takes by default, asked for `first_limit({s.k})` nodes as `MemTree.retrieve` asks: "
         "the vector search, the BM25 top-k search (MaxScore: the query's rarest words first, stopping once the "
         "common words' upper bounds cannot change the top), the BM25 scores of the vector hits, and the "

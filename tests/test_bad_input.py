@@ -169,6 +169,10 @@ def test_wrong_component_types_are_type_errors() -> None:
 @pytest.mark.parametrize("answer", [None, "not a vector", 3.0, [[0.1, 0.2]] * 2, np.ones(48)])
 def test_a_query_embedding_of_the_wrong_kind_is_a_clear_value_error(memory: MemTree, answer: object) -> None:
     class BrokenQueries(Embedder):
+        @property
+        def name(self) -> str:
+            return memory.embedder.name  # the model that built the memory, with a broken query path
+
         def embed(self, texts: Sequence[str]) -> Matrix:
             return memory.embedder.embed(texts)
 

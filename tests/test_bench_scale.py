@@ -14,7 +14,7 @@ import pytest
 from cli_runner import memtree, ok, refused
 
 from memtree.index import VectorIndex
-from memtree.retrieval import Filters, LexicalQuery, first_limit, rank_collapsed
+from memtree.retrieval import Filters, LexicalShare, first_limit, rank_collapsed
 from memtree.state import TreeState
 from memtree_bench.scale import (
     ScaleReport,
@@ -177,7 +177,7 @@ def test_hybrid_ranking_equals_the_exhaustive_computation() -> None:
     limit = first_limit(10)
     for round_ in range(3):
         for query, text in zip(random_unit_vectors(rng, 15, d), words.texts(rng, 15, 1, 6), strict=True):
-            got = rank_collapsed(engine, state, query, limit, Filters(), LexicalQuery(text, 0.3))
+            got = rank_collapsed(engine, state, query, limit, Filters(), LexicalShare(text, 0.3))
             expected = exhaustive_hybrid(engine, state.lexical, query, text, limit, 0.3)
             assert [i for i, _ in got] == [i for i, _ in expected], (round_, text)
             np.testing.assert_allclose([s for _, s in got], [s for _, s in expected], atol=1e-6)

@@ -1,4 +1,4 @@
-"""MemTree.delete_many: the tree one-at-a-time deletes would leave, each summary rewritten once."""
+"""MemTree.delete of several ids: the tree one-at-a-time deletes would leave, each summary rewritten once."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def test_delete_many_leaves_the_tree_sequential_deletes_leave(
     assert shape(batch) == shape(sequential)
     victims = sorted({texts[i % len(texts)] for i in chosen})
 
-    count = batch.delete_many(_ids(batch, victims))
+    count = batch.delete(_ids(batch, victims))
     for leaf_id in _ids(sequential, victims):
         sequential.delete(leaf_id)
 
@@ -68,7 +68,7 @@ def test_each_affected_summary_is_rewritten_once() -> None:
     batch, sequential = build(texts, 0.2, 6), build(texts, 0.2, 6)
     victims = [t for t in texts if t.startswith("dog")][::2]
     before = batch.stats().aggregation_calls
-    batch.delete_many(_ids(batch, victims))
+    batch.delete(_ids(batch, victims))
     batch_calls = batch.stats().aggregation_calls - before
     before = sequential.stats().aggregation_calls
     for leaf_id in _ids(sequential, victims):
@@ -83,11 +83,11 @@ def test_each_affected_summary_is_rewritten_once() -> None:
 def test_delete_many_of_a_source_and_async_twin() -> None:
     memory = build(["cat naps.", "dog runs."], 0.2, 6)
     memory.add_many(["cat eats.", "cat purrs."], source_ids=["doc", "doc"])
-    assert memory.delete_many(memory.find(source_id="doc")) == 2
+    assert memory.delete(memory.find(source_id="doc")) == 2
     assert sorted(leaf.text for leaf in memory.leaves()) == ["cat naps.", "dog runs."]
-    assert asyncio.run(memory.adelete_many(_ids(memory, ["cat naps.", "dog runs."]))) == 2
+    assert asyncio.run(memory.adelete(_ids(memory, ["cat naps.", "dog runs."]))) == 2
     assert len(memory) == 0 and memory.check_integrity() == []
-    assert memory.delete_many([]) == 0
+    assert memory.delete([]) == 0
 
 
 def test_bad_ids_delete_nothing() -> None:
@@ -95,9 +95,20 @@ def test_bad_ids_delete_nothing() -> None:
     summary = next(node.id for node in memory.walk() if not node.is_root and not node.is_leaf)
     leaf = memory.leaves()[0].id
     with pytest.raises(KeyError, match="no node with id 'nope'"):
-        memory.delete_many([leaf, "nope"])
+        memory.delete([leaf, "nope"])
     with pytest.raises(ValueError, match="is a summary, not a leaf"):
-        memory.delete_many([leaf, summary])
-    with pytest.raises(TypeError, match="for one id use delete"):
-        memory.delete_many(leaf)
+        memory.delete([leaf, summary])
+    with pytest.raises(TypeError, match="node id must be a str"):
+        memory.delete([leaf, 7])  # type: ignore[list-item]
     assert len(memory) == 3
+
+
+def test_delete_takes_one_id_or_several_and_the_old_names_warn() -> None:
+    memory = build(["cat naps in the sun.", "cat naps on the bed.", "dog runs."], 0.2, 6)
+    one, two, three = (leaf.id for leaf in memory.leaves())
+    assert memory.delete(one) == 1  # one id, as a str
+    with pytest.warns(DeprecationWarning, match=r"delete_many is deprecated; use delete\(ids\)"):
+        assert memory.delete_many([two]) == 1
+    with pytest.warns(DeprecationWarning, match="adelete_many is deprecated"):
+        assert asyncio.run(memory.adelete_many([three])) == 1
+    assert len(memory) == 0 and memory.check_integrity() == []

@@ -1,4 +1,4 @@
-"""``memtree demo`` runs offline in a subprocess and prints the tree and answers."""
+"""``memtree demo`` runs offline in a subprocess and prints the tree and what it retrieves."""
 
 from __future__ import annotations
 
@@ -41,11 +41,17 @@ def test_demo_runs_offline_and_answers(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "Remembering 69 turns from 6 sessions" in out
-    assert out.count("[d1 ·") >= 2 and "leaves]" in out  # the indented tree
+    assert out.count("[summary of ") >= 2  # the indented tree
+    assert "θ0" not in out and not re.search(r"\[d\d", out)  # no internal jargon
+    summaries = [line for line in out.splitlines() if "[summary of " in line]
+    assert all(" · " not in line for line in summaries)  # labels read as phrases, not "a, b, c" keyword fields
+    assert any(re.search(r"\] (Leo|Maya)( and (Leo|Maya))?, \d+ \w+ 2024", line) for line in summaries)
+    assert "it does not write an answer" in out  # says plainly what it shows
     q1, q2, q3 = out.split("\nQ: ")[1:]
-    assert "Pepper" in q1 and "bicycles" in q1
-    assert "ramen" in q2
-    assert "knee" in q3
+    assert "A rescue greyhound called Pepper." in q1 and "She is scared of bicycles" in q1
+    assert "Did everything go smoothly?" not in q1 and "What kind of ramen?" not in q1  # no filler as answers
+    assert "best ramen of my life" in q2 and "chicken broth with yuzu" in q2 and "Pepper" not in q2
+    assert "I hurt my left knee" in q3
     assert "Traceback" not in done.stderr
     page = (tmp_path / "demo.html").read_text(encoding="utf-8")
     data = json.loads(re.search(r'id="memtree-data">(.*?)</script>', page, re.S).group(1))  # type: ignore[union-attr]

@@ -81,7 +81,7 @@ def test_the_local_embedder_runs_on_the_callers_thread() -> None:
             return Embedder.embed_parts(self, texts, parts)  # through embed, which records the thread
 
     spy = Spy()
-    memory = MemTree(embedder=spy, config=MemTreeConfig(theta0=0.0))
+    memory = MemTree(embedder=spy, config=MemTreeConfig(theta0=0.0, min_similarity=None))  # hashing's scale
     memory.add("Maya adopted a greyhound called Pixel. Pixel is afraid of thunder.")
     memory.add("Maya walks Pixel in Regent's Park every morning.")
     assert memory.retrieve("Who is Pixel?", k=1)

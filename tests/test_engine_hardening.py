@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from cli_runner import memtree
 
-from memtree import HashingEmbedder, MemTree, MemTreeConfig
+from memtree import HashingEmbedder, MemTree, MemTreeConfig, viz
 from memtree.node import time_text
 
 # -- D1: timestamps outside Python's datetime range ------------------------------------------------
@@ -68,8 +68,8 @@ def test_reading_never_fails_because_of_one_stored_time(tmp_path: Path, stored: 
     hits = memory.retrieve("Alice's cat", k=3)
     assert hits and hits[0].timestamp == stored and hits[0].time is None
     assert time_text(stored) == raw and time_text(0.0) == "1970-01-01T00:00:00+00:00"
-    assert raw in memory.to_html()
-    assert raw in memory.to_mermaid() and raw in memory.to_dot()
+    assert raw in viz.to_html(memory)
+    assert raw in viz.to_mermaid(memory) and raw in viz.to_dot(memory)
     assert memory.get(leaf).time is None
 
     from langchain_memtree import MemTreeRetriever as LangChainRetriever

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from memtree import HashingEmbedder, MemTree, MemTreeConfig
+from memtree import HashingEmbedder, MemTree, MemTreeConfig, viz
 
 ROOT = Path(__file__).resolve().parent.parent
 CAT, CAT_GREY, CELLO, GARDEN = (
@@ -129,7 +129,7 @@ def test_writes_sweep_on_the_way_and_pictures_show_no_expired_text(clock: Clock)
     clock.advance(6)
     memory.add(CELLO)  # a write sweeps what expired before it
     assert memory.stats().expired == 2 and memory.stats().leaves == 2
-    assert "tomatoes" not in json.dumps(memory.to_dict())
+    assert "tomatoes" not in json.dumps(viz.to_dict(memory))
 
 
 def test_expires_at_and_the_namespace_default(clock: Clock) -> None:

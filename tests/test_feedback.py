@@ -17,8 +17,11 @@ def test_the_quickstart_finds_what_maya_s_dog_is_afraid_of(local_embedder: objec
     memory.add("Leo ate chicken ramen with yuzu in Kyoto.", timestamp="2024-04-28")
     hits = memory.retrieve("What is Maya's dog afraid of?", k=3, token_budget=200)
     assert "Pepper is scared of bicycles." in [hit.text for hit in hits[:2]]
-    without = memory.retrieve("What is Maya's dog afraid of?", k=3, token_budget=200, context_feedback=0)
-    assert without[-1].text == "Pepper is scared of bicycles."  # what it was before: last
+    without = memory.retrieve("What is Maya's dog afraid of?", k=3, context_feedback=0)
+    assert "Pepper is scared of bicycles." not in [hit.text for hit in without]  # under the floor (cosine 0.27)
+    unfloored = memory.retrieve("What is Maya's dog afraid of?", k=3, context_feedback=0, min_similarity=None)
+    assert unfloored[-1].text == "Pepper is scared of bicycles."  # and last below it, as before
+    assert memory.retrieve("What is 17 times 3?") == []  # the floor still keeps unrelated questions empty
     # The score ranks; the similarity is still the plain cosine with the question.
     vector = memory.embed_query("What is Maya's dog afraid of?")
     for hit in hits:

@@ -12,6 +12,8 @@ from cli_runner import as_json, memtree, ok
 from headless import browser  # noqa: F401 - a fixture
 from tree_facts import FACTS as SHARED_FACTS
 
+from memtree import viz
+
 FACTS = [
     *SHARED_FACTS,
     'A tricky note: <script>window.__pwned = 1</script> "quoted" & <b>bold</b>',
@@ -206,7 +208,7 @@ def hostile_page(folder: Path) -> tuple[Path, list[str]]:
             timestamps=[1_714_521_600 + 3600 * i for i in range(len(PAYLOADS))],
         )
         assert memory.stats().summaries > 0, "summaries repeat the payloads too"
-        page = memory.to_html(queries=[PAYLOADS[0], PAYLOADS[2]], title=HOSTILE_TITLE, expand_depth=9)
+        page = viz.to_html(memory, queries=[PAYLOADS[0], PAYLOADS[2]], title=HOSTILE_TITLE, expand_depth=9)
     path = folder / "hostile.html"
     path.write_text(page, encoding="utf-8")
     return path, texts

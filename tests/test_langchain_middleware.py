@@ -58,7 +58,7 @@ def test_a_summary_is_dated_by_its_latest_event_and_says_so() -> None:
 
 def test_the_model_receives_the_relevant_memories_in_its_system_message() -> None:
     memory = seeded()
-    middleware = MemTreeMemoryMiddleware(memory=memory, k=2, token_budget=200, record=False)
+    middleware = MemTreeMemoryMiddleware(memory=memory, namespace=memory.namespace, k=2, token_budget=200, record=False)
     agent = create_agent(
         scripted("Pepper."), tools=[], system_prompt="You are Maya's assistant.", middleware=[middleware]
     )
@@ -80,7 +80,9 @@ def test_the_memory_section_stays_within_the_token_budget() -> None:
     agent = create_agent(
         scripted("ok"),
         tools=[],
-        middleware=[MemTreeMemoryMiddleware(memory=memory, k=5, token_budget=12, record=False)],
+        middleware=[
+            MemTreeMemoryMiddleware(memory=memory, namespace=memory.namespace, k=5, token_budget=12, record=False)
+        ],
     )
     recorder = PromptRecorder()
     agent.invoke({"messages": [HumanMessage("greyhound nurse ramen")]}, config={"callbacks": [recorder]})
@@ -148,7 +150,7 @@ def test_a_structured_answer_through_a_tool_is_recorded_once() -> None:
         AIMessage("Found it.", tool_calls=[{"name": "Answer", "args": {"name": "Pepper", "sure": True}, "id": "s1"}]),
         AIMessage("", tool_calls=[{"name": "Answer", "args": {"name": "Miso", "sure": False}, "id": "s2"}]),
     )
-    middleware = MemTreeMemoryMiddleware(memory=memory, clock=lambda: "2024-09-01")
+    middleware = MemTreeMemoryMiddleware(memory=memory, namespace=memory.namespace, clock=lambda: "2024-09-01")
     agent = create_agent(
         model,
         tools=[lookup],
@@ -180,7 +182,7 @@ def test_a_structured_answer_from_the_provider_is_recorded_once() -> None:
         scripted('{"name": "Pepper", "sure": true}'),
         tools=[],
         response_format=ProviderStrategy(Answer),
-        middleware=[MemTreeMemoryMiddleware(memory=memory)],
+        middleware=[MemTreeMemoryMiddleware(memory=memory, namespace=memory.namespace)],
     )
     result = agent.invoke({"messages": [HumanMessage("What is my dog called?")]})
     assert result["structured_response"] == Answer(name="Pepper", sure=True)
@@ -227,7 +229,7 @@ async def test_async_runs_recall_and_record_the_same_way() -> None:
         scripted("Pepper."),
         tools=[],
         system_prompt="Be brief.",
-        middleware=[MemTreeMemoryMiddleware(memory=memory, k=1)],
+        middleware=[MemTreeMemoryMiddleware(memory=memory, namespace=memory.namespace, k=1)],
     )
     recorder = PromptRecorder()
     await agent.ainvoke({"messages": [HumanMessage("What is my greyhound called?")]}, config={"callbacks": [recorder]})
@@ -244,7 +246,7 @@ def test_block_system_messages_get_a_text_block() -> None:
         scripted("ok"),
         tools=[],
         system_prompt=system,
-        middleware=[MemTreeMemoryMiddleware(memory=memory, k=1, record=False)],
+        middleware=[MemTreeMemoryMiddleware(memory=memory, namespace=memory.namespace, k=1, record=False)],
     )
     recorder = PromptRecorder()
     agent.invoke({"messages": [HumanMessage("greyhound")]}, config={"callbacks": [recorder]})
@@ -256,11 +258,11 @@ def test_block_system_messages_get_a_text_block() -> None:
 def test_bad_options_fail_at_construction() -> None:
     memory = hashing_memory()
     with pytest.raises(ValueError, match="k must be an integer >= 1"):
-        MemTreeMemoryMiddleware(memory=memory, k=0)
+        MemTreeMemoryMiddleware(memory=memory, namespace=memory.namespace, k=0)
     with pytest.raises(ValueError, match="token_budget must be an integer >= 1"):
-        MemTreeMemoryMiddleware(memory=memory, token_budget=-5)
+        MemTreeMemoryMiddleware(memory=memory, namespace=memory.namespace, token_budget=-5)
     with pytest.raises(ValueError, match="unknown mode 'beam'"):
-        MemTreeMemoryMiddleware(memory=memory, mode="beam")  # type: ignore[arg-type]
+        MemTreeMemoryMiddleware(memory=memory, namespace=memory.namespace, mode="beam")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="namespace must be a non-empty"):
         MemTreeMemoryMiddleware(memory=memory, namespace=())
     with pytest.raises(TypeError, match=r"memory must be a memtree\.MemTree"):
@@ -288,7 +290,7 @@ def chat(middleware: MemTreeMemoryMiddleware) -> list[str]:
 def test_by_default_a_turn_waits_for_no_summary_and_its_exchange_is_searchable_when_it_ends() -> None:
     aggregator = GatedAggregator()  # the memory's model: every call waits while the gate is closed
     memory = gated_memory(aggregator)
-    middleware = MemTreeMemoryMiddleware(memory=memory, clock=lambda: "2024-09-01")
+    middleware = MemTreeMemoryMiddleware(memory=memory, namespace=memory.namespace, clock=lambda: "2024-09-01")
     expected = chat(middleware)  # returns: no turn waited for the (blocked) model
     assert aggregator.calls == 0
     assert sorted(leaf.text for leaf in memory.leaves()) == sorted(expected)
@@ -322,7 +324,7 @@ def test_deferred_summaries_are_written_once_at_the_end_of_the_session() -> None
 def test_eager_summaries_are_written_inside_the_turn() -> None:
     aggregator = GatedAggregator(open_gate=True)
     memory = gated_memory(aggregator)
-    expected = chat(MemTreeMemoryMiddleware(memory=memory, aggregation="eager"))
+    expected = chat(MemTreeMemoryMiddleware(memory=memory, namespace=memory.namespace, aggregation="eager"))
     assert sorted(leaf.text for leaf in memory.leaves()) == sorted(expected)
     assert memory.stats().stale == 0 and aggregator.calls > 0
     assert summaries_cover_exactly_their_leaves(memory)
@@ -335,7 +337,7 @@ def test_an_unknown_aggregation_choice_fails_at_construction() -> None:
 
 def test_an_unrelated_question_gets_no_memory_section() -> None:
     memory = seeded()
-    middleware = MemTreeMemoryMiddleware(memory=memory, record=False, min_similarity=0.4)
+    middleware = MemTreeMemoryMiddleware(memory=memory, namespace=memory.namespace, record=False, min_similarity=0.4)
     agent = create_agent(
         scripted("51.", "Pepper."), tools=[], system_prompt="You are Maya's assistant.", middleware=[middleware]
     )
@@ -346,7 +348,7 @@ def test_an_unrelated_question_gets_no_memory_section() -> None:
     assert "User: My greyhound is called Pepper." in system_text(recorder, call=1)
 
 
-def test_the_gate_defaults_to_the_floor_calibrated_for_the_memory_s_embedder() -> None:
+def test_the_gate_defaults_to_the_memory_s_own_relevance_policy() -> None:
     memory = seeded()
     asked: list[object] = []
     original = memory.retrieve
@@ -356,18 +358,22 @@ def test_the_gate_defaults_to_the_floor_calibrated_for_the_memory_s_embedder() -
         return original(query, **options)  # type: ignore[arg-type]
 
     memory.retrieve = recording  # type: ignore[method-assign]
-    agent = create_agent(scripted("ok"), tools=[], middleware=[MemTreeMemoryMiddleware(memory=memory, record=False)])
+    agent = create_agent(
+        scripted("ok"),
+        tools=[],
+        middleware=[MemTreeMemoryMiddleware(memory=memory, namespace=memory.namespace, record=False)],
+    )
     agent.invoke({"messages": [HumanMessage("What is 17 times 3?")]})
-    assert asked == [memory.relevance_floor]  # None for the hashing embedder: no floor on a scale never measured
+    assert asked == ["auto"]  # the memory's policy: its config's floor, by default its embedder's calibrated one
     with pytest.raises(ValueError, match="min_similarity"):
-        MemTreeMemoryMiddleware(memory=memory, min_similarity=float("nan"))
+        MemTreeMemoryMiddleware(memory=memory, namespace=memory.namespace, min_similarity=float("nan"))
 
 
 def test_recorded_exchanges_expire_with_the_memorys_default_ttl() -> None:
     # Chat memories that should not outlive a retention period: the memory's (or the
     # user's namespace's) default_ttl applies to every exchange the middleware records.
     memory = MemTree(embedder=HashingEmbedder(64), config=MemTreeConfig(theta0=0.2, default_ttl=3600))
-    middleware = MemTreeMemoryMiddleware(memory=memory, aggregation="eager")
+    middleware = MemTreeMemoryMiddleware(memory=memory, namespace=memory.namespace, aggregation="eager")
     agent = create_agent(scripted("Noted: Pepper."), tools=[], middleware=[middleware])
     before = time.time()
     agent.invoke({"messages": [HumanMessage("My dog is called Pepper.")]})

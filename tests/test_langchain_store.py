@@ -66,7 +66,7 @@ def test_query_search_is_memtree_retrieval_mapped_back_to_items() -> None:
     results = store.search(("users",), query="Maya adopted a rescue greyhound called Pepper.", limit=3)
     assert keys(results)[0] == (("users", "maya"), "dog")
     assert results[0].score == pytest.approx(1.0, abs=1e-5)
-    assert all(a.score >= b.score for a, b in itertools.pairwise(results))
+    assert all(a.memtree_score >= b.memtree_score for a, b in itertools.pairwise(results))  # ranked by it
     tree = store.tree(("users", "maya"))
     leaf = tree.get(tree.find(source_id="dog")[0])
     assert (leaf.text, leaf.metadata) == (NOTES[("users", "maya")]["dog"]["text"], {"path": "text"})
@@ -392,17 +392,19 @@ def test_traversal_search_fills_the_limit_beam_first_and_filters_work() -> None:
     options: dict[str, Any] = {"leaves_only": True, "min_score": -1.0, "k": 100}
     options["k"] = 10 * 2 + 8  # what the store asks each tree for a page of 10
     beam = {hit.source_id: hit.score for hit in tree.retrieve(query, mode="traversal", **options)}
+    cosines = {hit.source_id: hit.similarity for hit in tree.retrieve(query, mode="traversal", **options)}
     assert len(beam) == options["k"]  # traversal fills k: the beam's nodes, then the leaves below them
 
     results = store.search(("n",), query=query, limit=10)
-    found = [(item.key, item.score) for item in results]
+    found = [(item.key, item.memtree_score) for item in results]
     assert len(found) == 10 and len({key for key, _ in found}) == 10
     assert all(beam[key] == score for key, score in found)  # what traversal reached, best first
+    assert all(item.score == cosines[item.key] for item in results)  # the score shown is the cosine
     assert [score for _, score in found] == sorted(beam.values(), reverse=True)[:10]
     assert keys(store.search(("n",), query=query, limit=4, offset=6)) == keys(results[6:10])
 
     late = store.search(("n",), query=query, limit=10, filter={"i": {"$gte": 30}})
     assert sorted(item.value["i"] for item in late) == list(range(30, 40))
-    scores = [item.score or 0.0 for item in late]
+    scores = [item.memtree_score or 0.0 for item in late]
     assert scores == sorted(scores, reverse=True)  # every tree gave all it has: one ranking
     assert len(store.search(("n",), query=query, limit=50)) == 40

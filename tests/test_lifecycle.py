@@ -176,7 +176,7 @@ def test_compact_shrinks_a_churned_sqlite_file_and_the_command_says_by_how_much(
         for i, leaf_id in enumerate(ids):
             memory.update(leaf_id, f"round {round_} note {i} about sailing " + "other " * 60)
     ids_gone = ids[:20]
-    memory.delete_many(ids_gone)
+    memory.delete(ids_gone)
     memory.close()
     before = path.stat().st_size
     reading = sqlite3.connect(path, isolation_level=None)  # another process in the middle of a read
@@ -309,7 +309,7 @@ def test_background_update_and_delete_return_while_the_model_hangs_and_the_worke
     assert aggregator.entered.wait(GATE_LIMIT)  # the worker is inside a model call
     memory.update(ids[1], "Alice sold her cello and bought a kayak.")
     memory.delete(ids[2])
-    memory.delete_many([ids[3]])
+    memory.delete([ids[3]])
     assert aggregator.calls == 0 and not aggregator.caller_waited  # no write above called the model
     assert memory.get(ids[1]).text == "Alice sold her cello and bought a kayak."
     assert memory.retrieve("kayak", k=1, leaves_only=True)[0].id == ids[1]

@@ -96,8 +96,8 @@ def test_notebook_shows_a_tree_of_the_twelve_articles(executed: object) -> None:
     tree = output_of(executed, "tree")
     leaves = int(re.match(r"root · (\d+) leaves", tree).group(1))  # type: ignore[union-attr]
     assert leaves >= 24  # about three chunks per article
-    assert re.search(r"\[d1 · \d+ leaves\]", tree)  # summaries under the root
-    assert re.search(r"\[d[2-9] · leaf\]", tree)  # leaves below them
+    assert re.search(r"^[├└]─ \[summary of \d+\]", tree, re.M)  # summaries under the root
+    assert re.search(r"^[│ ]  +[├└]─ [^\[]", tree, re.M)  # leaves below them (a chunk's own text, no tag)
 
 
 @pytest.mark.slow
@@ -147,7 +147,7 @@ def test_notebook_uses_openai_models_when_a_key_is_set() -> None:
         for text in ([r.body["input"]] if isinstance(r.body["input"], str) else r.body["input"])
     ]
     assert leaves >= 24 and len(embedded) >= leaves
-    assert re.search(r"\[d1 · \d+ leaves\]", output_of(notebook, "tree"))
+    assert re.search(r"^[├└]─ \[summary of \d+\]", output_of(notebook, "tree"), re.M)
     assert any("New entries to fold in:" in str(r.body["messages"]) for r in chats)  # memtree's aggregation prompt
     # the answer step: the server's model got the retrieved context and answered
     answer = output_of(notebook, "query-engine")

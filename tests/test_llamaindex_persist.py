@@ -14,7 +14,7 @@ from llama_index.core.schema import TextNode
 from llamaindex_corpus import WordsEmbedding, documents, sentence_splitter
 
 from llamaindex_memtree import MemTreeIndex
-from memtree import HashingEmbedder, MemTree, MemTreeConfig
+from memtree import EmbedderMismatchError, HashingEmbedder, MemTree, MemTreeConfig, viz
 
 QUESTIONS = ["Is Pepper scared of bicycles?", "Where did Leo eat ramen?", "What does the cliffs trail end in?"]
 CONFIG = MemTreeConfig(deduplicate=False)
@@ -45,7 +45,7 @@ def tree(memory: MemTree) -> dict:
     def canonical(node: dict) -> dict:
         return {**node, "children": sorted((canonical(c) for c in node["children"]), key=lambda c: c["id"])}
 
-    return canonical(memory.to_dict())
+    return canonical(viz.to_dict(memory))
 
 
 @pytest.fixture(scope="module")
@@ -147,11 +147,8 @@ def test_index_over_a_sqlite_tree_reopens_it(local_embedder, tmp_path: Path) -> 
         pytest.raises(ValueError, match=r"pass memory.with_namespace\(\('docs', 'corpus'\)\)"),
     ):
         load_index_from_storage(storage, memory=wrong)
-    with (
-        MemTree.open(path, namespace=("docs", "corpus"), embedder=HashingEmbedder(384), config=CONFIG) as other,
-        pytest.raises(ValueError, match=r"was embedded with .*but the memory to load it into embeds with Hashing"),
-    ):
-        load_index_from_storage(storage, memory=other)  # the same dimension, another model
+    with pytest.raises(EmbedderMismatchError, match=r"built with LocalEmbedder.*pass embedder='local'"):
+        MemTree.open(path, namespace=("docs", "corpus"), embedder=HashingEmbedder(384), config=CONFIG)
     with MemTree.open(path, namespace=("docs", "corpus"), embedder=local_embedder, config=CONFIG) as reopened:
         assert reopened.stored_embedder == local_embedder.name
         loaded = load_index_from_storage(storage, memory=reopened)
@@ -239,6 +236,28 @@ def test_a_struct_written_before_configs_were_stored_loads_with_the_index_defaul
     assert loaded.memory.config == MemTreeConfig(deduplicate=False) and len(loaded.memory) == 4
 
 
+def test_a_config_recorded_with_the_old_name_of_min_score_loads(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``MemTreeConfig.retrieve_threshold`` is ``min_score`` now; an index persisted
+    before keeps its score cut."""
+    monkeypatch.setattr(Settings, "_embed_model", WordsEmbedding())
+    monkeypatch.setattr(Settings, "_llm", None)
+    built = MemTreeIndex.from_documents(documents()[:2], memory=MemTree(embedder=Settings._embed_model, config=CUSTOM))
+    built.storage_context.persist(tmp_path)
+    path = tmp_path / "index_store.json"
+    stored = json.loads(path.read_text())
+    entry = stored["index_store/data"][built.index_id]
+    struct = json.loads(entry["__data__"])
+    del struct["config"]["min_score"]
+    struct["config"]["retrieve_threshold"] = 0.25
+    entry["__data__"] = json.dumps(struct)
+    path.write_text(json.dumps(stored))
+    with caplog.at_level("WARNING", logger="llamaindex_memtree"):
+        loaded = MemTreeIndex.from_persist_dir(tmp_path)
+    assert loaded.memory.config.min_score == 0.25 and "ignoring" not in caplog.text
+
+
 def test_the_struct_samples_nodes_the_tree_still_holds() -> None:
     index = MemTreeIndex.from_documents(
         documents(), memory=MemTree(embedder=HashingEmbedder(64), config=CONFIG), transformations=[sentence_splitter()]
@@ -279,7 +298,7 @@ def test_reopening_a_durable_index_with_a_memory_that_lacks_its_tree_is_refused(
     with open_memory("memory.db") as memory:
         assert results(load_index_from_storage(storage, memory=memory)) == before
         # the tree changed after the persist (another writer removed a node): loaded, with a warning
-        memory.delete_many(memory.find(source_id=index.index_struct.source_ids[0]))
+        memory.delete(memory.find(source_id=index.index_struct.source_ids[0]))
         with caplog.at_level(logging.WARNING, logger="llamaindex_memtree"):
             loaded = load_index_from_storage(storage, memory=memory)
         assert any("lacks 1 of 8 sampled nodes" in record.getMessage() for record in caplog.records)

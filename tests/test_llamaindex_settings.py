@@ -115,8 +115,8 @@ def test_an_index_given_a_path_builds_there_and_reopens_in_its_namespace(words: 
     fresh = MemTreeIndex.from_documents([Document(text=NOTES[0])], memory=str(tmp_path / "new.db"))
     assert fresh.memory.namespace == ("default",) and fresh.memory.config.deduplicate is False
     fresh.memory.close()
-    with MemTree.open(tmp_path / "new.db", embedder=HashingEmbedder(8)) as other:
-        assert other.stored_embedder == words_name(words)
+    with MemTree.open(tmp_path / "new.db") as other:  # no model passed: it stands for the one that built it
+        assert other.stored_embedder == other.embedder.name == words_name(words)
 
 
 def words_name(embed: WordsEmbedding) -> str:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from memtree import ROOT_ID, HashingEmbedder, MemoryBackend, MemTree, MemTreeConfig
+from memtree import ROOT_ID, HashingEmbedder, MemoryBackend, MemTree, MemTreeConfig, viz
 
 FACTS = [
     "Dana keeps bees on her roof in Oslo.",
@@ -114,7 +114,7 @@ def test_stats_report_shape_and_costs() -> None:
 def test_export_and_outline() -> None:
     memory = make()
     memory.add_many(FACTS)
-    tree = memory.to_dict()
+    tree = viz.to_dict(memory)
     assert tree["id"] == ROOT_ID
 
     def count(node: dict) -> int:  # type: ignore[type-arg]
@@ -191,8 +191,8 @@ def test_the_root_counts_every_leaf_wherever_it_is_read() -> None:
         memory.add(fact)
     walked = next(iter(memory.walk()))
     assert walked.id == ROOT_ID
-    assert walked.leaf_count == memory.get(ROOT_ID).leaf_count == memory.to_dict()["leaf_count"] == len(FACTS)
-    assert make().to_dict()["leaf_count"] == 0
+    assert walked.leaf_count == memory.get(ROOT_ID).leaf_count == viz.to_dict(memory)["leaf_count"] == len(FACTS)
+    assert viz.to_dict(make())["leaf_count"] == 0
 
 
 def test_the_offline_summarizers_sentence_embeddings_are_counted() -> None:

@@ -105,29 +105,25 @@ def test_asking_for_openai_without_a_key_fails_before_any_work() -> None:
     assert store.list_namespaces() == []
 
 
-def test_default_models_follow_openai_api_key_and_the_choice_is_logged_once(
+def test_an_api_key_in_the_environment_never_chooses_openai(
     openai_server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """A key set for the user's chat model must not turn a memory into a paid one:
+    left out, the models are offline; OpenAI is used when asked for by name."""
     monkeypatch.setattr(resolve_module, "_announced", set())
     monkeypatch.setenv("OPENAI_API_KEY", openai_server.api_key)
     monkeypatch.setenv("OPENAI_BASE_URL", openai_server.url)
     with caplog.at_level("INFO", logger="memtree"):
-        memory, again = MemTree(), MemTree()
-    assert isinstance(memory.embedder, OpenAIEmbedder) and memory.embedder.model == "text-embedding-3-small"
-    assert isinstance(memory.aggregator, LLMAggregator)
-    assert isinstance(memory.aggregator.model, OpenAIChatModel) and memory.aggregator.model.model == "gpt-4o-mini"
-    assert caplog.text.count("embedding with OpenAI text-embedding-3-small") == 1
-    assert caplog.text.count("summarizing with OpenAI gpt-4o-mini") == 1
-    again.add("Mira rode the red bicycle to the lake")
-    again.add("Mira rode the red bicycle to the park")
+        memory, _again = MemTree(), MemTree()
+    assert isinstance(memory.embedder, LocalEmbedder) and isinstance(memory.aggregator, ExtractiveAggregator)
+    assert caplog.text.count("embedding offline with all-MiniLM-L6-v2") == 1  # logged once
+    assert "OpenAI" not in caplog.text
+    asked = MemTree(embedder="openai", llm="openai")
+    assert isinstance(asked.embedder, OpenAIEmbedder) and asked.embedder.model == "text-embedding-3-small"
+    assert isinstance(asked.aggregator, LLMAggregator) and isinstance(asked.aggregator.model, OpenAIChatModel)
+    asked.add("Mira rode the red bicycle to the lake")
+    asked.add("Mira rode the red bicycle to the park")
     assert openai_server.count("embeddings") >= 2 and openai_server.count("chat") >= 1
-
-    monkeypatch.delenv("OPENAI_API_KEY")
-    with caplog.at_level("INFO", logger="memtree"):
-        offline = MemTree()
-    assert isinstance(offline.embedder, LocalEmbedder)
-    assert isinstance(offline.aggregator, ExtractiveAggregator)
-    assert "embedding offline with all-MiniLM-L6-v2" in caplog.text
 
 
 def test_stats_count_calls_tokens_and_retries_as_the_server_saw_them(openai_server: FakeOpenAIServer) -> None:

@@ -15,7 +15,7 @@ from conftest import TableEmbedder
 from memtree import ROOT_ID, HashingEmbedder, MemTree, MemTreeConfig, retrieval
 from memtree.lexical import lexical_tokens
 from memtree.packing import DeliveredSentences
-from memtree.retrieval import SUMMARY_WEIGHT, Filters, LexicalQuery
+from memtree.retrieval import SUMMARY_WEIGHT, Filters, LexicalShare
 from memtree.spare_core import Overlap
 from memtree.text import count_tokens
 
@@ -139,7 +139,7 @@ def test_discounted_summaries_rank_as_the_fused_candidates_say() -> None:
         vector = memory.embed_query(query)
         exact = dict(ranking)
         for limit in (1, 2, 3, 6):
-            ranked = retrieval.rank_collapsed(index, state, vector, limit, Filters(), LexicalQuery(query, 0.3))
+            ranked = retrieval.rank_collapsed(index, state, vector, limit, Filters(), LexicalShare(query, 0.3))
             assert len(ranked) >= limit
             np.testing.assert_allclose([s for _, s in ranked], [exact[i] for i, _ in ranked], atol=1e-5)
             assert [s for _, s in ranked] == sorted((s for _, s in ranked), reverse=True)
@@ -185,7 +185,7 @@ def test_hybrid_ranking_is_the_same_with_the_bm25_search_on_a_helper_thread(monk
         vector = memory.embed_query(query)
         for filters in cases:
             for limit in (1, 5, 56):
-                rank = partial(retrieval.rank_collapsed, index, state, vector, limit, filters, LexicalQuery(query, 0.3))
+                rank = partial(retrieval.rank_collapsed, index, state, vector, limit, filters, LexicalShare(query, 0.3))
                 inline = rank(overlap=Overlap(0))
                 assert rank(overlap=helpers) == inline
                 assert rank() == inline  # this small memory: the default runs both in turn
@@ -196,8 +196,8 @@ def test_hybrid_ranking_is_the_same_with_the_bm25_search_on_a_helper_thread(monk
     monkeypatch.setattr(retrieval, "SEARCHES", shared)
     monkeypatch.setattr(retrieval, "OVERLAP_MIN_NODES", len(index))
     vector = memory.embed_query("Alice cat")
-    expected = retrieval.rank_collapsed(index, state, vector, 20, Filters(), LexicalQuery("Alice cat", 0.3), Overlap(0))
-    assert retrieval.rank_collapsed(index, state, vector, 20, Filters(), LexicalQuery("Alice cat", 0.3)) == expected
+    expected = retrieval.rank_collapsed(index, state, vector, 20, Filters(), LexicalShare("Alice cat", 0.3), Overlap(0))
+    assert retrieval.rank_collapsed(index, state, vector, 20, Filters(), LexicalShare("Alice cat", 0.3)) == expected
     assert shared.side_threads
 
 
@@ -349,8 +349,8 @@ def test_k_results_come_back_whatever_their_scores_unless_a_min_score_is_set() -
             "north",
             "east",
         ]
-    assert MemTreeConfig().retrieve_threshold is None
-    strict = memory(retrieve_threshold=0.5)
+    assert MemTreeConfig().min_score is None
+    strict = memory(min_score=0.5)
     assert [h.text for h in strict.retrieve("q", k=3, query_embedding=query)] == ["north"]
     assert [h.text for h in strict.retrieve("q", k=3, query_embedding=query, min_score=-1.0)] == [
         "north",

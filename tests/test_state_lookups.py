@@ -63,7 +63,7 @@ def test_metadata_filters_match_before_and_after_the_index_is_made_and_after_a_r
             assert filtered(memory, where) == matching(memory, where), where
         for text, metadata in notes(30, 20):  # kept current from then on
             memory.add(text, metadata=metadata)
-        memory.delete_many([leaf.id for leaf in memory.leaves()[:7]])
+        memory.delete([leaf.id for leaf in memory.leaves()[:7]])
         for where in FILTERS:
             assert filtered(memory, where) == matching(memory, where), where
         before = {str(where): filtered(memory, where) for where in FILTERS}

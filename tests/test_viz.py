@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tree_facts import FACTS
 
-from memtree import ROOT_ID, HashingEmbedder, MemTree, MemTreeConfig
+from memtree import ROOT_ID, HashingEmbedder, MemTree, MemTreeConfig, viz
 from memtree.viz import GraphvizNotFoundError
 from memtree.viz.dot import escape_dot
 from memtree.viz.graphviz import dot_program
@@ -53,7 +53,7 @@ def flat(text: str) -> str:
 
 
 def test_mermaid_is_a_tree_of_every_node_with_its_text(memory: MemTree) -> None:
-    diagram = parse_mermaid(memory.to_mermaid())
+    diagram = parse_mermaid(viz.to_mermaid(memory))
     nodes = list(memory.walk())
     assert diagram.direction == "LR"
     assert len(diagram.labels) == len(nodes)
@@ -62,11 +62,11 @@ def test_mermaid_is_a_tree_of_every_node_with_its_text(memory: MemTree) -> None:
     assert shown_leaves == {flat(text) for text in FACTS + NASTY}
     summaries = [lines for lines in diagram.labels.values() if lines[0].endswith("leaves") and lines[0] != "root"]
     assert len(summaries) == memory.stats().summaries
-    assert parse_mermaid(memory.to_mermaid(direction="TB")).direction == "TB"
+    assert parse_mermaid(viz.to_mermaid(memory, direction="TB")).direction == "TB"
 
 
 def test_dot_is_a_tree_that_graphviz_parses(memory: MemTree) -> None:
-    source = memory.to_dot()
+    source = viz.to_dot(memory)
     tooltips = parse_dot(source)
     assert len(tooltips) == len(list(memory.walk()))
     assert {" ".join(printable(text).splitlines()) for text in FACTS + NASTY} <= set(tooltips.values())
@@ -79,14 +79,14 @@ def test_dot_is_a_tree_that_graphviz_parses(memory: MemTree) -> None:
 
 
 def test_depth_cut_stands_in_for_what_is_below(memory: MemTree) -> None:
-    diagram = parse_mermaid(memory.to_mermaid(max_depth=1))
+    diagram = parse_mermaid(viz.to_mermaid(memory, max_depth=1))
     depth_one = [node for node in memory.walk() if node.depth == 1]
     more = [lines for lines in diagram.labels.values() if lines[0].startswith("…")]
     cut = [node for node in depth_one if node.children]
     assert len(more) == len(cut) >= 1
     hidden = sum(int(re.match(r"… (\d+) more nodes", lines[0]).group(1)) for lines in more)  # type: ignore[union-attr]
     assert hidden == len(list(memory.walk())) - 1 - len(depth_one)
-    assert len(parse_dot(memory.to_dot(max_depth=1))) == len(diagram.labels)
+    assert len(parse_dot(viz.to_dot(memory, max_depth=1))) == len(diagram.labels)
 
 
 def test_mermaid_parses_and_renders_in_mermaid_itself(memory: MemTree, browser: Any) -> None:  # noqa: F811
@@ -97,7 +97,7 @@ def test_mermaid_parses_and_renders_in_mermaid_itself(memory: MemTree, browser: 
     try:
         page.set_content("<html><body><div id='out'></div></body></html>")
         page.add_script_tag(path=script)
-        for source in (memory.to_mermaid(), memory.to_mermaid(max_depth=1, direction="TB")):
+        for source in (viz.to_mermaid(memory), viz.to_mermaid(memory, max_depth=1, direction="TB")):
             result = page.evaluate(
                 """async (source) => {
                     mermaid.initialize({startOnLoad: false, securityLevel: "strict"});
@@ -120,16 +120,16 @@ def test_mermaid_parses_and_renders_in_mermaid_itself(memory: MemTree, browser: 
 @needs_dot
 def test_png_and_svg_through_graphviz(memory: MemTree, tmp_path: Path) -> None:
     target = tmp_path / "tree.png"
-    image = memory.to_png(target, max_depth=2)
+    image = viz.to_png(memory, target, max_depth=2)
     assert image.startswith(b"\x89PNG\r\n\x1a\n") and target.read_bytes() == image
-    svg = memory.to_svg(direction="TB")
+    svg = viz.to_svg(memory, direction="TB")
     assert svg.lstrip().startswith("<?xml") and "<svg" in svg
 
 
 def test_missing_graphviz_names_the_install_command(memory: MemTree, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(GraphvizNotFoundError, match="apt-get install graphviz"):
-        memory.to_png()
+        viz.to_png(memory)
 
 
 @pytest.mark.parametrize(
@@ -138,16 +138,16 @@ def test_missing_graphviz_names_the_install_command(memory: MemTree, monkeypatch
 )
 def test_bad_picture_options_name_the_option(memory: MemTree, options: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        memory.to_mermaid(**options)
+        viz.to_mermaid(memory, **options)
     with pytest.raises(ValueError, match=message):
-        memory.to_dot(**options)
+        viz.to_dot(memory, **options)
 
 
 def test_empty_memory_pictures() -> None:
     empty = MemTree(embedder=HashingEmbedder(16))
-    assert parse_mermaid(empty.to_mermaid()).labels == {"n0": ["root", "empty memory"]}
-    assert list(parse_dot(empty.to_dot())) == ["n0"]
-    assert page_data(empty.to_html())["nodes"] == []
+    assert parse_mermaid(viz.to_mermaid(empty)).labels == {"n0": ["root", "empty memory"]}
+    assert list(parse_dot(viz.to_dot(empty))) == ["n0"]
+    assert page_data(viz.to_html(empty))["nodes"] == []
 
 
 def page_data(page: str) -> dict[str, Any]:
@@ -157,7 +157,7 @@ def page_data(page: str) -> dict[str, Any]:
 
 
 def test_html_is_one_self_contained_file_with_text_escaped(memory: MemTree) -> None:
-    page = memory.to_html(queries=["Pepper greyhound bicycles"], k=3, title="<b>Maya's</b> memory")
+    page = viz.to_html(memory, queries=["Pepper greyhound bicycles"], k=3, title="<b>Maya's</b> memory")
     assert page.count("<script") == 2 and page.count("</script>") == 2  # the data and the code, nothing else
     assert not re.search(r"(?:src|href|url)\s*[=(]\s*[\"']?(?:https?:)?//", page, re.I), "no network references"
     assert "default-src 'none'" in page
@@ -173,11 +173,11 @@ def test_html_is_one_self_contained_file_with_text_escaped(memory: MemTree) -> N
 
 
 def test_html_max_depth_leaves_deeper_nodes_out(memory: MemTree) -> None:
-    data = page_data(memory.to_html(max_depth=1))
+    data = page_data(viz.to_html(memory, max_depth=1))
     assert all(node["depth"] <= 1 for node in data["nodes"])
     assert data["omitted"] == len(list(memory.walk())) - len(data["nodes"]) > 0
     with pytest.raises(ValueError, match="expand_depth"):
-        memory.to_html(expand_depth=-1)
+        viz.to_html(memory, expand_depth=-1)
 
 
 @given(st.text())

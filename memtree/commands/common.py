@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import sqlite3
 import sys
 from collections.abc import Callable, Iterator
@@ -37,6 +38,7 @@ from memtree.commands.files import (
     write_problem,
 )
 from memtree.embed import Embedder, HashingEmbedder
+from memtree.model_choice import EmbedderMismatchError
 from memtree.models.openai import MissingAPIKeyError
 from memtree.models.resolve import resolve_embedder
 from memtree.retry import ModelResponseError
@@ -77,8 +79,8 @@ EmbedderOption = Annotated[
         help=(
             "Embedding model: `local` (all-MiniLM-L6-v2, offline), `local:NAME_OR_PATH` (a sentence-transformers "
             "model), `openai[:MODEL]` (needs OPENAI_API_KEY), or `hashing[:DIM]` (instant, NOT semantic: for "
-            "trials and tests). Use the same one every time for a given memory. Default: memtree's default "
-            "(OpenAI when OPENAI_API_KEY is set, else local)."
+            "trials and tests). Default: the one that built the memory (its stored name), or `local` for a new "
+            "one; OPENAI_API_KEY alone never chooses OpenAI."
         ),
         show_default=False,
     ),
@@ -91,7 +93,7 @@ LlmOption = Annotated[
         help=(
             "Summary writer: `openai[:MODEL]` (needs OPENAI_API_KEY) or `llama-cpp:PATH` (a local .gguf model run in "
             "process; experimental, needs the `llamacpp` extra; replies failing a guard fall back to the offline "
-            "summary). Default: memtree's default (OpenAI when OPENAI_API_KEY is set, else offline extractive)."
+            "summary). Default: offline extractive summaries (OPENAI_API_KEY alone never chooses OpenAI)."
         ),
         show_default=False,
     ),
@@ -146,6 +148,14 @@ EMBEDDER_MISMATCH = "use the embedder this memory was built with"
 
 
 def _describe(error: BaseException) -> str:
+    if isinstance(error, EmbedderMismatchError):
+        hashing = re.fullmatch(r"HashingEmbedder\((\d+)\)", error.stored)
+        spec = f"hashing:{hashing[1]}" if hashing else error.spec
+        how = f"--embedder {spec}" if spec else "--embedder naming the model that built it"
+        return (
+            f"this memory was built with {error.stored}, but --embedder is {error.given}: their vectors cannot be "
+            f"compared; leave --embedder (and MEMTREE_EMBEDDER) out to use the stored one, or pass {how}"
+        )
     message = str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
     if EMBEDDER_MISMATCH in message:
         message += " (choose it with --embedder or MEMTREE_EMBEDDER)"

@@ -13,7 +13,7 @@ def compact(db: DbOption = DEFAULT_DB, as_json: JsonOption = False) -> None:
     back (SQLite: VACUUM; PostgreSQL: VACUUM). Safe while other processes use the
     memory: they reload a compacted namespace on their next read.
     """
-    with open_memory(db, "default", "hashing", writes=True) as memory:
+    with open_memory(db, "default", None, writes=True) as memory:  # compaction embeds nothing
         report = memory.compact()
     if as_json:
         print_json(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.console import Console
@@ -33,6 +33,7 @@ def hit_record(rank: int, hit: RetrievedNode) -> dict[str, object]:
         "rank": rank,
         "id": hit.id,
         "score": round(hit.score, 6),
+        "similarity": None if hit.similarity is None else round(hit.similarity, 6),
         "depth": hit.depth,
         "is_leaf": hit.is_leaf,
         "leaves": len(hit.leaf_ids),
@@ -60,6 +61,17 @@ def results_table(hits: list[RetrievedNode], width: int, full: bool) -> Table:
     return table
 
 
+def parse_floor(text: str) -> float | Literal["auto"] | None:
+    """A ``--min-similarity`` value: ``auto``, ``none`` or a number."""
+    word = text.strip().lower()
+    if word in ("auto", "none"):
+        return "auto" if word == "auto" else None
+    try:
+        return float(word)
+    except ValueError:
+        raise CliError(f"--min-similarity takes auto, none or a number, got {text!r}") from None
+
+
 @cli_errors
 def query(
     question: Annotated[str, typer.Argument(help="What to look for (a question or a few words).", show_default=False)],
@@ -77,6 +89,17 @@ def query(
         list[str] | None,
         typer.Option("--where", help="KEY=VALUE: only leaves whose metadata has this value (repeatable)."),
     ] = None,
+    min_similarity: Annotated[
+        str,
+        typer.Option(
+            "--min-similarity",
+            help=(
+                "Relevance floor: leave out results whose cosine similarity to the question is below it. `auto`: "
+                "the floor calibrated for the memory's embedder (0.3 for the offline model), as MemTree.retrieve "
+                "applies it; `none`: no floor; or a number."
+            ),
+        ),
+    ] = "auto",
     full: Annotated[bool, typer.Option("--full", help="Show each result's full text, not a preview.")] = False,
     width: Annotated[int, typer.Option("--width", help="Characters of text per result in the table.")] = 160,
     db: DbOption = DEFAULT_DB,
@@ -92,15 +115,27 @@ def query(
     if width < 8:
         raise CliError(f"--width must be at least 8, got {width}")
     filters = parse_pairs(where, "--where")
+    floor = parse_floor(min_similarity)
     with open_memory(db, namespace, embedder) as memory:
         size = len(memory)
         hits = memory.retrieve(
-            question, k=k, token_budget=budget, mode=mode, leaves_only=leaves_only, where=filters or None
+            question,
+            k=k,
+            token_budget=budget,
+            mode=mode,
+            leaves_only=leaves_only,
+            where=filters or None,
+            min_similarity=floor,
         )
     if as_json:
         print_json([hit_record(rank, hit) for rank, hit in enumerate(hits, start=1)])
         return
     if not hits:
-        typer.echo("No results: this memory is empty." if size == 0 else "No results.")
+        if size == 0:
+            typer.echo("No results: this memory is empty.")
+        else:
+            typer.echo(
+                "No results: nothing stored is similar enough to the question (--min-similarity none shows all)."
+            )
         return
     Console(highlight=False).print(results_table(hits, width, full))

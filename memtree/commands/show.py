@@ -8,6 +8,7 @@ from typing import Annotated, cast
 
 import typer
 
+from memtree import viz
 from memtree.commands.common import (
     DEFAULT_DB,
     CliError,
@@ -60,15 +61,15 @@ def draw(
     if picture == "text":
         return memory.format_tree(max_depth=depth, width=width or 72) + "\n"
     if picture == "html":
-        return memory.to_html(queries=queries, k=k, expand_depth=depth or 1)
+        return viz.to_html(memory, queries=queries, k=k, expand_depth=depth or 1)
     box_width = width or 80
     if picture == "mermaid":
-        return memory.to_mermaid(max_depth=depth, width=box_width, direction=way)
+        return viz.to_mermaid(memory, max_depth=depth, width=box_width, direction=way)
     if picture == "dot":
-        return memory.to_dot(max_depth=depth, width=box_width, direction=way)
+        return viz.to_dot(memory, max_depth=depth, width=box_width, direction=way)
     if picture == "png":
-        return memory.to_png(max_depth=depth, width=box_width, direction=way)
-    return memory.to_svg(max_depth=depth, width=box_width, direction=way)
+        return viz.to_png(memory, max_depth=depth, width=box_width, direction=way)
+    return viz.to_svg(memory, max_depth=depth, width=box_width, direction=way)
 
 
 @cli_errors

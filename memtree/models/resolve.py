@@ -4,21 +4,23 @@ Recognized without importing any framework: an object can only be a LangChain or
 LlamaIndex model if that framework's module is already loaded, so the check looks
 the base class up in ``sys.modules`` and never imports it.
 
-When nothing is passed, each model defaults to OpenAI if ``OPENAI_API_KEY`` is set
-(``text-embedding-3-small``, ``gpt-4o-mini``) and otherwise to the offline ones
-(local all-MiniLM-L6-v2 embeddings, extractive summaries); the choice is logged
-once per process.
+When nothing is passed, the embedder is the bundled all-MiniLM-L6-v2 (offline)
+for a new memory and the stored one (:func:`embedder_named`) for an existing one;
+the environment never chooses a model (an ``OPENAI_API_KEY`` is read only by an
+OpenAI model the caller asked for). The choice is logged once per process.
 """
 
 from __future__ import annotations
 
 import logging
-import os
+import re
 import sys
 import threading
+from collections.abc import Sequence
 
-from memtree.embed import Embedder, LocalEmbedder
+from memtree.embed import Embedder, HashingEmbedder, LocalEmbedder, Matrix
 from memtree.llm import CallableChatModel, ChatModel
+from memtree.local_models import is_bundled_name
 
 logger = logging.getLogger("memtree")
 
@@ -134,26 +136,74 @@ def resolve_chat_model(llm: object) -> ChatModel:
 
 
 def default_embedder() -> Embedder:
-    """OpenAI embeddings when ``OPENAI_API_KEY`` is set, else the local model."""
-    if openai_usable():
-        from memtree.models.openai import DEFAULT_EMBEDDING_MODEL, OpenAIEmbedder
-
-        announce(f"memtree: embedding with OpenAI {DEFAULT_EMBEDDING_MODEL} (OPENAI_API_KEY is set)")
-        return OpenAIEmbedder()
-    announce("memtree: embedding offline with all-MiniLM-L6-v2 (no OPENAI_API_KEY; pass embedder= to choose)")
+    """The embedder of a new memory when none is passed: the bundled model, offline."""
+    announce("memtree: embedding offline with all-MiniLM-L6-v2 (pass embedder= to choose a model)")
     return LocalEmbedder()
 
 
-def openai_usable() -> bool:
-    """Whether the default models are OpenAI's: a key is set and the client installed."""
-    if not os.environ.get("OPENAI_API_KEY"):
-        return False
+_STORED = re.compile(r"^(?P<kind>\w+)\((?P<model>[^,()]*)(?:, dimensions=(?P<dimensions>\d+))?\)$")
+"""An embedder's stored name: ``LocalEmbedder(model)``, ``OpenAIEmbedder(model[, dimensions=N])``,
+``HashingEmbedder(N)``, or another class's, which memtree cannot make by itself."""
+
+
+def spec_of(stored: str) -> str | None:
+    """What to pass as ``embedder=`` for the model a stored name describes (a name
+    :func:`resolve_embedder` takes), or ``None`` for a model memtree cannot make."""
+    match = _STORED.match(stored.strip())
+    if match is None:
+        return None
+    kind, model, dimensions = match["kind"], match["model"].strip(), match["dimensions"]
+    if kind == "LocalEmbedder" and model and dimensions is None:
+        return "local" if is_bundled_name(model) else f"local:{model}"
+    if kind == "OpenAIEmbedder" and model and dimensions is None:
+        return f"openai:{model}"
+    return None
+
+
+class UnavailableEmbedder(Embedder):
+    """Stands for the model that built a memory when memtree cannot make it here (a
+    LangChain or LlamaIndex model, your own class, OpenAI without a key): reads that
+    embed nothing (stats, pictures, backups, compaction) work, and the first
+    embedding raises ``problem``, which says what to pass."""
+
+    call_timeout = None
+
+    def __init__(self, stored: str, problem: Exception) -> None:
+        self.stored = stored
+        self.problem = problem
+
+    @property
+    def name(self) -> str:
+        return self.stored
+
+    def embed(self, texts: Sequence[str]) -> Matrix:
+        raise self.problem
+
+
+def embedder_named(stored: str) -> Embedder:
+    """The embedder that built a memory, from the name stored with its namespace, so an
+    existing memory opened with no ``embedder=`` embeds queries as its vectors were.
+    A model memtree cannot make here is an :class:`UnavailableEmbedder`: its first
+    embedding raises, saying to pass the model as ``embedder=``."""
+    match = _STORED.match(stored.strip())
+    if match is not None and match["kind"] == "HashingEmbedder" and match["model"].isdigit():
+        return HashingEmbedder(int(match["model"]))
     try:
-        import openai  # noqa: F401
-    except ImportError:
-        announce("memtree: OPENAI_API_KEY is set but the openai package is missing; using offline models")
-        return False
-    return True
+        if match is not None and match["kind"] == "OpenAIEmbedder" and match["model"].strip():
+            from memtree.models.openai import OpenAIEmbedder
+
+            dimensions = int(match["dimensions"]) if match["dimensions"] else None
+            return OpenAIEmbedder(match["model"].strip(), dimensions=dimensions)
+    except (ImportError, RuntimeError) as error:  # no openai package, or no key (MissingAPIKeyError)
+        return UnavailableEmbedder(stored, type(error)(f"this memory was built with {stored}: {error}"))
+    spec = spec_of(stored)
+    if spec is None:
+        problem = ValueError(
+            f"this memory was built with {stored}, which memtree cannot make from its name; "
+            "pass embedder=<the same model> to embed with it"
+        )
+        return UnavailableEmbedder(stored, problem)
+    return resolve_embedder(spec)
 
 
 def announce(message: str) -> None:

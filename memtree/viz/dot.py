@@ -34,7 +34,7 @@ def _label(box: Box) -> str:
     return f"{escape_dot(box.title)}\\n{body}"
 
 
-def to_dot(
+def dot_of(
     state: TreeState,
     *,
     max_depth: int | None = None,

@@ -16,7 +16,7 @@ IMAGE_FORMATS: tuple[str, ...] = ("png", "svg")
 
 INSTALL_HINT = (
     "install Graphviz (Debian/Ubuntu: apt-get install graphviz; macOS: brew install graphviz), "
-    "or write DOT with to_dot() / `memtree show --format dot` and render it elsewhere"
+    "or write DOT with memtree.viz.to_dot(memory) / `memtree show --format dot` and render it elsewhere"
 )
 
 

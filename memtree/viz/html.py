@@ -156,7 +156,7 @@ def answer_queries(
     ]
 
 
-def to_html(
+def page_of(
     state: TreeState,
     *,
     title: str = "memtree",

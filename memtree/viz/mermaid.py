@@ -37,7 +37,7 @@ def escape_mermaid(text: str) -> str:
     return "".join(_ENTITIES.get(ch, ch) for ch in flat)
 
 
-def to_mermaid(
+def mermaid_of(
     state: TreeState,
     *,
     max_depth: int | None = None,

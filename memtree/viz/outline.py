@@ -4,15 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from memtree.digest import readable
 from memtree.node import ROOT_ID
 from memtree.state import TreeState
 from memtree.text import preview
 
 
 def format_tree(state: TreeState, *, max_depth: int | None = None, width: int = 72) -> str:
-    """An indented outline: one line per node with its depth, leaf count and a preview.
+    """An indented outline: one line per node, a remembered text as its preview and a
+    summary marked with how many texts it covers (a digest's heading said as a
+    phrase, :func:`memtree.digest.readable`); the indentation is the depth.
 
-    Example line: ``  ├─ [d2 · 5 leaves] Caroline joined a support group…``
+    Example lines: ``├─ [summary of 5] Caroline joined a support group…`` and
+    ``│  ├─ Caroline went to the LGBTQ support group on 7 May.``
     """
     root = state.root
     if root is None or not root.children:
@@ -23,10 +27,10 @@ def format_tree(state: TreeState, *, max_depth: int | None = None, width: int = 
         node = state.nodes[node_id]
         branch = "└─ " if last else "├─ "
         if node.is_leaf:
-            label = f"[d{node.depth} · leaf]"
+            lines.append(f"{prefix}{branch}{preview(node.text, width)}")
         else:
-            label = f"[d{node.depth} · {node.leaf_count} leaves{' · stale' if node.stale else ''}]"
-        lines.append(f"{prefix}{branch}{label} {preview(node.text, width)}")
+            label = f"[summary of {node.leaf_count}{', stale' if node.stale else ''}]"
+            lines.append(f"{prefix}{branch}{label} {preview(readable(node.text), width)}")
         if max_depth is not None and node.depth >= max_depth:
             if node.children:
                 lines.append(f"{prefix}{'   ' if last else '│  '}└─ … {len(node.children)} children")
@@ -41,7 +45,7 @@ def format_tree(state: TreeState, *, max_depth: int | None = None, width: int = 
     return "\n".join(lines)
 
 
-def to_dict(state: TreeState) -> dict[str, Any]:
+def dict_of(state: TreeState) -> dict[str, Any]:
     """The tree as nested dicts (id, text, depth, leaf_count, timestamp, metadata, children)."""
 
     def build(node_id: str) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Literal
 
+from memtree.digest import readable
 from memtree.node import ROOT_ID, Node, to_datetime
 from memtree.state import TreeState
 from memtree.text import preview
@@ -101,7 +102,8 @@ def picture_of(state: TreeState, *, max_depth: int | None = None, width: int = 8
         node = state.nodes[node_id]
         key = f"n{len(boxes)}"
         kind: BoxKind = "leaf" if node.is_leaf else "summary"
-        box = Box(key, kind, _title(node), wrap_preview(node.text, width, line_width), node.id, node.stale, node.text)
+        shown = node.text if node.is_leaf else readable(node.text)  # a digest's heading as a phrase
+        box = Box(key, kind, _title(node), wrap_preview(shown, width, line_width), node.id, node.stale, node.text)
         boxes.append(box)
         edges.append((parent_key, key))
         if not node.children:
