@@ -18,10 +18,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from memtree.config import MemTreeConfig
 from memtree.inputs import TimeLike
+from memtree.state import TreeState
 from memtree.time_expressions import TimeSpan, time_span
 
 _POLITE = (
@@ -47,6 +49,10 @@ _GENERIC = re.compile(
     r"messages?|memor(?:y|ies)))\s*)*$",
     re.IGNORECASE,
 )
+_LATEST = re.compile(
+    r"\b(?:last|latest|previous|most\s+recent|recent)\s+(?:chat|conversation|session|talk|discussion)s?\b",
+    re.IGNORECASE,
+)
 _EDGE = re.compile(
     r"^(?:(?:to|with|for|in|on|during|about|of|at|from|and|between)\s+)+|^between$|[\s?.!,;:]+$"
     r"|\s+(?:in|on|during|of|at|from|since|before|after|by|until|between|and|the)$",
@@ -62,6 +68,9 @@ class OverviewRequest:
 
     about: str | None
     span: TimeSpan | None
+    latest: bool = False
+    """It asks for the latest conversation ("recap our last chat"): the latest day
+    with memories, when it names no time."""
 
 
 def overview_request(query: str, now: TimeLike | None = None) -> OverviewRequest | None:
@@ -77,7 +86,7 @@ def overview_request(query: str, now: TimeLike | None = None) -> OverviewRequest
         who = match.groupdict().get("who")
         if who is not None:
             about = who if not _PEOPLE.match(who.strip()) else about
-        return OverviewRequest(_subject(about, span), span)
+        return OverviewRequest(_subject(about, span), span, _LATEST.search(text) is not None)
     return None
 
 
@@ -96,21 +105,36 @@ def _subject(about: str, span: TimeSpan | None) -> str | None:
     return about
 
 
-def routed_overview(config: MemTreeConfig, query: str, options: Mapping[str, Any]) -> dict[str, Any] | None:
+ALWAYS = "always"
+"""``route_overviews="always"``: every query is answered by an overview of it (a
+question that is no overview request is its own ``about``), the adapters'
+overview mode."""
+
+
+def routed_overview(
+    config: MemTreeConfig, query: str, options: Mapping[str, Any], state: TreeState | None = None
+) -> dict[str, Any] | None:
     """``MemTree.overview``'s arguments for a ``retrieve`` call (its ``options``) whose
     query is an overview request, when routing is on (``route_overviews``, default
-    ``config.route_overviews``); else ``None``. A ``time_range`` the caller gives wins
-    over the query's own; ``k`` caps the parts only when no token budget is given (an
-    overview's parts are as many as its budget holds)."""
+    ``config.route_overviews``; ``"always"``: every query); else ``None``. A
+    ``time_range`` the caller gives wins over the query's own, and a request for the
+    latest conversation reads the latest day of ``state``'s memories; ``k`` caps the
+    parts only when no token budget is given (an overview's parts are as many as its
+    budget holds)."""
     route = options.get("route_overviews")
     enabled = config.route_overviews if route is None else route
-    if not isinstance(enabled, bool):
-        raise TypeError(f"route_overviews must be True, False or None (the config's), got {route!r}")
-    request = overview_request(query, options.get("now")) if enabled else None
+    if not isinstance(enabled, bool) and enabled != ALWAYS:
+        raise TypeError(f"route_overviews must be True, False, 'always' or None (the config's), got {route!r}")
+    now = options.get("now")
+    request = overview_request(query, now) if enabled else None
+    if request is None and enabled == ALWAYS:
+        request = OverviewRequest(query, time_span(query, now))
     if request is None:
         return None
     given = options.get("time_range")
     since, until = given if given is not None else (request.span.as_range if request.span else (None, None))
+    if request.latest and given is None and request.span is None and state is not None:
+        since, until = _latest_day(state)
     budget = options.get("token_budget") or config.token_budget
     return {
         "about": request.about,
@@ -120,3 +144,12 @@ def routed_overview(config: MemTreeConfig, query: str, options: Mapping[str, Any
         "k": None if budget is not None else options.get("k"),
         "where": options.get("where"),
     }
+
+
+def _latest_day(state: TreeState) -> tuple[float | None, float | None]:
+    """The first and last second (UTC) of the calendar day of the latest dated leaf."""
+    stamps = [node.timestamp for node in state.nodes.values() if node.is_leaf and node.timestamp is not None]
+    if not stamps:
+        return None, None
+    day = datetime.fromtimestamp(max(stamps), tz=UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    return day.timestamp(), day.timestamp() + 86400 - 0.001

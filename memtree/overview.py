@@ -211,6 +211,8 @@ class Settings:
     summary_share: float | None = 1.0
     """A summary of model prose may stand in for its leaves when at least this share
     of them lies in the scope (``None``: never)."""
+    relative_cut: float = 0.5
+    """A topic keeps the leaves whose relevance is at least this share of the best's."""
     ranked_relevance: bool = True
     """A leaf's relevance to a topic: its score in retrieval's ranking with context
     feedback (:mod:`memtree.feedback`), not the plain hybrid score."""
@@ -258,6 +260,9 @@ class _Overview:
         if self._vector is not None:
             ranked = settings.ranked_relevance and query.feedback > 0
             self.relevance = self._ranked_relevance(leaves) if ranked else self._relevance_of(leaves)
+            if settings.relative_cut > 0 and self.relevance:
+                cut = settings.relative_cut * max(self.relevance.values())
+                self.leaves = leaves = [leaf for leaf in leaves if self.relevance[leaf] >= cut]
         self.information = self._information()
 
     # -- scope --------------------------------------------------------------------------
@@ -470,6 +475,16 @@ class _Overview:
             stamps = [stamp for stamp in (nodes[leaf].timestamp for leaf in part[1]) if stamp is not None]
             return (min(stamps) if stamps else math.inf, nodes[part[0]].created_at, part[0])
 
+        worth = {
+            node_id: self.worth(node_id) if nodes[node_id].is_leaf else self._summary_worth(node_id, 1.0)
+            for node_id, _ in chosen
+        }
+        best = max(worth.values(), default=0.0) or 1.0
+        similarity = (
+            dict(zip(worth, self.index.score(self._vector, list(worth)).tolist(), strict=True))
+            if self._vector is not None and worth
+            else {}
+        )
         delivered = DeliveredSentences()
         results: list[RetrievedNode] = []
         used = 0
@@ -490,7 +505,7 @@ class _Overview:
                 RetrievedNode(
                     id=node.id,
                     text=node.text,
-                    score=self.worth(node_id) if node.is_leaf else self._summary_worth(node_id, 1.0),
+                    score=worth[node_id] / best,
                     depth=node.depth,
                     is_leaf=node.is_leaf,
                     timestamp=node.timestamp,
@@ -498,6 +513,7 @@ class _Overview:
                     leaf_ids=tuple(below),
                     source_id=node.source_id,
                     context=context,
+                    similarity=similarity.get(node_id),
                     answered_by=OVERVIEW,
                 )
             )

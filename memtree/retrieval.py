@@ -640,9 +640,10 @@ class RetrieveOptions(TypedDict, total=False):
     """Whether a time expression in the query ranks the memories of its range higher
     (:mod:`memtree.time_expressions`; ``None``: ``config.parse_times``). A ``time_range``
     given turns it off."""
-    route_overviews: bool | None
+    route_overviews: bool | Literal["always"] | None
     """Whether an overview request ("what do you know about...", "recap...") is
-    answered by ``MemTree.overview`` (``None``: ``config.route_overviews``)."""
+    answered by ``MemTree.overview`` (``None``: ``config.route_overviews``);
+    ``"always"``: every query, as an overview of what it names."""
     context_feedback: float | None
     """How far the best first match's tree context moves the query
     (:mod:`memtree.feedback`; ``0``: not at all; ``None``: ``config.context_feedback``)."""
@@ -747,7 +748,7 @@ def check_query(
     feedback = given.get("context_feedback", config.context_feedback)
     if isinstance(feedback, bool) or not isinstance(feedback, (int, float)) or not 0 <= feedback <= 10:
         raise ValueError(f"context_feedback must be a number between 0 (off) and 10, got {feedback!r}")
-    routed = routed_overview(config, query, options)
+    routed = routed_overview(config, query, options, state)
     return Query(query, mode, packing, filters, float(weight), vector, prefer, float(feedback), routed)
 
 

@@ -192,3 +192,14 @@ def test_overview_requests_are_recognised_with_their_subject_and_time(
 )
 def test_lookups_are_not_overview_requests(query: str) -> None:
     assert overview_request(query, NOW) is None
+
+
+def test_a_recap_of_the_last_chat_reads_the_latest_day_and_always_answers_every_query() -> None:
+    memory = chat_memory()
+    hits = memory.retrieve("Recap our last chat", token_budget=500)
+    assert {hit.text for hit in hits} == {text for day, text in CHAT if day == "2024-06-16"}  # all of it fits
+    always = memory.retrieve("Pepper", route_overviews="always", token_budget=500)
+    assert always and {hit.answered_by for hit in always} == {"overview"}
+    assert all("Pepper" in hit.text for hit in always)
+    with pytest.raises(TypeError, match="route_overviews"):
+        memory.retrieve("Pepper", route_overviews="sometimes")  # type: ignore[typeddict-item]
