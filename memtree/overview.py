@@ -79,6 +79,13 @@ OVERVIEW = "overview"
 
 _WORD = re.compile(r"[^\W\d_][\w'’-]*", re.UNICODE)
 _POSSESSIVE = re.compile(r"['’]s$")
+_TRANSCRIPT_DATE = re.compile(
+    r"^(?:\d{1,2}:\d{2}\s*[apAP]\.?[mM]\.?\s+on\s+)?"
+    r"(?:\d{1,2} [A-Z][a-z]+,? \d{4}|[A-Z][a-z]+ \d{1,2},? \d{4}|\d{4}-\d{2}-\d{2})"
+    r"(?=\s+[A-Z][\w'’-]*(?: [A-Z][\w'’-]*)?:\s)"
+)
+"""A transcript turn's date, before its speaker: ``1:56 pm on 8 May, 2023`` of
+``1:56 pm on 8 May, 2023 Caroline: ...``."""
 _SPEAKER_LABEL = re.compile(r"^.{0,60}?[A-Z][\w'’-]*(?: [A-Z][\w'’-]*)?:\s")
 _REQUEST_TEXT = """what who whom whose which when where why how know knows remember remembers tell talk talked
     discuss discussed happened happen happens summarise summarize summary recap overview everything anything all
@@ -211,6 +218,8 @@ class Settings:
     summary_share: float | None = 1.0
     """A summary of model prose may stand in for its leaves when at least this share
     of them lies in the scope (``None``: never)."""
+    date_once: bool = True
+    """Whether a date is said once for the parts of one day, not at each part."""
     relative_cut: float = 0.5
     """A topic keeps the leaves whose relevance is at least this share of the best's."""
     ranked_relevance: bool = True
@@ -488,12 +497,15 @@ class _Overview:
         delivered = DeliveredSentences()
         results: list[RetrievedNode] = []
         used = 0
+        day: str | None = None
         for node_id, below in sorted(chosen, key=when):
             node = nodes[node_id]
             fresh = delivered.new_part(node.text)
             if fresh is None:
                 continue
-            context = _dated(fresh, [nodes[leaf].timestamp for leaf in below])
+            context, day = _dated(
+                fresh, [nodes[leaf].timestamp for leaf in below], day if self.settings.date_once else None
+            )
             cost = self.query.count_tokens(context)
             if used + cost > self.query.token_budget:
                 context = cut_to_budget(context, self.query.token_budget - used, self.query.count_tokens)
@@ -551,13 +563,20 @@ def _quotes_leaves(state: TreeState, summary: str, leaves: list[str]) -> bool:
     return quoted * 2 >= len(own)
 
 
-def _dated(text: str, stamps: list[float | None]) -> str:
-    """``text`` with its date in front (``YYYY-MM-DD: ``, or a first and last date),
-    unless it already starts with one."""
-    if date_of(text) is not None:
-        return text
+def _dated(text: str, stamps: list[float | None], previous: str | None = None) -> tuple[str, str | None]:
+    """``text`` with its date in front (``YYYY-MM-DD: ``, or a first and last date)
+    unless it already starts with one, and the date it goes by. When the part before
+    went by the same single day (``previous``), the date is not said again: none is
+    added, and a transcript turn's date is left out (``1:56 pm on 8 May, 2023
+    Caroline: ...`` becomes ``Caroline: ...``), as packing leaves out a sentence
+    already given."""
     days = sorted({moment.date() for moment in map(to_datetime, stamps) if moment is not None})
-    if not days:
-        return text
+    day = days[0].isoformat() if len(days) == 1 else None
+    written = date_of(text) is not None
+    if day is not None and day == previous:
+        transcript = _TRANSCRIPT_DATE.match(text)
+        return (text[transcript.end() :].lstrip() if transcript else text), day
+    if written or not days:
+        return text, day
     span = days[0].isoformat() if len(days) == 1 else f"{days[0].isoformat()} – {days[-1].isoformat()}"
-    return f"{span}: {text}"
+    return f"{span}: {text}", day

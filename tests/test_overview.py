@@ -203,3 +203,20 @@ def test_a_recap_of_the_last_chat_reads_the_latest_day_and_always_answers_every_
     assert all("Pepper" in hit.text for hit in always)
     with pytest.raises(TypeError, match="route_overviews"):
         memory.retrieve("Pepper", route_overviews="sometimes")  # type: ignore[typeddict-item]
+
+
+def test_the_date_is_said_once_for_the_parts_of_one_day() -> None:
+    memory = MemTree(embedder=HashingEmbedder(64))
+    memory.add("Maya adopted a rescue greyhound called Pepper from the shelter.", timestamp="2024-04-28T10:00:00")
+    memory.add("Leo painted a plate with red and green enamel in Kanazawa.", timestamp="2024-04-28T11:00:00")
+    memory.add(
+        "1:56 pm on 8 May, 2024 Maya: My manager Farid wants me to present the dashboard.", timestamp="2024-05-08"
+    )
+    memory.add("1:56 pm on 8 May, 2024 Leo: My sister Clara is getting married in September.", timestamp="2024-05-08")
+    contexts = [part.context for part in memory.overview(token_budget=500)]
+    assert contexts == [
+        "2024-04-28: Maya adopted a rescue greyhound called Pepper from the shelter.",
+        "Leo painted a plate with red and green enamel in Kanazawa.",
+        "1:56 pm on 8 May, 2024 Maya: My manager Farid wants me to present the dashboard.",
+        "Leo: My sister Clara is getting married in September.",  # a transcript turn's date, said once
+    ]
