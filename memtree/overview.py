@@ -44,6 +44,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, TypedDict
 
 import numpy as np
@@ -222,6 +223,9 @@ class Settings:
     """Whether a date is said once for the parts of one day, not at each part."""
     relative_cut: float = 0.5
     """A topic keeps the leaves whose relevance is at least this share of the best's."""
+    summary_sentences: bool = False
+    """Whether the sentences of model prose about the scope may be parts (a summary
+    only partly in the scope)."""
     ranked_relevance: bool = True
     """A leaf's relevance to a topic: its score in retrieval's ranking with context
     feedback (:mod:`memtree.feedback`), not the plain hybrid score."""
@@ -256,6 +260,7 @@ class _Overview:
         self.index, self.state, self.query, self.settings, self.hidden = index, state, query, settings, hidden
         leaves = self._in_range()
         named = self._named_speakers(leaves)
+        self._named = sorted(named)
         if named:
             leaves = [leaf for leaf in leaves if (self._speaker(leaf) or "").lower() in named]
         self.leaves = leaves
@@ -421,21 +426,46 @@ class _Overview:
             node = self.state.nodes[node.parent]
         return node.id
 
-    def _candidates(self) -> list[tuple[float, str, list[str]]]:
-        """(worth, node id, leaves it stands for): every scope leaf, and each summary of
-        model prose with at least ``summary_share`` of its live leaves in the scope."""
-        candidates = [(self.worth(leaf), leaf, [leaf]) for leaf in self.leaves]
+    def _candidates(self) -> list[_Part]:
+        """Every scope leaf; each summary of model prose with at least ``summary_share``
+        of its live leaves in the scope; with ``summary_sentences``, the sentences of
+        model prose about the scope (:meth:`_sentences`)."""
+        nodes = self.state.nodes
+        candidates = [_Part(self.worth(leaf), leaf, nodes[leaf].text, (leaf,)) for leaf in self.leaves]
         share_needed = self.settings.summary_share
-        if share_needed is None or not self.leaves:
+        if (share_needed is None and not self.settings.summary_sentences) or not self.leaves:
             return candidates
         scope = set(self.leaves)
         for summary in self._summaries_over(scope):
             below = [leaf for leaf in self.state.leaf_ids_under(summary) if leaf not in self.hidden]
-            inside = [leaf for leaf in below if leaf in scope]
+            inside = tuple(leaf for leaf in below if leaf in scope)
             share = len(inside) / len(below) if below else 0.0
-            if inside and share >= share_needed and not _quotes_leaves(self.state, summary, below):
-                candidates.append((self._summary_worth(summary, share), summary, inside))
+            if not inside or _quotes_leaves(self.state, summary, below):
+                continue
+            if share_needed is not None and share >= share_needed:
+                candidates.append(_Part(self._summary_worth(summary, share), summary, nodes[summary].text, inside))
+            elif self.settings.summary_sentences and self._vector is None:
+                candidates += self._sentences(summary, inside, share)
         return candidates
+
+    def _sentences(self, summary: str, inside: tuple[str, ...], share: float) -> list[_Part]:
+        """The sentences of a model's summary that are about the scope: naming a speaker
+        the overview is about (when it is about speakers), dated inside the time range
+        (or, undated, from a summary at least half of whose leaves are in the scope)."""
+        parts = []
+        for sentence in split_sentences(self.state.nodes[summary].text):
+            if self._named and not any(re.search(rf"\b{re.escape(name)}\b", sentence, re.I) for name in self._named):
+                continue
+            stamps = _dates_in(sentence)
+            start, end = self.query.time_range or (None, None)
+            if stamps:
+                if any((start is not None and t < start) or (end is not None and t > end + 86400) for t in stamps):
+                    continue
+            elif share < 0.5:
+                continue
+            worth = self._rarity(set(_content_words(sentence)))
+            parts.append(_Part(worth, summary, sentence, inside, sentence=True))
+        return parts
 
     def _summaries_over(self, scope: set[str]) -> list[str]:
         found: set[str] = set()
@@ -449,62 +479,71 @@ class _Overview:
     def parts(self) -> list[RetrievedNode]:
         query = self.query
         count = query.count_tokens
-        heaps: dict[object, list[tuple[float, str, list[str]]]] = {}
-        for worth, node_id, below in self._candidates():
-            cost = max(1, count(self.state.nodes[node_id].text))
-            key = self._segment(self.state.nodes[below[0]])
-            heaps.setdefault(key, []).append((-worth / cost**self.choice.cost_power, node_id, below))
+        heaps: dict[object, list[tuple[float, int, _Part]]] = {}
+        for number, part in enumerate(self._candidates()):
+            cost = max(1, count(part.text))
+            key = self._segment(self.state.nodes[part.leaves[0]])
+            heaps.setdefault(key, []).append((-part.worth / cost**self.choice.cost_power, number, part))
         for heap in heaps.values():
             heapq.heapify(heap)
         taken: Counter[object] = Counter()
         covered: set[str] = set()
-        chosen: list[tuple[str, list[str]]] = []
+        chosen: list[_Part] = []
         spent = 0
         discount = self.choice.repeat_discount
         while heaps and spent < query.token_budget and (query.k is None or len(chosen) < query.k):
             key = min(heaps, key=lambda seg: heaps[seg][0][0] * discount ** taken[seg])
-            _, node_id, below = heapq.heappop(heaps[key])
+            _, _, part = heapq.heappop(heaps[key])
             if not heaps[key]:
                 del heaps[key]
-            if any(leaf in covered for leaf in below):
+            if not part.sentence and any(leaf in covered for leaf in part.leaves):
                 continue  # a summary and one of its leaves: the first chosen stands
-            covered.update(below)
-            chosen.append((node_id, below))
+            if not part.sentence:
+                covered.update(part.leaves)
+            chosen.append(part)
             taken[key] += 1
-            spent += count(self.state.nodes[node_id].text)
+            spent += count(part.text)
         return self._packed(chosen)
 
     # -- delivery -------------------------------------------------------------------------
 
-    def _packed(self, chosen: list[tuple[str, list[str]]]) -> list[RetrievedNode]:
-        """The chosen parts in time order, dated, repeated sentences dropped, cut to the budget."""
+    def _packed(self, chosen: list[_Part]) -> list[RetrievedNode]:
+        """The chosen parts in time order, dated, repeated sentences dropped, cut to the
+        budget; the sentences chosen from one summary make one part, in their order."""
         nodes = self.state.nodes
+        merged: dict[str, _Part] = {}
+        for part in chosen:
+            earlier = merged.get(part.node_id)
+            if earlier is not None and part.sentence:
+                order = split_sentences(nodes[part.node_id].text)
+                texts = sorted(
+                    {*split_sentences(earlier.text), part.text}, key=lambda t: order.index(t) if t in order else 0
+                )
+                part = _Part(earlier.worth + part.worth, part.node_id, " ".join(texts), part.leaves, sentence=True)
+            merged[part.node_id] = part
 
-        def when(part: tuple[str, list[str]]) -> tuple[float, float, str]:
-            stamps = [stamp for stamp in (nodes[leaf].timestamp for leaf in part[1]) if stamp is not None]
-            return (min(stamps) if stamps else math.inf, nodes[part[0]].created_at, part[0])
+        def when(part: _Part) -> tuple[float, float, str]:
+            stamps = [stamp for stamp in (nodes[leaf].timestamp for leaf in part.leaves) if stamp is not None]
+            return (min(stamps) if stamps else math.inf, nodes[part.node_id].created_at, part.node_id)
 
-        worth = {
-            node_id: self.worth(node_id) if nodes[node_id].is_leaf else self._summary_worth(node_id, 1.0)
-            for node_id, _ in chosen
-        }
-        best = max(worth.values(), default=0.0) or 1.0
+        best = max((part.worth for part in merged.values()), default=0.0) or 1.0
+        ids = list(merged)
         similarity = (
-            dict(zip(worth, self.index.score(self._vector, list(worth)).tolist(), strict=True))
-            if self._vector is not None and worth
+            dict(zip(ids, self.index.score(self._vector, ids).tolist(), strict=True))
+            if self._vector is not None and ids
             else {}
         )
         delivered = DeliveredSentences()
         results: list[RetrievedNode] = []
         used = 0
         day: str | None = None
-        for node_id, below in sorted(chosen, key=when):
-            node = nodes[node_id]
-            fresh = delivered.new_part(node.text)
+        for part in sorted(merged.values(), key=when):
+            node = nodes[part.node_id]
+            fresh = delivered.new_part(part.text)
             if fresh is None:
                 continue
             context, day = _dated(
-                fresh, [nodes[leaf].timestamp for leaf in below], day if self.settings.date_once else None
+                fresh, [nodes[leaf].timestamp for leaf in part.leaves], day if self.settings.date_once else None
             )
             cost = self.query.count_tokens(context)
             if used + cost > self.query.token_budget:
@@ -517,19 +556,50 @@ class _Overview:
                 RetrievedNode(
                     id=node.id,
                     text=node.text,
-                    score=worth[node_id] / best,
+                    score=part.worth / best,
                     depth=node.depth,
                     is_leaf=node.is_leaf,
                     timestamp=node.timestamp,
                     metadata=dict(node.metadata),
-                    leaf_ids=tuple(below),
+                    leaf_ids=part.leaves,
                     source_id=node.source_id,
                     context=context,
-                    similarity=similarity.get(node_id),
+                    similarity=similarity.get(part.node_id),
                     answered_by=OVERVIEW,
                 )
             )
         return results
+
+
+@dataclass(frozen=True)
+class _Part:
+    """A candidate part: what it is worth, the node it comes from, the text it
+    delivers (the node's, or one sentence of a summary), the scope leaves it stands for."""
+
+    worth: float
+    node_id: str
+    text: str
+    leaves: tuple[str, ...]
+    sentence: bool = False
+
+
+_DATE_IN_TEXT = re.compile(r"\b(\d{1,2} [A-Z][a-z]+,? \d{4}|[A-Z][a-z]+ \d{1,2},? \d{4}|\d{4}-\d{2}-\d{2})\b")
+_DATE_LAYOUTS = ("%d %B %Y", "%d %B, %Y", "%B %d %Y", "%B %d, %Y", "%Y-%m-%d", "%d %b %Y", "%d %b, %Y")
+
+
+def _dates_in(text: str) -> list[float]:
+    """The dates a text writes out (``24 May 2023``, ``May 24, 2023``, ``2023-05-24``),
+    as POSIX seconds at midnight UTC."""
+    found = []
+    for written in _DATE_IN_TEXT.findall(text):
+        for layout in _DATE_LAYOUTS:
+            try:
+                moment = datetime.strptime(written, layout).replace(tzinfo=UTC)
+            except ValueError:
+                continue
+            found.append(moment.timestamp())
+            break
+    return found
 
 
 def _content_words(text: str) -> list[str]:
