@@ -41,6 +41,10 @@ def overview(
         typer.Option("--tuning", help="The conversations the defaults were tuned on (reported apart): 0-4, or none."),
     ] = "0-4",
     budgets: Annotated[str, typer.Option("--budgets", help="Word budgets, comma separated.")] = "250,500,1000,2000",
+    raptor: Annotated[
+        bool,
+        typer.Option("--raptor/--no-raptor", help="Include the RAPTOR-style row (builds a tree per conversation)."),
+    ] = True,
     embedder: Annotated[
         str, typer.Option("--embedder", help="local, or hashing (not semantic; for smoke runs).")
     ] = "local",
@@ -56,6 +60,7 @@ def overview(
     from memtree_bench.locomo_bench import make_embedder
     from memtree_bench.methods import CachedEmbedder
     from memtree_bench.overview_bench import OverviewSettings, run_overview
+    from memtree_bench.overview_methods import Raptor, default_rows
     from memtree_bench.overview_report import write_overview_report
     from memtree_bench.report import machine_info, machine_lines
 
@@ -75,7 +80,8 @@ def overview(
     if embedder not in ("local", "hashing"):
         raise CliError(f"--embedder must be local or hashing, got {embedder!r}")
     model = CachedEmbedder(make_embedder(embedder))
-    run = run_overview([(i, raw[i]) for i in chosen], settings, model, progress=_say)
+    rows = [row for row in default_rows() if raptor or not isinstance(row, Raptor)]
+    run = run_overview([(i, raw[i]) for i in chosen], settings, model, rows, progress=_say)
     info["embedder"] = model.name
     paths = write_overview_report(run, machine_lines(info), out, stem=name)
     print("wrote " + ", ".join(str(path) for path in paths))
