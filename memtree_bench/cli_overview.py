@@ -45,6 +45,9 @@ def overview(
         bool,
         typer.Option("--raptor/--no-raptor", help="Include the RAPTOR-style row (builds a tree per conversation)."),
     ] = True,
+    model_only: Annotated[
+        bool, typer.Option("--model-only", help="Score only the model-written trees (with --model-trees).")
+    ] = False,
     embedder: Annotated[
         str, typer.Option("--embedder", help="local, or hashing (not semantic; for smoke runs).")
     ] = "local",
@@ -75,7 +78,10 @@ def overview(
         model_trees=str(model_trees) if model_trees is not None else None,
         model=model_name,
         tuning=tuned,
+        extractive=not model_only,
     )
+    if model_only and model_trees is None:
+        raise CliError("--model-only scores the model-written trees: name their folder with --model-trees")
     info = machine_info(extra_versions=("dateparser", "nltk", "sklearn"))
     if embedder not in ("local", "hashing"):
         raise CliError(f"--embedder must be local or hashing, got {embedder!r}")

@@ -48,6 +48,9 @@ class OverviewSettings:
     model_aggregation: str = "deferred"
     tuning: frozenset[int] = frozenset(range(5))
     """Indices (in the file) of the conversations the defaults were tuned on."""
+    extractive: bool = True
+    """Whether to score the extractive trees too (``False``: only the model-written
+    ones, a re-run in minutes; the flat rows still read the extractive folder's flat trees)."""
 
 
 @dataclass
@@ -105,7 +108,7 @@ def run_overview(
                 _build_if_missing(extractive, recipe, conversation, embedder)
             turns = len(conversation.conversation.turns)
             flat = _open_copy(extractive, flat_recipe, sample_id, turns, embedder, scratch, run)
-            kinds = [(EXTRACTIVE, extractive, default_recipe)]
+            kinds = [(EXTRACTIVE, extractive, default_recipe)] if settings.extractive else []
             if settings.model_trees is not None:
                 model = SavedTrees(settings.model_trees)
                 if model.has(sample_id, model_recipe):
