@@ -4,35 +4,39 @@
 for a lookup ("What is Maya's dog called?") and wrong for an overview ("What do
 you know about Maya?", "What did we talk about on 9 June?"): such a request names a
 part of the memory, not a fact, and the memories that share its words are the
-least informative ones ("Maya: thanks!"). An overview instead covers that part,
-breadth first:
+least informative ones ("Maya: thanks!"). An overview covers that part instead:
 
 1. **Scope.** The live leaves inside the time range (``since``/``until``) that pass
    ``where``. When ``about`` names speakers of the memory (a leaf written
-   ``Name: ...``, as chat turns are), only what they said; other words of
-   ``about`` weigh each leaf by its relevance to ``about`` (the hybrid score of
-   :mod:`memtree.retrieval`: cosine and BM25).
-2. **Segments.** The scope is cut into time segments, one per calendar day (undated
-   leaves: one per subtree below the root), so that a long stretch of time is not
-   represented by its busiest day alone.
-3. **Choice.** Each leaf is worth its information (the idf-weighted count of its
-   distinct content words: a long, specific turn holds more facts than "Wow, so
-   cool!") times its relevance to the rest of ``about`` raised to
-   :data:`RELEVANCE_POWER`. Parts are taken best first, and each part a segment has
-   already given discounts its next by :data:`REPEAT_DISCOUNT`, until the token
-   budget or ``k``.
-4. **Summaries.** A summary whose leaves all lie in the scope stands in for them when
-   its text is not made of their own sentences (a model's prose, which restates
-   several of their facts in fewer words; an extractive summary only repeats some
-   of their sentences): it is chosen as its leaves would be, worth what they are
-   worth together, at the cost of its text.
-5. **Order.** The parts come in time order, each dated: a text that does not
-   start with a date gets ``YYYY-MM-DD: `` (a summary its first and last dates).
+   ``Name: ...``, as chat turns are), only what they said. Other words of ``about``
+   are a **topic**: the leaves sharing a word with it or over the embedder's
+   relevance floor, each with its relevance as ``retrieve`` ranks the topic
+   (context feedback included), those under half the best's left out.
+2. **Worth.** A leaf is worth its information: the idf-weighted count of its
+   distinct content words (a long, specific turn holds more facts than "Wow, so
+   cool!"). Without a topic it is also weighed by what the speaker says of
+   themselves (``(1 + first-person words) / (1 + second-person words)``: "I moved
+   to Porto" holds a fact about the speaker, "How was your trip?" none); with one, by
+   its relevance to the power :data:`RELEVANCE_POWER`.
+3. **Choice, breadth first.** The scope is cut into one segment per calendar day
+   (undated leaves: per subtree below the root). Parts are taken best first by
+   worth per token (to the power 0.5 without a topic, 1 with one), each part a day
+   has given discounting that day's next by :data:`REPEAT_DISCOUNT` (without a topic;
+   a topic takes its most relevant parts wherever they are), until ``token_budget``
+   or ``k``.
+4. **Summaries.** A summary stands in for its leaves when all of them lie in the
+   scope and its text is not made of their own sentences: a model's prose restates
+   several of their facts in fewer words, an extractive summary only repeats some of
+   their sentences. It is worth the information of its own text.
+5. **Order.** The parts come in time order, each dated: a text that does not start
+   with a date gets ``YYYY-MM-DD: `` (a summary its first and last day), said once
+   per day. A part's ``score`` is its worth over the best part's, its ``similarity``
+   its cosine with the topic (``None`` without one), ``answered_by`` is
+   ``"overview"``.
 
-No model is called: the only model work is one embedding of ``about`` when it holds
-words beyond speaker names. ``benchmarks/results/overview.md`` measures it against
-flat search, flat search with the question's time range as a filter, MMR and a
-random sample of the asked turns, on questions built from LoCoMo's annotations.
+No model is called; the topic, when there is one, is embedded once. Each mechanism
+was kept for what it measured on LoCoMo conversations 0-4 with extractive trees
+(``benchmarks/results/overview.md`` reports the held-out conversations).
 """
 
 from __future__ import annotations

@@ -65,6 +65,7 @@ def test_documents_carry_json_metadata_and_the_node_context() -> None:
             "leaf_ids": list(hit.leaf_ids),
             "source_id": hit.source_id,
             "found_by": hit.found_by,
+            "answered_by": "retrieve",
             "metadata": hit.metadata,
         }
         json.dumps(doc.metadata)  # plain JSON, ready for any vector or doc store
