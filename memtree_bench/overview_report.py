@@ -182,7 +182,8 @@ def _about(tables: Tables) -> list[str]:
         "Rows: a seeded random sample of the asked turns (the floor: the asked speaker's turns, the asked "
         "span's, a multi-hop question's one named speaker's, else all); flat hybrid (cosine + BM25 over the "
         "turns, no tree); flat hybrid with the question's time range as a filter; flat hybrid with MMR "
-        "(relevance weight 0.5 over its best 150); both; a RAPTOR-style tree built offline with extractive "
+        "(relevance weight 0.5 over its best 150); both, and both with relevance weight 0.3 (the best weight for "
+        "day recaps on the tuning half); a RAPTOR-style tree built offline with extractive "
         "summaries (also beside the model-written trees: no model is run here); memtree `retrieve` ranking the "
         "question as a lookup (its time parsing and context feedback on); `retrieve` as users call it "
         "(overview requests routed to `overview`); `overview` itself (a multi-hop question is its own `about`).",
