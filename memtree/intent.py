@@ -84,8 +84,10 @@ def overview_request(query: str, now: TimeLike | None = None) -> OverviewRequest
         span = time_span(text, now)
         about = match.group("about") or ""
         who = match.groupdict().get("who")
-        if who is not None:
-            about = who if not _PEOPLE.match(who.strip()) else about
+        if who is not None and not _PEOPLE.match(who.strip()):
+            if _subject(about, span) is not None:
+                return None  # "What did Calvin discuss with the artist he met?" asks a fact
+            about = who  # "What did Caroline and Melanie talk about on 8 May?": the two, that day
         return OverviewRequest(_subject(about, span), span, _LATEST.search(text) is not None)
     return None
 

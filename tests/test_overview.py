@@ -220,3 +220,10 @@ def test_the_date_is_said_once_for_the_parts_of_one_day() -> None:
         "1:56 pm on 8 May, 2024 Maya: My manager Farid wants me to present the dashboard.",
         "Leo: My sister Clara is getting married in September.",  # a transcript turn's date, said once
     ]
+
+
+def test_a_question_about_what_someone_discussed_with_whom_is_a_lookup() -> None:
+    assert overview_request("What did Calvin discuss with the cool artist he met at the gala?", NOW) is None
+    assert overview_request("What did Jolene and Deb discuss as a strategy for studying?", NOW) is None
+    request = overview_request("What did we discuss about the wedding?", NOW)
+    assert request is not None and request.about == "the wedding"
