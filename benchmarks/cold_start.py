@@ -18,9 +18,13 @@ this checkout, so both see the same machine load. Wall time and CPU time
 (user + system of the child) are both reported, as medians of ``--repeats`` runs:
 on a shared machine the wall time mostly measures waiting for a core.
 
+``--load`` names the conditions, each a count of spinning processes run meanwhile
+(benchmarks/busy_load.py): 0 is the machine as it is, the number of cores a machine
+with every core busy. Each condition gets its own table.
+
 Writes ``cold_start.md`` and ``cold_start.json`` to ``--out``.
 
-    python benchmarks/cold_start.py --baseline /path/to/main --repeats 5
+    python benchmarks/cold_start.py --baseline /path/to/main --repeats 5 --load 0,2
 """
 
 from __future__ import annotations
@@ -40,6 +44,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from busy_load import busy_cores, load_average  # noqa: E402
 
 TEXTS = [
     "Maya adopted a greyhound named Biscuit in March.",
@@ -101,6 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--demo-repeats", type=int, default=3)
     parser.add_argument("--baseline", type=Path, default=None, help="another checkout to time side by side")
     parser.add_argument("--baseline-commit", default=None, help="the baseline's commit, if it is no git checkout")
+    parser.add_argument("--load", default="0", help="spinning processes per condition, comma-separated")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = parser.parse_args(argv)
 
@@ -118,40 +126,54 @@ def main(argv: list[str] | None = None) -> None:
         "memtree query": [python, "-m", "memtree", "query", "--db", "memory.db", QUESTION],
         "memtree demo": [python, "-m", "memtree", "demo"],
     }
-    samples: dict[str, dict[str, list[dict[str, float]]]] = {label: {} for label in checkouts}
+    conditions = []
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch)
         for label, path in checkouts.items():
             (work / label).mkdir()
             add = [python, "-m", "memtree", "add", "--db", "memory.db", *TEXTS]
             timed(add, str(path), work / label)
-        for name, command in commands.items():
-            repeats = args.demo_repeats if name == "memtree demo" else args.repeats
-            for _ in range(repeats):
-                for label, path in checkouts.items():  # alternate: both see the same load
-                    sample = timed(command, str(path), work / label)
-                    if "importtime" in name:
-                        sample["importtime"] = importtime_total(str(sample["stderr"]))
-                    sample.pop("stderr")
-                    samples[label].setdefault(name, []).append(sample)
+        for spinners in (int(value) for value in args.load.split(",")):
+            samples: dict[str, dict[str, list[dict[str, float]]]] = {label: {} for label in checkouts}
+            with busy_cores(spinners):
+                time.sleep(2.0 if spinners else 0.0)  # let the spinners reach the run queue
+                load_before = load_average()
+                for name, command in commands.items():
+                    repeats = args.demo_repeats if name == "memtree demo" else args.repeats
+                    for _ in range(repeats):
+                        for label, path in checkouts.items():  # alternate: both see the same load
+                            sample = timed(command, str(path), work / label)
+                            if "importtime" in name:
+                                sample["importtime"] = importtime_total(str(sample["stderr"]))
+                            sample.pop("stderr")
+                            samples[label].setdefault(name, []).append(sample)
+                load_after = load_average()
+            medians = {
+                label: {
+                    name: {key: statistics.median(s[key] for s in runs) for key in runs[0]}
+                    for name, runs in by_name.items()
+                }
+                for label, by_name in samples.items()
+            }
+            conditions.append(
+                {
+                    "spinning_processes": spinners,
+                    "load_before": load_before,
+                    "load_after": load_after,
+                    "medians": medians,
+                    "samples": samples,
+                }
+            )
 
-    medians = {
-        label: {
-            name: {key: statistics.median(s[key] for s in runs) for key in runs[0]} for name, runs in by_name.items()
-        }
-        for label, by_name in samples.items()
-    }
     results: dict[str, Any] = {
         "command": "python benchmarks/cold_start.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-        "load_average": os.getloadavg(),
         "commits": {
             label: (args.baseline_commit if label == "baseline" and args.baseline_commit else git_commit(path))
             for label, path in checkouts.items()
         },
-        "medians": medians,
-        "samples": samples,
+        "conditions": conditions,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "cold_start.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
@@ -160,23 +182,36 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def report(r: dict[str, Any]) -> str:
-    labels = list(r["medians"])
-    header = "| command | " + " | ".join(f"{label} wall s | {label} CPU s" for label in labels) + " |"
     lines = [
         "# Cold start: a fresh process, a small memory",
         "",
-        f"`{r['command']}` on {r['date']} ({r['machine']}; a machine shared with other jobs, "
-        f"load average {r['load_average'][0]:.1f} at the end). Commits: "
+        f"`{r['command']}` on {r['date']} ({r['machine']}; a machine shared with other jobs). Commits: "
         + ", ".join(f"{label} {commit}" for label, commit in r["commits"].items())
-        + ". Medians; each command in a new process, the checkouts alternating.",
+        + '. Medians; each command in a new process, the checkouts alternating. "Spinning processes" are '
+        "busy loops the benchmark starts (benchmarks/busy_load.py); the load average before and after each "
+        "condition is shown.",
+        "",
+    ]
+    for condition in r["conditions"]:
+        lines += condition_report(condition)
+    return "\n".join(lines)
+
+
+def condition_report(c: dict[str, Any]) -> list[str]:
+    labels = list(c["medians"])
+    spinners = c["spinning_processes"]
+    title = f"{spinners} spinning processes" if spinners else "No added load"
+    header = "| command | " + " | ".join(f"{label} wall s | {label} CPU s" for label in labels) + " |"
+    lines = [
+        f"## {title} (load {c['load_before']} → {c['load_after']})",
         "",
         header,
         "|---|" + "---:|---:|" * len(labels),
     ]
-    for name in r["medians"][labels[0]]:
+    for name in c["medians"][labels[0]]:
         cells = []
         for label in labels:
-            m = r["medians"][label][name]
+            m = c["medians"][label][name]
             cells.append(f"{m['wall']:.2f} | {m['cpu']:.2f}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += ["", "| ratio | " + " | ".join(f"{label} wall | {label} CPU" for label in labels) + " |"]
@@ -186,19 +221,19 @@ def report(r: dict[str, Any]) -> str:
     }.items():
         cells = []
         for label in labels:
-            m = r["medians"][label]
+            m = c["medians"][label]
             cells.append(f"{m[top]['wall'] / m[bottom]['wall']:.2f} | {m[top]['cpu'] / m[bottom]['cpu']:.2f}")
         lines.append(f"| {label_row} | " + " | ".join(cells) + " |")
     lines += [
         "",
         "`-X importtime` total for `import memtree` (goal < 0.3 s): "
         + ", ".join(
-            f"{label} {r['medians'][label]['import memtree (-X importtime)']['importtime']:.3f} s" for label in labels
+            f"{label} {c['medians'][label]['import memtree (-X importtime)']['importtime']:.3f} s" for label in labels
         )
         + ".",
         "",
     ]
-    return "\n".join(lines)
+    return lines
 
 
 if __name__ == "__main__":

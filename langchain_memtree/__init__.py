@@ -7,8 +7,10 @@
 * :class:`MemTreeMemoryMiddleware`: agent middleware that records each exchange and
   puts the memories relevant to the user's latest message in the system prompt (an
   overview of the memory when the message asks for one).
+* :class:`LocalEmbeddings`: memtree's offline all-MiniLM-L6-v2 as a LangChain ``Embeddings``.
 """
 
+from langchain_memtree.embeddings import LocalEmbeddings
 from langchain_memtree.history import MemTreeChatMessageHistory
 from langchain_memtree.middleware import (
     MEMORY_HEADER,
@@ -23,6 +25,7 @@ from langchain_memtree.store import MemTreeStore
 __all__ = [
     "MEMORY_HEADER",
     "OVERVIEW_HEADER",
+    "LocalEmbeddings",
     "MemTreeChatMessageHistory",
     "MemTreeMemoryMiddleware",
     "MemTreeRetriever",

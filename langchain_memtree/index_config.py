@@ -97,8 +97,9 @@ def read_index(index: IndexConfig | Mapping[str, Any] | None) -> StoreIndex | No
     dims = index.get("dims")
     if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int) or dims <= 0):
         raise ValueError(f"index dims must be a positive int (the embedding size), got {dims!r}")
-    fields = tuple(index.get("fields") or ("$",))
-    tokenized(fields)
+    given = index.get("fields") or ["$"]
+    tokenized(given)
+    fields = tuple(given)
     embed = index.get("embed")
     embedder = None if embed is None else embedder_for(embed)
     return StoreIndex(fields=fields, embedder=embedder, dims=dims)
@@ -143,10 +144,11 @@ def _langchain_embeddings(embed: str) -> Any:
         ) from None
 
 
-def tokenized(fields: Sequence[str]) -> list[Path]:
-    """LangGraph's tokenized paths for ``fields``; ``TypeError`` unless a list of non-empty str."""
-    if isinstance(fields, str) or not all(isinstance(field, str) and field for field in fields):
-        raise TypeError(f"index fields must be a list of JSON paths (str), got {fields!r}")
+def tokenized(fields: Sequence[str], what: str = "index fields") -> list[Path]:
+    """LangGraph's tokenized paths for ``fields``; ``TypeError`` (naming ``what``)
+    unless a list of non-empty str."""
+    if not isinstance(fields, (list, tuple)) or not all(isinstance(field, str) and field for field in fields):
+        raise TypeError(f"{what} must be a list of JSON paths (str) such as ['text'], got {fields!r}")
     return [(field, "$" if field == "$" else tokenize_path(field)) for field in fields]
 
 

@@ -194,7 +194,7 @@ class MemTreeStore(BaseStore):
         self._opened.append(self._memories)
         self._paths: list[Path] = self.index.paths if self.index is not None else []
         self._write_lock = WriteLock()
-        self._sweeper = Sweeper(self.sweep_ttl)
+        self._sweeper = Sweeper(self.sweep_ttl, closed=lambda: bool(self.memory.store.closed))
         interval = (self.ttl_config or {}).get("sweep_interval_minutes")
         if interval is not None:
             self._sweeper.start(interval)
@@ -384,7 +384,9 @@ class MemTreeStore(BaseStore):
         """Run :meth:`sweep_ttl` every ``sweep_interval_minutes`` (default: the
         ``TTLConfig``'s, else 5) in a daemon thread, as LangGraph's stores do;
         :meth:`stop_ttl_sweeper` or :meth:`close` stops it."""
-        interval = sweep_interval_minutes or (self.ttl_config or {}).get("sweep_interval_minutes") or 5
+        interval = sweep_interval_minutes
+        if interval is None:
+            interval = (self.ttl_config or {}).get("sweep_interval_minutes") or 5
         self._sweeper.start(interval)
 
     def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
@@ -448,11 +450,10 @@ class MemTreeStore(BaseStore):
         leaf_ids = yield Call(memory, "find", kwargs={"source_id": op.key})
         if op.key in old or leaf_ids:
             yield from _replace_steps(memory, op.key, [], None, None)
-        leaves = yield Call(memory, "__len__")
-        if leaves == 0:  # only then can the namespace be empty: check its items
-            rest = yield Call(self._records, "get_records", (key, ITEMS))
-            if not rest:  # an empty namespace is no namespace (list_namespaces)
-                yield Call(memory, "delete_namespace")
+        # The namespace itself stays, even empty: deleting it here would need its
+        # emptiness checked in the same transaction as the delete, or another
+        # process's put acknowledged in between is wiped with it (issue 39). An empty
+        # namespace is not listed (_holds_live_items), so nothing shows it.
 
     def _search_steps(self, op: SearchOp) -> Procedure[list[SearchItem]]:
         wanted = op.offset + op.limit
@@ -561,10 +562,14 @@ class MemTreeStore(BaseStore):
 
     def _holds_live_items(self, ns: NamespaceKey) -> Procedure[bool]:
         """Whether a namespace should be listed: it has an item that has not expired,
-        or no items at all (then it holds only leaves, as a middleware's tree does)."""
+        or no items at all but leaves (as a middleware's tree does). One whose last
+        item was deleted holds neither: namespaces are never deleted implicitly."""
         records = yield Call(self._records, "get_records", (ns, ITEMS))
+        if not records:
+            memory = yield Call(self._memories, "sibling", (ns,))
+            return bool((yield Call(memory, "__len__")))
         now = time.time()
-        return not records or any(not is_expired(record, now) for record in records.values())
+        return any(not is_expired(record, now) for record in records.values())
 
     def _refresh_steps(self, ns: NamespaceKey, keys: list[str]) -> Procedure[dict[str, dict[str, Any]]]:
         """Extend the expiry of these items by their own TTL from now (records and
@@ -728,8 +733,12 @@ def _checked_ops(ops: Iterable[Op]) -> list[Op]:
             _check_text(label, "namespace label", InvalidNamespaceError)
         if isinstance(op, SearchOp):
             check_filter(op.filter)
-            if op.limit < 0 or op.offset < 0:
-                raise ValueError(f"limit and offset must be >= 0, got limit={op.limit}, offset={op.offset}")
+            for name in ("limit", "offset"):
+                number = getattr(op, name)
+                if isinstance(number, bool) or not isinstance(number, int):
+                    raise TypeError(f"search: {name} must be an int >= 0, got {type(number).__name__} {number!r}")
+                if number < 0:
+                    raise ValueError(f"search: {name} must be an int >= 0, got {number!r}")
             continue
         if not isinstance(op.key, str):
             raise TypeError(f"item keys must be str, got {type(op.key).__name__}")
@@ -739,6 +748,8 @@ def _checked_ops(ops: Iterable[Op]) -> list[Op]:
                 raise InvalidNamespaceError(f'Root label for namespace cannot be "langgraph". Got: {op.namespace}')
             if op.ttl is not None and op.value is not None:
                 check_ttl_minutes(op.ttl)
+            if op.index is not None and op.index is not False:
+                tokenized(op.index, "put: index")  # False, None or a list of paths
             if op.value is not None:
                 _checked_value(op.value)
     return checked
@@ -757,8 +768,8 @@ def _tuple_namespace(op: Op) -> Op:
 def _check_listing(op: ListNamespacesOp) -> None:
     for name in ("limit", "offset", "max_depth"):
         number = getattr(op, name)
-        if number is not None and (not isinstance(number, int) or number < 0):
-            raise ValueError(f"list_namespaces: {name} must be >= 0, got {number!r}")
+        if number is not None and (isinstance(number, bool) or not isinstance(number, int) or number < 0):
+            raise ValueError(f"list_namespaces: {name} must be >= 0 (an int), got {number!r}")
 
 
 def _check_text(text: str, what: str, error: type[ValueError]) -> None:

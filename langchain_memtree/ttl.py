@@ -24,13 +24,15 @@ carry the same ``expires_at`` in the engine, so a reader of the tree
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from typing import Any
 
 from langgraph.store.base import TTLConfig
+
+from memtree.inputs import ttl_seconds
 
 logger = logging.getLogger(__name__)
 
@@ -38,19 +40,36 @@ TTL_CONFIG_KEYS = ("default_ttl", "refresh_on_read", "sweep_interval_minutes", "
 """The ``TTLConfig`` keys ``MemTreeStore`` accepts."""
 
 
+MIN_SWEEP_SECONDS = 1.0
+"""The shortest sweep interval: a sweeper that runs more often than every second is a busy loop."""
+
+MAX_SWEEP_SECONDS = min(threading.TIMEOUT_MAX, 365 * 24 * 3600.0)
+"""The longest sweep interval: a year (a thread cannot wait longer than
+``threading.TIMEOUT_MAX``; a longer interval killed the sweeper with ``OverflowError``)."""
+
+
 def check_ttl_minutes(value: object, what: str = "ttl") -> float:
-    """A LangGraph TTL in minutes, checked: a positive finite number. Zero, a
-    negative number, NaN, infinity or anything but a number raise naming ``what``,
-    before anything is stored."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{what} must be a number of minutes (or None: never expire), got {type(value).__name__}")
-    if math.isnan(value):
-        raise ValueError(f"{what} is NaN; pass a positive number of minutes (or None: never expire)")
-    if math.isinf(value):
-        raise ValueError(f"{what} is infinite; pass None for an item that never expires")
-    if value <= 0:
-        raise ValueError(f"{what} must be a positive number of minutes (or None: never expire), got {value!r}")
-    return float(value)
+    """A LangGraph TTL in minutes, checked by the engine's one TTL check
+    (:func:`memtree.inputs.ttl_seconds`: the bounds of ``MemTree.add(ttl=...)``, in
+    minutes). Anything else raises naming ``what``, before anything is stored."""
+    if isinstance(value, timedelta):
+        raise TypeError(f"{what} must be a number of minutes (or None: never expire), got a timedelta")
+    return ttl_seconds(value, what, unit="minutes", seconds_per_unit=60.0) / 60.0
+
+
+def check_sweep_minutes(value: object, what: str = "sweep_interval_minutes") -> float:
+    """A sweep interval in minutes, checked: from 1 second to a year."""
+    if isinstance(value, timedelta):
+        raise TypeError(f"{what} must be a number of minutes, got a timedelta")
+    seconds = ttl_seconds(
+        value,
+        what,
+        unit="minutes",
+        seconds_per_unit=60.0,
+        shortest=MIN_SWEEP_SECONDS,
+        longest=MAX_SWEEP_SECONDS,
+    )
+    return seconds / 60.0
 
 
 def check_ttl_config(config: TTLConfig | Mapping[str, Any] | None) -> TTLConfig | None:
@@ -71,7 +90,7 @@ def check_ttl_config(config: TTLConfig | Mapping[str, Any] | None) -> TTLConfig 
         raise TypeError(f"TTLConfig refresh_on_read must be True or False, got {refresh!r}")
     interval = config.get("sweep_interval_minutes")
     if interval is not None:
-        check_ttl_minutes(interval, "TTLConfig sweep_interval_minutes")
+        check_sweep_minutes(interval, "TTLConfig sweep_interval_minutes")
     if config.get("omit_expired", True) is not True:
         raise ValueError(
             "MemTreeStore never returns expired items (it behaves as omit_expired=True); leave omit_expired out"
@@ -102,8 +121,9 @@ class Sweeper:
     (LangGraph's ``start_ttl_sweeper`` / ``stop_ttl_sweeper``). A failed sweep is
     logged and the next one runs on time."""
 
-    def __init__(self, sweep: Callable[[], int]) -> None:
+    def __init__(self, sweep: Callable[[], int], closed: Callable[[], bool] = lambda: False) -> None:
         self._sweep = sweep
+        self._closed = closed
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -112,17 +132,21 @@ class Sweeper:
         return self._thread is not None and self._thread.is_alive()
 
     def start(self, interval_minutes: float) -> None:
+        interval = check_sweep_minutes(interval_minutes) * 60.0  # a bad value is refused even when running
         if self.running:
             return
-        interval = check_ttl_minutes(interval_minutes, "sweep_interval_minutes") * 60.0
         self._stop.clear()
 
         def loop() -> None:
             while not self._stop.wait(interval):
                 started = time.monotonic()
                 try:
+                    if self._closed():
+                        break
                     swept = self._sweep()
                 except Exception:  # the next sweep retries; a sweeper that dies sweeps nothing again
+                    if self._closed():  # the memory's store was closed under the store: nothing to sweep
+                        break
                     logger.exception("MemTreeStore TTL sweep failed; retrying at the next interval")
                     continue
                 if swept:

@@ -34,6 +34,7 @@ from llamaindex_memtree.budget import context_budget
 from llamaindex_memtree.engines import engine_options
 from llamaindex_memtree.nodes import holds, leaf_item, without_empty_documents, without_empty_nodes
 from llamaindex_memtree.persist import attach_snapshot, check_embedder, new_snapshot_key, restore_snapshot
+from llamaindex_memtree.progress import embedding_bar
 from llamaindex_memtree.retriever import MemTreeRetriever
 from llamaindex_memtree.settings import memory_from_settings, open_memory
 from llamaindex_memtree.struct import (
@@ -178,7 +179,8 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
     ) -> MemTreeIndex:
         """Split documents into nodes with ``transformations`` (default:
         ``Settings.transformations``) and insert each node, in order, as a leaf.
-        Documents with empty text are skipped with a warning."""
+        Documents with empty text are skipped with a warning. ``show_progress=True``
+        shows LlamaIndex's bars: parsing the nodes, then "Generating embeddings"."""
         return super().from_documents(
             without_empty_documents(documents),
             storage_context=storage_context,
@@ -271,10 +273,11 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
             await self.docstore.async_add_documents(nodes, allow_update=True)
             items, replaced, updates = self._changes(nodes)
             await self._memory.adelete(replaced)
-            async with self._updating():
-                for leaf_id, item in updates:
-                    await self._memory.aupdate(leaf_id, item.text, metadata=item.metadata, timestamp=item.timestamp)
-            await self._memory.aadd_many(**_columns(items), aggregation=self._aggregation)
+            with embedding_bar(self._show_progress, len(items) + len(updates)):
+                async with self._updating():
+                    for leaf_id, item in updates:
+                        await self._memory.aupdate(leaf_id, item.text, metadata=item.metadata, timestamp=item.timestamp)
+                await self._memory.aadd_many(**_columns(items), aggregation=self._aggregation)
             self._note_leaves(self._index_struct, [item.source_id for item in items])
             await self._storage_context.index_store.async_add_index_struct(self._index_struct)
 
@@ -296,10 +299,11 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
     ) -> None:
         items, replaced, updates = self._changes(nodes)
         self._memory.delete(replaced)
-        with self._updating():
-            for leaf_id, item in updates:
-                self._memory.update(leaf_id, item.text, metadata=item.metadata, timestamp=item.timestamp)
-        self._memory.add_many(**_columns(items), aggregation=self._aggregation, bulk=bulk)
+        with embedding_bar(self._show_progress, len(items) + len(updates)):
+            with self._updating():
+                for leaf_id, item in updates:
+                    self._memory.update(leaf_id, item.text, metadata=item.metadata, timestamp=item.timestamp)
+            self._memory.add_many(**_columns(items), aggregation=self._aggregation, bulk=bulk)
         self._note_leaves(struct if struct is not None else self._index_struct, [item.source_id for item in items])
 
     def _note_leaves(self, struct: MemTreeIndexStruct, added: Sequence[str | None] = ()) -> None:

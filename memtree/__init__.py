@@ -10,7 +10,7 @@ Entry points
   demo             the offline demo conversation, its tree and what it retrieves for three questions
   tree             MemTree: the public API, a facade delegating each operation in one step
   keywords         the keyword options of the facade's writing calls, written once per sync/async pair
-  siblings         the handles a memory keeps open to other namespaces of its store (sibling()), LRU, closed out
+  siblings         handles a memory keeps open to other namespaces of its store (sibling()), LRU, closed when evicted
   backup           JSONL export and import of one namespace (no pickle, no re-embedding)
   source_leaves    replace_source: a source's leaves and the caller's records in one transaction; manifests
   update           MemTree.update: correct a leaf in place (same id), the versions it replaced kept
@@ -39,6 +39,7 @@ Reading
   integrity        every invariant of a tree and its index, checked
   stats            TreeStats and the cost counters
   viz/             pictures of the tree, functions of a memory: outline, Mermaid, DOT (PNG/SVG), HTML page
+  redaction        stand-ins for summaries above a removed text; what readers see before a sweep; the check
   state            TreeState: the in-process tree and its lookups, changed only by change batches
   where            the metadata filter of retrieve (Mongo-style operators), parsed and matched
   index            the incremental FAISS index (exact inner product) over a namespace's nodes
@@ -51,10 +52,10 @@ Models
   models/          OpenAI, LangChain, LlamaIndex and llama.cpp adapters; the resolver of what callers pass
   embed            Embedder: local (bundled MiniLM on numpy, else sentence-transformers), hashing (tests); checks
   local_models     where a local: model comes from: bundled, a folder, the HF cache, or the hub if reachable
-  minilm           the bundled all-MiniLM-L6-v2 on numpy (tokenizers + safetensors): no torch
+  minilm           the bundled all-MiniLM-L6-v2 on numpy (tokenizers + safetensors): no torch, a batch per core
   llm              ChatModel: what memtree asks of a language model; plain callables
   summary_guard    checks on a model-written summary before the tree stores it
-  retry            backoff with jitter, Retry-After and per-call timeouts for every model call
+  retry            backoff with jitter, Retry-After, per-call timeouts; batches split when they time out
   model_usage      usage reports: adapters say what a call cost, the calling memory counts it
 Storage
   store/           the Store boundary: in memory, SQLite (sqlite_inspect checks a file first), PostgreSQL

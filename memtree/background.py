@@ -20,7 +20,9 @@ Nothing depends on the worker for correctness:
   retry / stale machinery); the next flush, ``flush()`` or ``repair()`` writes them;
 * ``close()`` stops the worker after a last flush, waiting at most its ``timeout``
   (``CLOSE_SECONDS`` by default), and names in one warning the summaries it
-  leaves stale; at interpreter exit every memory's
+  leaves stale; a flush still waiting for its model then drops its write, so
+  nothing is written or logged after ``close()`` returns, and exit does not wait
+  for that memory again. At interpreter exit every open memory's
   pending summaries get a last flush with a bounded wait (``EXIT_FLUSH_SECONDS``
   for all memories together); a crash or a timeout leaves them stale for
   ``repair()``. The leaves are committed before any of this, so none is ever lost;
@@ -67,6 +69,12 @@ class KeptConflicting(Exception):
     worker plans it again rather than hold the store's lock through model calls."""
 
 
+class Abandoned(Exception):
+    """The memory was closed while this background write waited for its model: the
+    write is dropped (its summaries stay stale for ``repair()``), so nothing is
+    written, and nothing fails, after ``close()`` returned."""
+
+
 class BackgroundSummaries:
     """The worker that writes one memory's pending summaries (thread-safe).
 
@@ -100,6 +108,7 @@ class BackgroundSummaries:
         self._notified = 0
         self._finished = 0
         self._stopping = False
+        self._abandoned = False
         self.overflows = 0
         """Notifications dropped because the queue was full (their work was not)."""
         self.failures = 0
@@ -124,6 +133,23 @@ class BackgroundSummaries:
     def stopping(self) -> bool:
         """Whether :meth:`stop` was called (later notifications start no worker)."""
         return self._stopping
+
+    @property
+    def abandoned(self) -> bool:
+        """Whether the memory was closed (:meth:`abandon`): nothing more is written."""
+        return self._abandoned
+
+    def abandon(self) -> None:
+        """The memory is closed: the worker starts no flush any more and a flush still
+        waiting for its model drops its write (:class:`Abandoned`) and logs nothing;
+        interpreter exit no longer waits for this memory (``close()`` already did,
+        and named what it left stale)."""
+        with self._lock:
+            self._stopping = self._abandoned = True
+            self._lock.notify_all()
+        with contextlib.suppress(queue.Full):
+            self._queue.put_nowait(_STOP)  # a worker waiting for work wakes and ends
+        _LIVE.discard(self)
 
     def notify(self) -> bool:
         """Say that new summaries are pending; return whether the worker will see
@@ -160,7 +186,7 @@ class BackgroundSummaries:
         (``None``: nothing to do, or no thread could be started)."""
         with self._lock:
             self._stopping = True
-            if self._thread is None and self._pending() == 0:
+            if self._abandoned or (self._thread is None and self._pending() == 0):
                 return None
             try:
                 self._start_locked()
@@ -193,7 +219,15 @@ class BackgroundSummaries:
         while True:
             try:
                 self._queue.get(timeout=IDLE_SECONDS)
+                if self._abandoned:
+                    raise queue.Empty
             except queue.Empty:
+                if self._abandoned:
+                    with self._lock:
+                        self._finished = self._notified
+                        self._thread = None
+                        self._lock.notify_all()
+                    return
                 with self._lock:
                     if self._queue.empty() and not self._stopping:
                         self._thread = None
@@ -219,7 +253,7 @@ class BackgroundSummaries:
                 self._lock.notify_all()
 
     def _flush_safely(self, *, last: bool) -> None:
-        while True:
+        while not self._abandoned:
             try:
                 self._flush(last or self._stopping)
             except KeptConflicting:
@@ -227,10 +261,15 @@ class BackgroundSummaries:
                 # caller's next insert wait for it. Plan again from the newer tree.
                 self.conflicts += 1
                 continue
-            except Exception:  # the worker must outlive a failed flush
+            except Abandoned:
+                pass
+            except Exception as error:  # the worker must outlive a failed flush
                 self.failures += 1
-                left = self._pending()
-                logger.exception("background flush failed; %d summaries stay stale until the next flush", left)
+                if self._abandoned:  # closed meanwhile (its store too, maybe): close() named what is stale
+                    logger.debug("background flush of %s after close dropped: %r", self._name, error)
+                else:
+                    left = self._pending()
+                    logger.exception("background flush failed; %d summaries stay stale until the next flush", left)
             return
 
 
@@ -298,7 +337,8 @@ def flush_all_at_exit(timeout: float | None = None) -> int:
     """Give every live memory's pending summaries a last flush, waiting at most
     ``timeout`` seconds in all (``EXIT_FLUSH_SECONDS`` by default); return how many
     summaries are still pending after that (they are stale: ``repair()`` writes
-    them). Registered with :mod:`atexit`; call it yourself before ``os._exit``."""
+    them). Memories already closed are not waited for again. Registered with
+    :mod:`atexit`; call it yourself before ``os._exit``."""
     deadline = time.monotonic() + (EXIT_FLUSH_SECONDS if timeout is None else timeout)
     workers = list(_LIVE)
     threads = [(worker, worker.request_stop()) for worker in workers]

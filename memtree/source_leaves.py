@@ -34,6 +34,7 @@ from typing import Any
 from memtree.inputs import Item, TimeLike, make_item, to_timestamp
 from memtree.integrity import integrity_problems
 from memtree.node import JSONDict, Node, Vector
+from memtree.redaction import removed_text_problems
 from memtree.state import TreeState
 from memtree.store.base import RecordChanges
 from memtree.update import _Change as Change
@@ -286,11 +287,14 @@ def manifests_of(writer: Writer) -> dict[str, Any]:
 
 def problems(writer: Writer, depth_cap: int) -> list[str]:
     """``MemTree.check_integrity``: every broken invariant of the tree and its index,
-    then every source whose leaves differ from its manifest, described."""
+    every summary that still quotes a removed text (:mod:`memtree.redaction`), then
+    every source whose leaves differ from its manifest, described."""
     manifests = manifests_of(writer)
+    versions = writer.replica.store.read_history(writer.replica.namespace)
 
     def found(state: TreeState) -> list[str]:
         broken = integrity_problems(state, writer.replica.index, depth_cap)
+        broken += removed_text_problems(state, versions, time.time())
         return broken + source_problems(state, manifests)
 
     return writer.replica.read(found)

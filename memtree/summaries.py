@@ -31,6 +31,7 @@ from memtree.planning import (
     path_jobs,
     rebuild_job,
 )
+from memtree.redaction import interim_summary
 from memtree.summary_guard import SummaryTooLongError, cap_summary
 from memtree.text import count_words
 
@@ -98,6 +99,7 @@ class SummaryWriter:
                 self._note_failure(node, outcome)
                 if fallback is not None and job.node_id in fallback:
                     node.text = fallback[job.node_id]
+                    node.embedding = None  # the old one may say a removed text: its leaves' centroid instead
             else:
                 node.text = outcome
                 node.stale = False
@@ -281,36 +283,44 @@ class SummaryWriter:
             written = yield from self.write_texts(jobs, nodes)
             yield from self.embed_summaries(written, (nodes[node_id] for node_id in level), from_sentences=False)
 
+    def stand_in(self, nodes: Iterable[Node], children: Callable[[Node], list[Node]]) -> None:
+        """Give summaries that held a removed text a stand-in, without a model call:
+        each one's text becomes its ``children``'s texts (their final ones: call this
+        deepest level first), held to ``summary_max_chars``, and its embedding its
+        leaves' centroid (the old one was made from the removed text too); marked
+        stale, so a model rewrites it later. Committed with the removal, so that
+        nothing of the removed text stays readable while the rewrite waits."""
+        nodes = list(nodes)
+        for node in nodes:
+            node.text = interim_summary([kid.text for kid in children(node)], self.config.summary_max_chars)
+            node.stale = True
+            node.embedding = None
+        self.centroid_embeddings(nodes)
+
     def defer_ancestors(self, plan: DeletePlan) -> None:
-        """A delete's ancestors marked stale for the background worker, without a model
-        call: each one's text becomes its children's texts (after the delete, deepest
-        first), held to ``summary_max_chars``, and its embedding its leaves'
-        centroid, so that nothing of the deleted leaf stays searchable while the
-        rewrite waits."""
+        """A delete's ancestors marked stale for the background worker, each in a
+        :meth:`stand_in` made of its children after the delete, deepest first."""
         rewritten: dict[str, Node] = {}
         for depth in sorted({node.depth for node in plan.ancestors}, reverse=True):
             level = {node.id: node for node in plan.ancestors if node.depth == depth}
             for node in level.values():
-                kids = plan.child_nodes(node.id, rewritten)
                 node.timestamp = None
-                for kid in kids:
+                for kid in plan.child_nodes(node.id, rewritten):
                     node.timestamp = latest(node.timestamp, kid.timestamp)
-                node.text = interim_summary([kid.text for kid in kids], self.config.summary_max_chars)
-                node.stale = True
-                node.embedding = None  # the old one was made from the deleted text too
-            self.centroid_embeddings(level.values())
+            self.stand_in(level.values(), lambda node: plan.child_nodes(node.id, rewritten))
             rewritten.update(level)
 
     def rewrite_ancestors(self, plan: DeletePlan) -> Generator[Request, Any, None]:
         """Rewrite a delete's ancestors level by level, deepest first: each needs its
         children's new texts, and the summaries of one level run concurrently. Every
         one is rebuilt (none may keep a deleted text); one that reads a stale child
-        stays stale."""
+        stays stale, and one whose model call fails gets its :meth:`stand_in` text."""
         rewritten: dict[str, Node] = {}
         for depth in sorted({node.depth for node in plan.ancestors}, reverse=True):
             level = {node.id: node for node in plan.ancestors if node.depth == depth}
             jobs = []
             reads_stale: set[str] = set()
+            fallback: dict[str, str] = {}
             for node in level.values():
                 kids = plan.child_nodes(node.id, rewritten)
                 node.timestamp = None
@@ -319,19 +329,8 @@ class SummaryWriter:
                 if any(kid.stale for kid in kids):
                     reads_stale.add(node.id)
                 jobs.append(rebuild_job(node, [kid.text for kid in kids]))
-            yield from self.write(jobs, level)
+                fallback[node.id] = interim_summary([kid.text for kid in kids], self.config.summary_max_chars)
+            yield from self.write(jobs, level, fallback)
             for node_id in reads_stale:
                 level[node_id].stale = True
             rewritten.update(level)
-
-
-def interim_summary(texts: list[str], limit: int) -> str:
-    """A stale summary's text until a model rewrites it: its children's texts, one
-    per line, cut at a sentence end (else a space, else anywhere) within ``limit``."""
-    joined = "\n".join(texts)
-    cut = cap_summary(joined, limit)
-    if cut is not None:
-        return cut
-    head = joined[:limit]
-    space = head.rfind(" ")
-    return head[:space] if space > 0 else head

@@ -33,7 +33,7 @@ from memtree.store.base import CompactionReport, Namespace, NamespaceKey, Store,
 from memtree.store.location import as_store, open_store
 from memtree.text import require_text
 from memtree.viz.outline import format_tree
-from memtree.writer import DeferredAggregation, Writer, check_leaf_ids, warn_left_stale
+from memtree.writer import DeferredAggregation, Writer, check_leaf_ids, stop_writers_on, warn_left_stale
 
 __all__ = ["AGGREGATION_MODES", "SIBLING_CACHE_SIZE", "Aggregation", "DeferredAggregation", "MemTree"]
 
@@ -162,7 +162,11 @@ class MemTree:
         and :meth:`repair` writes them later."""
         if timeout is not None and not timeout >= 0:
             raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout}")
-        warn_left_stale(self._stop_writing(None if timeout is None else time.monotonic() + timeout), timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        left = self._stop_writing(deadline)
+        if self._owns_store:  # other handles on the store (a MemTreeStore's) stop before it closes
+            left += stop_writers_on(self.store, remaining(deadline))
+        warn_left_stale(left, timeout)
         if self._owns_store:
             self._owns_store = False
             self.store.close()
@@ -237,10 +241,9 @@ class MemTree:
         return self._writer.background.wait(timeout)
 
     def retrieve(self, query: str, **options: Unpack[RetrieveOptions]) -> list[RetrievedNode]:
-        """The nodes most relevant to ``query``, best first; options as keywords, each
-        left out the config's (:class:`~memtree.retrieval.RetrieveOptions`: ``k``,
-        ``token_budget``, ``where``, ``time_range``, ``min_similarity``...). The relevance
-        floor applies by default (:attr:`relevance_floor`; ``min_similarity=None``: off)."""
+        """The nodes most relevant to ``query``, best first; options as keywords, each left out
+        the config's (:class:`~memtree.retrieval.RetrieveOptions`). The relevance floor
+        applies by default (:attr:`relevance_floor`; ``min_similarity=None``: off)."""
         checked = check_query(self.config, self._state, query, options, self.relevance_floor)
         if checked.routed is not None:  # an overview request ("what do you know about...")
             return self.overview(**checked.routed)
@@ -268,15 +271,13 @@ class MemTree:
 
     @property
     def relevance_floor(self) -> float | None:
-        """The relevance floor calibrated for this memory's embedder, which
-        :meth:`retrieve` applies by default (``min_similarity="auto"``); ``None``: no
-        floor measured for this model (:func:`memtree.retrieval.relevance_floor`)."""
+        """The relevance floor calibrated for this memory's embedder, which :meth:`retrieve`
+        applies by default (``min_similarity="auto"``); ``None``: none measured for it."""
         return relevance_floor(self.embedder.name)
 
     def embed_query(self, query: str) -> Vector:
-        """The vector :meth:`retrieve` would compute for ``query`` (checked, unit
-        length); pass it back as ``query_embedding`` to search many namespaces
-        that share this memory's embedder with a single embedding call."""
+        """The vector :meth:`retrieve` would compute for ``query`` (unit length); pass it back
+        as ``query_embedding`` to search many namespaces sharing this embedder with one call."""
         return self._writer.embed_query(require_text(query, "query"))
 
     async def aembed_query(self, query: str) -> Vector:
@@ -284,10 +285,10 @@ class MemTree:
         return await self._writer.aembed_query(require_text(query, "query"))
 
     def delete(self, node_ids: str | Iterable[str]) -> int:
-        """Forget one leaf or several (ids) in one change; return how many. Each
-        affected summary is rewritten once from what remains, a parent left with one
-        child folded away. An unknown id (``KeyError``) or a summary's id
-        (``ValueError``) deletes nothing. ``delete(find(source_id="..."))`` forgets a source."""
+        """Forget one leaf or several (ids) in one change; return how many. Each affected
+        summary is rewritten once from what remains, a parent left with one child folded away.
+        An unknown id (``KeyError``) or a summary's id (``ValueError``) deletes nothing.
+        ``delete(find(source_id="..."))`` forgets a source."""
         return self._writer.delete([node_ids] if isinstance(node_ids, str) else node_ids)
 
     async def adelete(self, node_ids: str | Iterable[str]) -> int:
@@ -298,10 +299,9 @@ class MemTree:
     adelete_many = deprecated("adelete_many", adelete, "adelete(ids)")
 
     def sweep_expired(self) -> int:
-        """Delete every leaf whose expiry has passed, its ancestors rewritten as by
-        :meth:`delete`; return how many (``stats().extra["expired"]`` counts
-        them). Reads never return an expired leaf even before it is swept; writes
-        (:meth:`add`, :meth:`add_many`) and exports sweep on the way."""
+        """Delete every leaf whose expiry has passed, its ancestors rewritten as by :meth:`delete`;
+        return how many (``stats().extra["expired"]`` counts them). Reads never return an
+        expired leaf even before it is swept; writes (:meth:`add`...) and exports sweep too."""
         return self._writer.sweep_expired()
 
     async def asweep_expired(self) -> int:
@@ -320,10 +320,9 @@ class MemTree:
         return await self._writer.aset_expiry(check_leaf_ids(leaf_ids), keywords.new_expiry(options))
 
     def update(self, leaf_id: str, text: str, **options: Unpack[keywords.UpdateOptions]) -> str:
-        """Correct a leaf in place (same id; options ``metadata`` / ``timestamp``, left
-        out or ``None``: kept); summaries above its old and new place are rewritten,
-        :meth:`history` keeps the version replaced (:mod:`memtree.update`); the leaf
-        keeps its expiry."""
+        """Correct a leaf in place (same id; options ``metadata`` / ``timestamp``, left out or
+        ``None``: kept); summaries above its old and new place are rewritten, :meth:`history`
+        keeps the version replaced (:mod:`memtree.update`); the leaf keeps its expiry."""
         self.get(leaf_id)  # an expired leaf is gone: KeyError, as for an unknown id
         return updating.update(self._writer, leaf_id, text, **keywords.update_options(options))
 
@@ -363,15 +362,16 @@ class MemTree:
         return await source_leaves.areplace_source(self._writer, source_id, texts, **given)
 
     def repair(self) -> int:
-        """Rewrite every stale summary (deepest first), and restore the leaves of any
+        """Sweep expired leaves, rewrite every stale summary and every summary that
+        still quotes a removed text (deepest first), and restore the leaves of any
         source whose leaves differ from what :meth:`replace_source` last wrote for it;
         return how many summaries and sources were fixed."""
-        fixed = self._writer.write(self._writer.procedures.repair)
+        fixed = self._writer.repair()
         return fixed + source_leaves.reconcile(self._writer)
 
     async def arepair(self) -> int:
         """Async :meth:`repair`."""
-        fixed = await self._writer.awrite(self._writer.procedures.repair)
+        fixed = await self._writer.arepair()
         return fixed + await asyncio.to_thread(source_leaves.reconcile, self._writer)
 
     def compact(self) -> CompactionReport:
@@ -387,7 +387,7 @@ class MemTree:
         embeddings included, no pickle) to a path or stream; return the nodes written
         (expired leaves swept first; a leaf's expiry is kept)."""
         self._writer.sweep_before_showing()
-        return backup.export_jsonl(self.store, self.namespace, target)
+        return backup.export_jsonl(self.store, self.namespace, target, sweep=self.sweep_expired)
 
     def import_jsonl(self, source: str | os.PathLike[str] | TextIO, *, skip_bad: bool = False) -> int:
         """Restore a JSONL backup into this (empty) namespace, nothing re-embedded; return
@@ -442,7 +442,7 @@ class MemTree:
         :class:`~memtree.state.TreeState`), under its read lock, after expired leaves
         are swept: how :mod:`memtree.viz` draws a snapshot; ``draw`` must not keep it."""
         self._writer.sweep_before_showing()
-        return self._replica.read(draw, **options)
+        return self._replica.show(draw, **options)
 
     to_dict = deprecated("to_dict", viz.to_dict, "memtree.viz.to_dict(memory)")
     to_mermaid = deprecated("to_mermaid", viz.to_mermaid, "memtree.viz.to_mermaid(memory)")
@@ -456,7 +456,8 @@ class MemTree:
         return self._replica.read(self._writer.stats)
 
     def check_integrity(self) -> list[str]:
-        """Every broken invariant of the tree and its index, and every source whose
+        """Every broken invariant of the tree and its index, every summary that still
+        quotes a removed text (:mod:`memtree.redaction`), and every source whose
         leaves differ from what :meth:`replace_source` wrote, described (empty: sound)."""
         return source_leaves.problems(self._writer, self.config.depth_cap)
 

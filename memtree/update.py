@@ -33,6 +33,7 @@ from memtree.inputs import TimeLike, make_item, to_timestamp
 from memtree.node import ROOT_ID, JSONDict, LeafVersion, Node, Vector
 from memtree.optimistic import PreparedWrite, footprint_of
 from memtree.planning import latest, plan_delete_many, plan_insert, rebuild_job
+from memtree.redaction import interim_summary
 from memtree.routing import Route, route
 from memtree.state import TreeState, TreeView
 from memtree.writer import Writer
@@ -280,6 +281,7 @@ def update_steps(
             extra_reads=[change.leaf_id, *plan.moved, *plan.deleted],
         )
     deferring = defer and retext
+    summaries = writer.procedures.summaries
     for depth in sorted({node.depth for node in plan.summaries.values()}, reverse=True):
         level = {node.id: node for node in plan.summaries.values() if node.depth == depth}
         jobs = []
@@ -288,19 +290,17 @@ def update_steps(
             node.timestamp = None
             for kid in kids[node.id]:
                 node.timestamp = latest(node.timestamp, kid.timestamp)
-            if not retext:
-                continue
-            if deferring:
-                node.stale = True
-                node.text = plan.fallback.get(node.id, node.text)
+            if not retext or deferring:
                 continue
             if any(kid.stale for kid in kids[node.id]):
                 reads_stale.add(node.id)
             jobs.append(rebuild_job(node, [kid.text for kid in kids[node.id]]))
-        if deferring:
-            writer.procedures.summaries.centroid_embeddings(level.values())
-        elif jobs:
-            yield from writer.procedures.summaries.write(jobs, level, plan.fallback)
+        if deferring:  # the old text must not wait for the worker in these summaries: stand-ins now
+            summaries.stand_in(level.values(), lambda node: kids[node.id])
+        elif jobs:  # a rewrite that fails leaves a stand-in too, never the old text
+            limit = writer.config.summary_max_chars
+            fallback = {node_id: interim_summary([kid.text for kid in kids[node_id]], limit) for node_id in level}
+            yield from summaries.write(jobs, level, fallback)
         for node_id in reads_stale:
             level[node_id].stale = True
 

@@ -17,6 +17,7 @@ import functools
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
@@ -24,7 +25,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from memtree.background import BackgroundSummaries, KeptConflicting, remaining, run_bounded
+from memtree.background import Abandoned, BackgroundSummaries, KeptConflicting, remaining, run_bounded
 from memtree.config import AGGREGATION_MODES, MemTreeConfig
 from memtree.deferral import PendingSummaries
 from memtree.embed import Matrix
@@ -33,6 +34,7 @@ from memtree.model_calls import ModelCalls, Steps
 from memtree.node import LeafVersion, Node, Vector
 from memtree.optimistic import OPTIMISTIC_ATTEMPTS, PreparedWrite, still_valid
 from memtree.procedures import Procedures
+from memtree.redaction import leaked
 from memtree.replica import Replica
 from memtree.state import ContentKey, TreeState, content_key
 from memtree.stats import TreeStats, tree_stats
@@ -53,8 +55,8 @@ def warn_left_stale(left: list[str], timeout: float | None) -> None:
     shown = ", ".join(left[:STALE_NAMED])
     more = f" and {len(left) - STALE_NAMED} more" if len(left) > STALE_NAMED else ""
     logger.warning(
-        "close() left %d summaries stale (the model did not write them within %s): %s%s; "
-        "they stay searchable with their old text: call repair() later",
+        "close() left %d summaries stale (not written within %s, or their model call failed): %s%s; "
+        "call repair() later",
         len(left),
         "the time allowed" if timeout is None else f"{timeout:g} s",
         shown,
@@ -95,6 +97,7 @@ class Writer:
             name=f"memtree-background-{'/'.join(replica.namespace) or 'root'}",
         )
         calls.in_worker_thread = self.background.is_worker_thread
+        _WRITERS.add(self)
 
     # -- entry points ----------------------------------------------------------------
 
@@ -255,11 +258,20 @@ class Writer:
         return len(ids)
 
     def sweep_expired(self) -> int:
-        """Delete every expired leaf (the summaries above rewritten as by a delete)."""
-        return self.write(self.procedures.sweep)
+        """Delete every expired leaf (the summaries above rewritten as by a delete; in
+        background mode given stand-ins at once and rewritten by the worker)."""
+        background = self.in_background()
+        swept = self.write(lambda: self.procedures.sweep(defer=background))
+        if background and swept:
+            self.background.notify()
+        return swept
 
     async def asweep_expired(self) -> int:
-        return await self.awrite(self.procedures.sweep)
+        background = self.in_background()
+        swept = await self.awrite(lambda: self.procedures.sweep(defer=background))
+        if background and swept:
+            self.background.notify()
+        return swept
 
     def sweep_if_due(self) -> None:
         """:meth:`sweep_expired` when a leaf this process knows of has expired: writes
@@ -277,6 +289,25 @@ class Writer:
                 await self.asweep_expired()
             except Exception:  # as in sweep_if_due
                 logger.exception("sweeping expired memories failed; the next write or sweep_expired() retries")
+
+    def repair(self) -> int:
+        """Sweep what expired, then rebuild every stale summary and every summary that
+        still quotes a removed text (:func:`~memtree.redaction.leaked`); return how
+        many were rebuilt."""
+        self.sweep_expired()
+        leaked = self._leaked()
+        return self.write(lambda: self.procedures.repair(also=leaked))
+
+    async def arepair(self) -> int:
+        await self.asweep_expired()
+        leaked = await asyncio.to_thread(self._leaked)
+        return await self.awrite(lambda: self.procedures.repair(also=leaked))
+
+    def _leaked(self) -> list[str]:
+        versions = self.replica.store.read_history(self.replica.namespace)
+        self.replica.maybe_refresh()
+        with self.replica.lock.read():
+            return leaked(self.replica.state, versions, time.time())
 
     def set_expiry(self, leaf_ids: list[str], expires_at: float | None) -> int:
         return self.write(lambda: self.procedures.set_expiry(leaf_ids, expires_at))
@@ -322,12 +353,19 @@ class Writer:
         """Stop the background worker and write the summaries still pending, waiting
         at most ``timeout`` seconds in all (``None``: as long as it takes); return the
         ids of the stale summaries if not everything pending could be written (they
-        wait for ``repair()``; closing goes on), else ``[]``."""
+        wait for ``repair()``; closing goes on), else ``[]``.
+
+        Whatever happened by then, the worker is stopped when this returns: a flush
+        still waiting for its model drops its write instead of committing later, so
+        nothing is written (or logged) after ``close()``, even into a closed store."""
+        if self.background.abandoned:  # stopped before (closing its store stops every writer on it)
+            return []
         deadline = None if timeout is None else time.monotonic() + timeout
         done = self.background.stop(remaining(deadline))
-        if done and len(self.pending):  # writes that arrived while the worker stopped
-            done = run_bounded(self._flush_on_close, remaining(deadline), f"{self.background.name}-close")
-        if done and not len(self.pending):
+        if done and self._pending_stale():  # writes that arrived while the worker stopped
+            done = run_bounded(self._finish_on_close, remaining(deadline), f"{self.background.name}-close")
+        self.background.abandon()
+        if done and not self._pending_stale():
             return []
         with self.replica.lock.read():
             return sorted(node.id for node in self.replica.state.nodes.values() if node.stale)
@@ -341,11 +379,29 @@ class Writer:
             with contextlib.suppress(PermissionError):
                 self.sweep_expired()
 
-    def _flush_on_close(self) -> None:
+    def _pending_stale(self) -> bool:
+        """Whether a summary this memory still has to write is stale in the tree."""
+        if not len(self.pending):
+            return False
+        with self.replica.lock.read():
+            nodes = self.replica.state.nodes
+            return any(node_id in nodes and nodes[node_id].stale for node_id in self.pending.ids())
+
+    def _finish_on_close(self) -> None:
+        """The last flush, then, for a summary it could not rebuild because one of its
+        children is stale (another writer's pending summary, or one a crash left), a
+        repair, which rebuilds those children first."""
         try:
-            self.flush()
-        except Exception:  # closing must go on; the summaries stay stale
-            logger.exception("flushing pending summaries on close failed; they stay stale: call repair() later")
+            self.write(self.procedures.flush, cancelled=lambda: self.background.abandoned)
+            if self._pending_stale():
+                self.write(self.procedures.repair, cancelled=lambda: self.background.abandoned)
+        except Abandoned:
+            pass
+        except Exception as error:  # noqa: BLE001 - closing must go on; the summaries stay stale
+            if self.background.abandoned:
+                logger.debug("the last flush of %s after close dropped: %r", self.background.name, error)
+            else:
+                logger.warning("flushing pending summaries on close failed (%s); they stay stale", error)
 
     # -- deferred aggregation --------------------------------------------------------
 
@@ -374,10 +430,10 @@ class Writer:
 
     def _background_flush(self, last: bool) -> int:
         """The worker's flush: optimistic only (see :class:`~memtree.background.KeptConflicting`)
-        except for the ``last`` one."""
-        if not len(self.pending):
+        except for the ``last`` one; dropped once the memory is closed."""
+        if not len(self.pending) or self.background.abandoned:
             return 0
-        return self.write(self.procedures.flush, plan_under_lock=last)
+        return self.write(self.procedures.flush, plan_under_lock=last, cancelled=lambda: self.background.abandoned)
 
     def _after_insert(self, mode: str) -> None:
         """Hand a committed background insert's summaries to the worker."""
@@ -386,27 +442,44 @@ class Writer:
 
     # -- the optimistic commit loop ----------------------------------------------------
 
-    def write(self, procedure: Callable[[], Steps[PreparedWrite[T]]], *, plan_under_lock: bool = True) -> T:
+    def write(
+        self,
+        procedure: Callable[[], Steps[PreparedWrite[T]]],
+        *,
+        plan_under_lock: bool = True,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> T:
         """Plan a write and make its model calls outside the store's writer lock, then
         commit it under the lock if nothing it depends on changed meanwhile (else plan
         again; see :mod:`memtree.optimistic`). After ``OPTIMISTIC_ATTEMPTS`` conflicts
         the write is planned under the lock, which then waits for its model calls
-        (``plan_under_lock=False`` raises :class:`KeptConflicting` instead)."""
+        (``plan_under_lock=False`` raises :class:`KeptConflicting` instead).
+        ``cancelled`` (the background worker's: the memory was closed) is asked after
+        the model calls, before anything is committed: if it says so, nothing is and
+        :class:`~memtree.background.Abandoned` is raised."""
         store, namespace = self.replica.store, self.replica.namespace
         for _ in range(OPTIMISTIC_ATTEMPTS):
+            _check_cancelled(cancelled)
             self.replica.maybe_refresh()
             prepared = self.calls.drive(procedure())
             if prepared.empty:
                 return prepared.result
+            if cancelled is not None and cancelled():
+                prepared.abandon()
+                raise Abandoned(f"{self.background.name}: the memory was closed")
             with store.write(namespace) as transaction:
                 if self._commit_prepared(transaction, prepared):
                     return prepared.result
             self.calls.counters.add("write_conflicts")
         if not plan_under_lock:
             raise KeptConflicting(f"{OPTIMISTIC_ATTEMPTS} plans in a row conflicted with other writes")
+        _check_cancelled(cancelled)
         with store.write(namespace) as transaction:
             self.replica.catch_up(transaction.read_changes)
             prepared = self.calls.drive(procedure())
+            if cancelled is not None and cancelled():
+                prepared.abandon()
+                raise Abandoned(f"{self.background.name}: the memory was closed")
             if not prepared.empty and not self._commit_prepared(transaction, prepared):
                 raise RuntimeError("the tree changed while this memory held the store's writer lock")
             return prepared.result
@@ -494,6 +567,30 @@ class Writer:
         if prepared.committed is not None:
             prepared.committed()
         return True
+
+
+def _check_cancelled(cancelled: Callable[[], bool] | None) -> None:
+    if cancelled is not None and cancelled():
+        raise Abandoned("the memory was closed")
+
+
+_WRITERS: weakref.WeakSet[Writer] = weakref.WeakSet()
+"""Every writer of this process, so that closing a store stops the writers of every
+memory handle on it first (:func:`stop_writers_on`)."""
+
+
+def stop_writers_on(store: Store, timeout: float | None) -> list[str]:
+    """Stop the writers of every memory handle on ``store`` not closed yet (handles a
+    ``MemTreeStore`` or :meth:`~memtree.MemTree.with_namespace` made), sharing
+    ``timeout``; return the stale summaries they leave, as ``namespace:id``. Called
+    before a memory closes the store it owns, so no worker writes into a closed store."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    left: list[str] = []
+    for writer in list(_WRITERS):
+        if writer.replica.store is store and not writer.background.abandoned:
+            name = "/".join(writer.replica.namespace)
+            left += [f"{name}:{node_id}" for node_id in writer.stop(remaining(deadline))]
+    return left
 
 
 _LOCK_WAITERS = ThreadPoolExecutor(max_workers=32, thread_name_prefix="memtree-lock-wait")

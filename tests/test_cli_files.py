@@ -155,6 +155,33 @@ def test_reading_commands_refuse_an_empty_file_and_leave_it_empty(tmp_path: Path
     assert as_json(memtree("stats", "--json", db=db))["leaves"] == 1
 
 
+def test_repair_and_compact_refuse_an_empty_file_and_leave_it_empty(tmp_path: Path) -> None:
+    """They change an existing memory; on a 0-byte file they used to make a database of it
+    (compact then reported "49,152 bytes before") (issue 39 row 10)."""
+    db = tmp_path / "empty.db"
+    db.touch()
+    for command in (["repair"], ["compact"], ["repair", "--json"], ["compact", "--json"]):
+        message = refused(memtree(*command, db=db), f"{db}: empty file, not a memtree database", "memtree repair")
+        assert "bug" not in message, (command, message)
+        assert db.stat().st_size == 0, command
+        assert sorted(path.name for path in tmp_path.iterdir()) == ["empty.db"], command
+
+
+def test_check_reads_a_postgresql_memory_and_writes_nothing(postgres_dsn: str) -> None:
+    """``memtree check --db postgresql://...`` used to say "no memory file at postgresql:/..."
+    (its read-only path always opened SQLite) (issue 39 row 7)."""
+    refused(memtree("check", db=postgres_dsn), "holds no memtree memory yet")  # and made no tables
+    psycopg = pytest.importorskip("psycopg")
+    with psycopg.connect(postgres_dsn) as connection:
+        tables = connection.execute("SELECT count(*) FROM pg_tables WHERE tablename LIKE 'memtree_%'").fetchone()
+    assert tables == (0,)
+    ok(memtree("add", "Maya adopted a greyhound.", "-n", "users/maya", db=postgres_dsn))
+    ok(memtree("add", "Leo plays the cello.", "-n", "users/leo", db=postgres_dsn))
+    report = as_json(memtree("check", "--json", db=postgres_dsn))
+    assert report["sound"] is True and sorted(report["namespaces"]) == ["users/leo", "users/maya"]
+    assert "sound" in ok(memtree("check", "-n", "users/maya", db=postgres_dsn)).stdout
+
+
 # -- inputs the user cannot read, and imports that fail ----------------------------------------
 
 

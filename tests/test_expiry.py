@@ -164,9 +164,9 @@ def test_set_expiry_renews_or_clears(clock: Clock) -> None:
 @pytest.mark.parametrize(
     ("ttl", "error", "message"),
     [
-        (0, ValueError, "ttl must be positive"),
-        (-5, ValueError, "ttl must be positive"),
-        (timedelta(seconds=-1), ValueError, "ttl must be positive"),
+        (0, ValueError, "ttl must be a positive number of seconds"),
+        (-5, ValueError, "ttl must be a positive number of seconds"),
+        (timedelta(seconds=-1), ValueError, "ttl must be a positive number of seconds"),
         (math.nan, ValueError, "ttl is NaN"),
         (math.inf, ValueError, "ttl is infinite; pass None"),
         ("60", TypeError, "ttl must be a number of seconds or a datetime.timedelta, got str"),
@@ -189,7 +189,7 @@ def test_other_bad_expiries_are_refused(clock: Clock) -> None:
         memory.add(CAT, expires_at=clock.now - 1)
     with pytest.raises(ValueError, match="not both"):
         memory.add(CAT, ttl=5, expires_at=clock.now + 5)
-    with pytest.raises(ValueError, match="default_ttl must be positive"):
+    with pytest.raises(ValueError, match="default_ttl must be a positive number of seconds"):
         MemTreeConfig(default_ttl=0)
     with pytest.raises(ValueError, match="default_ttl is NaN"):
         MemTreeConfig(default_ttl=math.nan)

@@ -84,3 +84,34 @@ def test_a_value_nested_too_deeply_is_a_named_error(store: MemTreeStore) -> None
     with pytest.raises(ValueError, match="nested too deeply"):
         store.put(("n",), "k", value)
     assert nothing_stored(store)
+
+
+# -- issue 39 row 9: raw errors named ----------------------------------------------------
+
+
+@pytest.mark.parametrize("index", [5, "text", True])
+def test_a_put_index_that_is_not_a_list_of_paths_is_named(store: MemTreeStore, index: object) -> None:
+    with pytest.raises(TypeError, match=r"put: index must be a list of JSON paths \(str\) such as \['text'\]"):
+        store.put(("n",), "k", {"text": "x"}, index=index)  # type: ignore[arg-type]
+    assert nothing_stored(store)
+
+
+@pytest.mark.parametrize("fields", [5, "text", [5]])
+def test_index_fields_that_are_not_a_list_of_paths_are_named(fields: object) -> None:
+    with pytest.raises(TypeError, match=r"index fields must be a list of JSON paths \(str\)"):
+        MemTreeStore(hashing_memory(), index={"fields": fields})  # type: ignore[typeddict-item]
+
+
+@pytest.mark.parametrize(("name", "value"), [("limit", "5"), ("limit", 2.5), ("offset", "1"), ("limit", True)])
+def test_a_search_limit_or_offset_that_is_not_an_int_is_named(store: MemTreeStore, name: str, value: object) -> None:
+    store.put(("n",), "k", {"text": "x"})
+    with pytest.raises(TypeError, match=f"search: {name} must be an int >= 0, got {type(value).__name__}"):
+        store.search(("n",), **{name: value})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("namespace", [5, 2.5, None, b"users"])
+def test_a_memory_namespace_of_the_wrong_type_is_named(namespace: object) -> None:
+    with pytest.raises(TypeError, match=r"namespace must be a str or a tuple of str such as \('users', 'alice'\)"):
+        MemTree(embedder=HashingEmbedder(64), namespace=namespace)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="namespace must be a str or a tuple of str"):
+        MemTreeStore(hashing_memory(), prefix=namespace)  # type: ignore[arg-type]

@@ -263,6 +263,7 @@ def test_close_with_an_embedder_that_hangs_without_a_timeout_is_bounded_too(stor
 
 def test_an_embedding_call_that_overruns_its_timeout_fails_and_stores_nothing(store: Store) -> None:
     embedder = HangingEmbedder(lambda texts: any("hang" in text for text in texts), call_timeout=0.05)
+    embedder.seconds_per_text = 0.0  # no allowance per text: the call's own timeout alone (memtree.retry.batch_timeout)
     memory = MemTree(embedder=embedder, aggregator=GatedAggregator(open_gate=True), store=store)
     memory.add("a first note about the garden")
     with pytest.raises(TimeoutError, match=r"took longer than 0\.05 s"):

@@ -12,11 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import memtree.embed as embed_module
 from memtree import LocalEmbedder, MemTree
 from memtree.local_models import LocalModelUnavailableError, bundled_minilm_dir, locate
-from memtree.minilm import ModelFileError, NumpyMiniLM
+from memtree.minilm import ModelFileError, NumpyMiniLM, _gelu_, length_batches, usable_cores
 from memtree.models.resolve import resolve_embedder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -300,3 +302,82 @@ def test_an_insert_pools_its_sentences_from_one_encoding_of_the_turn() -> None:
     memory.add("Tom bought a red bike. He rides it to work.")
     stats = memory.stats()
     assert (stats.embedding_calls, stats.embedded_texts) == (2, 2)  # the sentences cost no encoding of their own
+
+
+LONG_TEXTS = [
+    " ".join(f"Sentence {i}.{j}: Maya walked Pepper past the river near Porto on a cold day." for j in range(10))
+    for i in range(40)
+]  # 40 texts near the 256-token window: about 10,000 tokens in one call
+
+
+@needs_bundled
+@pytest.mark.slow
+@pytest.mark.parametrize("caller", ["main thread", "helper thread after a call from the main thread"])
+def test_a_long_call_runs_blas_on_one_thread_however_many_tokens_it_holds_and_from_any_thread(caller: str) -> None:
+    # Threaded OpenBLAS on a machine others keep busy thrashed (59-66 s for 47 chunks
+    # against 11 s on one thread); calls over 4,096 tokens used to drop the limit, and
+    # a limit set from a helper thread (a model call under a timeout) is ignored once
+    # the main thread has set a count: that call ran threaded, 50-60 s against 1.6 s.
+    code = (
+        "import threading, threadpoolctl, memtree.minilm as minilm\n"
+        "from memtree.local_models import bundled_minilm_dir\n"
+        "blas = threadpoolctl.ThreadpoolController().select(user_api='blas')\n"
+        "seen = set()\n"
+        "linear = minilm._linear\n"
+        "def watched(*args):\n"
+        "    seen.update(info['num_threads'] for info in blas.info())\n"
+        "    return linear(*args)\n"
+        "minilm._linear = watched\n"
+        f"texts = {LONG_TEXTS!r}\n"
+        "model = minilm.NumpyMiniLM(bundled_minilm_dir())\n"
+        f"if {caller.startswith('helper')!r}:\n"
+        "    model.encode(texts[:2])  # a first call from the main thread (a warm-up), then one from a helper\n"
+        "    helper = threading.Thread(target=model.encode, args=(texts,))\n"
+        "    helper.start(); helper.join()\n"
+        "else:\n"
+        "    model.encode(texts)\n"
+        "print(sorted(seen))\n"
+    )
+    clean = {name: "" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    assert run_python(code, **clean) == "[1]"
+
+
+@needs_bundled
+def test_the_vectors_do_not_depend_on_how_many_cores_encode_them() -> None:
+    assert BUNDLED is not None
+    texts = [*LONG_TEXTS[:6], *ODD_TEXTS, *(f"turn {n}: see you at the park" for n in range(30))]
+    one = NumpyMiniLM(BUNDLED, threads=1).encode(texts)
+    two = NumpyMiniLM(BUNDLED, threads=2).encode(texts)
+    assert np.array_equal(one, two)
+
+
+@given(
+    lengths=st.lists(st.integers(min_value=1, max_value=256), max_size=120),
+    rows=st.integers(min_value=1, max_value=64),
+    tokens=st.integers(min_value=1, max_value=4096),
+)
+def test_batches_hold_every_text_once_within_their_row_and_token_budgets(
+    lengths: list[int], rows: int, tokens: int
+) -> None:
+    batches = length_batches(lengths, rows, tokens)
+    assert sorted(index for batch in batches for index in batch) == list(range(len(lengths)))
+    for batch in batches:
+        longest = max(lengths[index] for index in batch)
+        assert len(batch) <= rows
+        assert len(batch) == 1 or len(batch) * longest <= tokens  # padded size within budget
+        assert [lengths[index] for index in batch] == sorted((lengths[index] for index in batch), reverse=True)
+
+
+def test_gelu_is_berts_exact_gelu_within_float32_rounding() -> None:
+    import math
+
+    x = np.concatenate([np.linspace(-12, 12, 100_001), [0.0, -0.0, 1e-30, -1e-30, 40.0, -40.0]]).astype(np.float32)
+    exact = np.array([0.5 * v * (1.0 + math.erf(v / math.sqrt(2.0))) for v in x.astype(np.float64)])
+    got = _gelu_(x.copy())
+    assert np.all(np.abs(got - exact) <= 1e-6 + 1e-6 * np.abs(exact))
+
+
+def test_the_encoder_uses_at_most_one_thread_per_core_and_refuses_a_bad_count() -> None:
+    assert 1 <= usable_cores() <= (os.cpu_count() or 1)
+    with pytest.raises(ValueError, match="threads must be an integer >= 1"):
+        NumpyMiniLM(BUNDLED or ".", threads=0)

@@ -44,6 +44,7 @@ from memtree.models.resolve import resolve_embedder
 from memtree.retry import ModelResponseError
 from memtree.store.base import NamespaceKey, Store, namespace_key
 from memtree.store.migrations import IncompatibleStoreError
+from memtree.store.postgres import PostgresBackend
 from memtree.store.sqlite import ReadOnlySQLiteBackend
 from memtree.tree import MemTree
 from memtree.viz.graphviz import GraphvizNotFoundError
@@ -339,7 +340,7 @@ def open_memory(
         unreadable = read_problem(path) if path.exists() else None
         if unreadable:
             raise CliError(unreadable)
-        empty = None if create or writes else empty_file_problem(path)
+        empty = None if create else empty_file_problem(path, reading=not writes)
         if empty:
             raise CliError(empty)
         unwritable = write_problem(path)
@@ -367,7 +368,7 @@ def _open(db: str, options: dict[str, Any], *, read_only: bool) -> tuple[MemTree
     """The memory, and the store to close after it when the memory does not own it."""
     if not read_only:
         return MemTree.open(db, **options), None
-    store = ReadOnlySQLiteBackend(db)
+    store: Store = PostgresBackend(db, read_only=True) if is_postgres(db) else ReadOnlySQLiteBackend(db)
     try:
         return MemTree(store=store, **options), store
     except BaseException:

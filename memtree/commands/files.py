@@ -17,6 +17,9 @@ from memtree.output_file import resolved_target, writes_through
 READ_COMMANDS = "`memtree query`, `show`, `stats` and `export`"
 """The commands that read a memory without changing it (they work on a read-only file)."""
 
+FIX_COMMANDS = "`memtree repair` and `compact`"
+"""The commands that change a memory that must already exist (they never make one)."""
+
 
 def folder_of(path: Path) -> Path:
     return path.parent if str(path.parent) else Path(".")
@@ -33,8 +36,10 @@ def read_problem(path: Path) -> str | None:
     return None
 
 
-def empty_file_problem(path: Path) -> str | None:
-    """Why a command that only reads refuses ``path``: it is an existing, empty (0-byte) file.
+def empty_file_problem(path: Path, *, reading: bool = True) -> str | None:
+    """Why a command that only reads (or, with ``reading=False``, one that changes an
+    existing memory: ``repair``, ``compact``) refuses ``path``: it is an existing,
+    empty (0-byte) file.
 
     SQLite takes such a file for an empty database and memtree would create its
     tables in it, so a mistyped ``--db`` (or a file ``touch`` made) would be written
@@ -49,10 +54,10 @@ def empty_file_problem(path: Path) -> str | None:
             return None
     except OSError:
         return None
+    what = f"{READ_COMMANDS} only read a memory" if reading else f"{FIX_COMMANDS} only work on an existing memory"
     return (
-        f"{path}: empty file, not a memtree database (0 bytes); {READ_COMMANDS} only read a memory, so they "
-        "left it as it is. Point --db (or MEMTREE_DB) at your memory, or make this file one with `memtree add` "
-        "or `memtree import`"
+        f"{path}: empty file, not a memtree database (0 bytes); {what}, so they left it as it is. Point --db "
+        "(or MEMTREE_DB) at your memory, or make this file one with `memtree add` or `memtree import`"
     )
 
 

@@ -3,7 +3,9 @@
 Like :class:`~memtree.llm.ChatModel` for chat models, it keeps the plumbing in one
 place so an adapter implements one method (``_embed_batch``): texts are sent in
 requests of at most ``batch_size``, each request is retried under ``retry`` and
-bounded by its timeout, the reply is checked (one row per text, else a retried
+bounded by a timeout that grows with its size (``retry.timeout`` plus
+``seconds_per_text`` per text); a request that times out is split in two, never
+sent again at its size (:class:`~memtree.retry.BatchSplitter`), the reply is checked (one row per text, else a retried
 :class:`~memtree.retry.ModelResponseError`) and L2-normalized, and usage
 (requests, tokens) is reported to the calling memory.
 """
@@ -11,7 +13,9 @@ bounded by its timeout, the reply is checked (one row per text, else a retried
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
+import threading
 from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -21,7 +25,7 @@ import numpy as np
 
 from memtree import model_usage as usage
 from memtree.embed import Embedder, Matrix, unit_rows
-from memtree.retry import CircuitBreaker, ModelResponseError, RetryPolicy, breaker_for
+from memtree.retry import BatchSplitter, CircuitBreaker, ModelResponseError, RetryPolicy, batch_timeout, breaker_for
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,10 @@ class RemoteEmbedder(Embedder):
     retry: RetryPolicy = RetryPolicy()
     handles_timeout: bool = False
     batch_size: int = 256
+    seconds_per_text: float = 1.0
+    """Seconds each text adds to a request's timeout, on top of ``retry.timeout``: a
+    local model wrapped by a framework embeds a 150-word chunk in 0.1-2 s, depending
+    on how busy the machine is."""
     call_timeout = None  # each request is bounded under ``retry`` instead
 
     @abstractmethod
@@ -69,17 +77,34 @@ class RemoteEmbedder(Embedder):
 
     def embed(self, texts: Sequence[str]) -> Matrix:
         return _stack(
-            [
-                self._call(functools.partial(self._embed_batch, batch), len(batch))
-                for batch in self._batches(list(texts))
-            ]
+            self._splitter.run(
+                self._batches(list(texts)),
+                lambda batch: self._call(functools.partial(self._embed_batch, batch), len(batch)),
+                self.name,
+            )
         )
 
     async def aembed(self, texts: Sequence[str]) -> Matrix:
-        parts = []
-        for batch in self._batches(list(texts)):
-            parts.append(await self._acall(functools.partial(self._aembed_batch, batch), len(batch)))
-        return _stack(parts)
+        async def request(batch: list[str]) -> Matrix:
+            return await self._acall(functools.partial(self._aembed_batch, batch), len(batch))
+
+        return _stack(await self._splitter.arun(self._batches(list(texts)), request, self.name))
+
+    @property
+    def _splitter(self) -> BatchSplitter:
+        """This embedder's :class:`~memtree.retry.BatchSplitter` (made on first use: the
+        subclasses' constructors need not call ours)."""
+        found = self.__dict__.get("_memtree_splitter")
+        if found is None:
+            with _splitter_lock:
+                found = self.__dict__.setdefault("_memtree_splitter", BatchSplitter())
+        return found  # type: ignore[no-any-return]
+
+    def request_policy(self, count: int) -> RetryPolicy:
+        """``retry`` with the timeout of a request of ``count`` texts (see
+        :data:`seconds_per_text`)."""
+        timeout = batch_timeout(self.retry.timeout, self.seconds_per_text, count)
+        return self.retry if timeout == self.retry.timeout else dataclasses.replace(self.retry, timeout=timeout)
 
     def embed_query(self, text: str) -> Matrix:
         return self._call(lambda timeout: self._embed_query(text, timeout), 1)[0]
@@ -94,15 +119,25 @@ class RemoteEmbedder(Embedder):
             usage.report(embedding_requests=1)
             return self._checked(request(timeout), count)
 
-        return self.retry.call(attempt, what=self.name, enforce_timeout=not self.handles_timeout, breaker=self.breaker)
+        return self.request_policy(count).call(
+            attempt,
+            what=self.name,
+            enforce_timeout=not self.handles_timeout,
+            breaker=self.breaker,
+            retry_timeouts=count < 2,  # a batch that timed out is split instead
+        )
 
     async def _acall(self, request: Callable[[float | None], Awaitable[EmbeddingBatch]], count: int) -> Matrix:
         async def attempt(timeout: float | None) -> Matrix:
             usage.report(embedding_requests=1)
             return self._checked(await request(timeout), count)
 
-        return await self.retry.acall(
-            attempt, what=self.name, enforce_timeout=not self.handles_timeout, breaker=self.breaker
+        return await self.request_policy(count).acall(
+            attempt,
+            what=self.name,
+            enforce_timeout=not self.handles_timeout,
+            breaker=self.breaker,
+            retry_timeouts=count < 2,
         )
 
     @property
@@ -129,10 +164,29 @@ class RemoteEmbedder(Embedder):
         return unit if unit is not None else np.ascontiguousarray(array, dtype=np.float32)
 
 
+_splitter_lock = threading.Lock()
+
+
 def _stack(parts: list[Matrix]) -> Matrix:
     if not parts:
         return np.zeros((0, 0), dtype=np.float32)
     return np.concatenate(parts) if len(parts) > 1 else parts[0]
+
+
+DEFAULT_WRAPPED_BATCH = 32
+"""Texts per request to a framework's embedding model that names no batch size of its
+own: it may be a local model on a busy CPU, where 256 texts took minutes."""
+
+
+def checked_batch_size(given: object, model_default: object) -> int:
+    """``batch_size`` as given, else the wrapped model's own, else
+    :data:`DEFAULT_WRAPPED_BATCH`; a ``ValueError`` names a bad one."""
+    if given is None:
+        fallback = optional_int(model_default)
+        return fallback if fallback is not None and fallback >= 1 else DEFAULT_WRAPPED_BATCH
+    if optional_int(given) is None or given < 1:  # type: ignore[operator]
+        raise ValueError(f"batch_size must be an integer >= 1 or None (the model's own), got {given!r}")
+    return given  # type: ignore[return-value]
 
 
 def optional_int(value: object) -> int | None:

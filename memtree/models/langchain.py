@@ -14,12 +14,16 @@ from __future__ import annotations
 from typing import Any
 
 from memtree.llm import ChatModel, Completion
-from memtree.models.base import EmbeddingBatch, RemoteEmbedder, describe_model, optional_int
+from memtree.models.base import EmbeddingBatch, RemoteEmbedder, checked_batch_size, describe_model, optional_int
 from memtree.retry import RetryPolicy
 
 
 class LangChainEmbedder(RemoteEmbedder):
     """Wraps a LangChain ``Embeddings`` (OpenAIEmbeddings, HuggingFaceEmbeddings, …).
+
+    Texts go to ``embed_documents`` in calls of ``batch_size`` (default
+    :data:`~memtree.models.base.DEFAULT_WRAPPED_BATCH`), each with a timeout that grows
+    with its size; a call that times out is split, not repeated.
 
     Example::
 
@@ -27,11 +31,11 @@ class LangChainEmbedder(RemoteEmbedder):
         embedder = LangChainEmbedder(DeterministicFakeEmbedding(size=64))
     """
 
-    def __init__(self, embeddings: Any, *, retry: RetryPolicy | None = None, batch_size: int = 256) -> None:
+    def __init__(self, embeddings: Any, *, retry: RetryPolicy | None = None, batch_size: int | None = None) -> None:
         if not callable(getattr(embeddings, "embed_documents", None)):
             raise TypeError(f"expected a LangChain Embeddings, got {type(embeddings).__name__}")
         self.embeddings = embeddings
-        self.batch_size = batch_size
+        self.batch_size = checked_batch_size(batch_size, None)
         if retry is not None:
             self.retry = retry
 

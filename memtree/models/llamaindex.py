@@ -13,12 +13,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from memtree.llm import ChatModel, Completion
-from memtree.models.base import EmbeddingBatch, RemoteEmbedder, describe_model, optional_int
+from memtree.models.base import EmbeddingBatch, RemoteEmbedder, checked_batch_size, describe_model, optional_int
 from memtree.retry import ModelResponseError, RetryPolicy
 
 
 class LlamaIndexEmbedder(RemoteEmbedder):
     """Wraps a LlamaIndex ``BaseEmbedding`` (OpenAIEmbedding, HuggingFaceEmbedding, …).
+
+    Texts go to the model in requests of ``batch_size`` (by default the model's own
+    ``embed_batch_size``, as LlamaIndex's indexes send them), each with a timeout that
+    grows with its size; a request that times out is split, not repeated.
 
     Example::
 
@@ -26,11 +30,11 @@ class LlamaIndexEmbedder(RemoteEmbedder):
         embedder = LlamaIndexEmbedder(MockEmbedding(embed_dim=64))
     """
 
-    def __init__(self, embedding: Any, *, retry: RetryPolicy | None = None, batch_size: int = 256) -> None:
+    def __init__(self, embedding: Any, *, retry: RetryPolicy | None = None, batch_size: int | None = None) -> None:
         if not callable(getattr(embedding, "get_text_embedding_batch", None)):
             raise TypeError(f"expected a LlamaIndex BaseEmbedding, got {type(embedding).__name__}")
         self.embedding = embedding
-        self.batch_size = batch_size
+        self.batch_size = checked_batch_size(batch_size, getattr(embedding, "embed_batch_size", None))
         if retry is not None:
             self.retry = retry
 

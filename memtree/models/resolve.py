@@ -79,6 +79,9 @@ def resolve_embedder(embedder: object) -> Embedder:
     """
     if isinstance(embedder, Embedder):
         return embedder
+    wrapped = getattr(embedder, "memtree_embedder", None)
+    if isinstance(wrapped, Embedder):  # memtree's own model, exported to a framework: the same vectors
+        return wrapped
     if isinstance(embedder, str):
         scheme, _, model = embedder.partition(":")
         if scheme == "openai":

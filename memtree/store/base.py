@@ -52,8 +52,13 @@ def namespace_key(namespace: Namespace) -> NamespaceKey:
     Raises ``TypeError`` for anything else and ``ValueError`` for an empty namespace
     or an empty part.
     """
+    if not isinstance(namespace, (str, tuple, list)):
+        raise TypeError(
+            f"namespace must be a str or a tuple of str such as ('users', 'alice'), got {type(namespace).__name__} "
+            f"{namespace!r}"
+        )
     parts: tuple[Any, ...] = (namespace,) if isinstance(namespace, str) else tuple(namespace)
-    if isinstance(namespace, (bytes, bytearray)) or not parts:
+    if not parts:
         raise ValueError(f"namespace must be a non-empty str or tuple of str, got {namespace!r}")
     for part in parts:
         if not isinstance(part, str):
@@ -315,6 +320,12 @@ class Store(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release connections and files."""
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called: a closed store refuses every call, so
+        background threads (a LangGraph store's TTL sweeper) stop instead of failing."""
+        return False
 
     @contextmanager
     def write(self, namespace: NamespaceKey) -> Iterator[WriteTransaction]:

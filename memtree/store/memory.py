@@ -103,9 +103,12 @@ class MemoryBackend(Store):
             )
 
     def delete_namespace(self, namespace: NamespaceKey) -> bool:
-        with self._data_lock:
-            space = self._namespaces.pop(namespace, None)
-        return space is not None and _holds_data(space)
+        space = self._space(namespace)
+        # As in the SQL stores: a write in progress commits first, then goes with it.
+        with space.writer, self._data_lock:
+            if self._namespaces.get(namespace) is space:
+                del self._namespaces[namespace]
+        return _holds_data(space)
 
     def put_records(self, namespace: NamespaceKey, kind: str, records: Mapping[str, JSONDict | None]) -> None:
         encoded = encode_records(kind, records)

@@ -90,8 +90,14 @@ class PostgresBackend(SQLBackend):
     placeholder = "%s"
     namespace_for_records = NAMESPACE_ID + " FOR KEY SHARE"  # a concurrent delete_namespace waits for us
 
-    def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 10, lock_timeout: float = 30.0) -> None:
+    def __init__(
+        self, dsn: str, *, min_size: int = 1, max_size: int = 10, lock_timeout: float = 30.0, read_only: bool = False
+    ) -> None:
         super().__init__()
+        self.read_only = read_only
+        """Opened for reading only (``memtree check``): every session is read-only on the
+        server, a write raises ``PermissionError``, and a schema that needs creating or
+        upgrading is refused instead."""
         psycopg = _psycopg()
         from psycopg_pool import ConnectionPool
 
@@ -114,6 +120,7 @@ class PostgresBackend(SQLBackend):
             min_size=min_size,
             max_size=max_size,
             kwargs={"autocommit": True},
+            configure=_read_only_session if read_only else None,
             timeout=lock_timeout,
             open=True,
             name="memtree",
@@ -138,6 +145,13 @@ class PostgresBackend(SQLBackend):
                 )
             current = migrations.current_version(connection) if present else 0
             steps = migrations.pending(POSTGRES_MIGRATIONS, current, repr(self))
+            if steps and self.read_only:
+                raise IncompatibleStoreError(
+                    f"{self!r} holds no memtree memory yet (no tables)"
+                    if not present
+                    else f"{self!r} has memtree schema version {current}, older than this memtree's; upgrading it "
+                    "is a write, so open it once with write access (any memtree command that writes upgrades it)"
+                )
             migrations.apply(connection, steps, "%s")
 
     # -- the SQLBackend hooks ----------------------------------------------------------
@@ -159,6 +173,8 @@ class PostgresBackend(SQLBackend):
         return list(connection.execute(query, params, binary=True).fetchall())
 
     def _open_write(self, namespace: NamespaceKey | None) -> Any:
+        if self.read_only:
+            raise PermissionError(f"{self!r} is open read-only; changing the memory needs a writable connection")
         connection = self._pool.getconn()
         try:
             connection.execute("BEGIN")
@@ -196,7 +212,7 @@ class PostgresBackend(SQLBackend):
         finally:
             self._pool.putconn(connection)
 
-    def _reclaim_space(self) -> None:
+    def _reclaim_space(self) -> None:  # (compact's tombstone drops already refused a read-only store)
         """Plain ``VACUUM (ANALYZE)``: the dead rows' space is reused by later writes
         and readers and writers never wait for it. (``VACUUM FULL`` would return it
         to the operating system but locks the tables against readers: leave it to a
@@ -216,6 +232,11 @@ class PostgresBackend(SQLBackend):
         if not self._closed:
             self._closed = True
             self._pool.close()
+
+
+def _read_only_session(connection: Any) -> None:
+    """Make a pooled connection read-only on the server: nothing it runs can write."""
+    connection.execute("SET default_transaction_read_only = on")
 
 
 _TABLES = ("memtree_nodes", "memtree_versions", "memtree_records", "memtree_namespaces")

@@ -189,6 +189,10 @@ class SQLBackend(Store):
         """``query`` in this backend's placeholder style."""
         return _translate(query, self.placeholder)
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def _check_usable(self) -> None:
         if self._closed:
             raise RuntimeError(f"{self!r} is closed; open a new store")
