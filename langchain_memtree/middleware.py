@@ -70,6 +70,21 @@ def format_memories(hits: Sequence[RetrievedNode], header: str = MEMORY_HEADER) 
     return "\n".join(lines)
 
 
+OVERVIEW_HEADER = "## What you remember about this, in time order"
+"""First line of the memory section when the user's message asked for an overview
+("What do you know about me?", "Recap our last chat"): ``MemTree.overview``'s parts."""
+
+
+def format_overview(parts: Sequence[RetrievedNode], header: str = OVERVIEW_HEADER) -> str:
+    """The system-message section for an overview: ``header``, then one bullet per
+    part in time order, each part's ``context`` already dated by the overview."""
+    lines = [header]
+    for part in parts:
+        body = (part.context or part.text).replace("\n", "\n  ")
+        lines.append(f"- {body}")
+    return "\n".join(lines)
+
+
 def _dated(hit: RetrievedNode) -> str:
     when = hit.time
     if when is None:
@@ -118,6 +133,13 @@ class MemTreeMemoryMiddleware(AgentMiddleware):
     benchmarks/results/knowledge_updates.md).
     ``record=False`` only recalls; ``recall=False`` only records.
 
+    ``route_overviews`` (``None``: the memory's, on by default) answers a message that
+    asks for an overview ("What do you know about me?", "Recap our last chat", "What
+    did we talk about last week?", relative times counted back from ``clock``) with
+    ``MemTree.overview`` within ``token_budget``: the memory's parts about it, in time
+    order, each dated, under :data:`OVERVIEW_HEADER`; ``False`` ranks it as any
+    message.
+
     ``load_embedder`` says when the memory's embedding model is loaded, so that the
     agent's first turn does not pay for it: ``"now"`` (default), in the constructor
     (0.25 s for the offline model; a first turn then costs what a later one does,
@@ -165,6 +187,7 @@ class MemTreeMemoryMiddleware(AgentMiddleware):
         clock: Callable[[], TimeLike] | None = None,
         aggregation: Aggregation = "background",
         load_embedder: Literal["now", "background"] = "now",
+        route_overviews: bool | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(memory, MemTree):
@@ -191,6 +214,9 @@ class MemTreeMemoryMiddleware(AgentMiddleware):
         self.recall = recall
         self.clock: Callable[[], TimeLike] = clock or (lambda: datetime.now(UTC))
         self.aggregation: Aggregation = aggregation
+        if route_overviews is not None and not isinstance(route_overviews, bool):
+            raise TypeError(f"route_overviews must be True, False or None (the memory's), got {route_overviews!r}")
+        self.route_overviews = route_overviews
         self._recorded: weakref.WeakSet[MemTree] = weakref.WeakSet()  # namespaces' handles come and go
         self._recorded_lock = threading.Lock()
         # Load the embedder off the agent's hot path: now, or on a thread that the first
@@ -217,10 +243,14 @@ class MemTreeMemoryMiddleware(AgentMiddleware):
         memory = yield Call(self, "memory_for", (request.runtime,))
         options = {"k": self.k, "token_budget": self.token_budget, "mode": self.mode, "min_score": self.min_score}
         recency = {"same_subject": SIBLINGS} if self.newer_first else {}
-        hits = yield Call(memory, "retrieve", (query,), {**options, "min_similarity": self.min_similarity, **recency})
+        routing = {"route_overviews": self.route_overviews, "now": self.clock()}
+        hits = yield Call(
+            memory, "retrieve", (query,), {**options, "min_similarity": self.min_similarity, **recency, **routing}
+        )
         if not hits:
             return request  # nothing relevant: no memory section at all
-        section = format_memories(hits, self.header)
+        overview = all(hit.answered_by == "overview" for hit in hits)
+        section = format_overview(hits) if overview else format_memories(hits, self.header)
         return request.override(system_message=_with_section(request.system_message, section))
 
     # -- record: after each model turn ----------------------------------------------

@@ -34,6 +34,7 @@ OPTIONS = (
     "min_similarity",
     "min_score",
     "summary_hits",
+    "route_overviews",
 )
 """Retrieval options a call (or ``search_kwargs``) may override."""
 
@@ -54,20 +55,27 @@ class MemTreeRetriever(BaseRetriever):
     memory's, as ``MemTree.retrieve`` applies it, by default its embedder's
     calibrated floor; ``None``: no floor), ``min_score`` and ``summary_hits`` (what
     a summary that ranks delivers: ``"leaves"``, its best leaves, by default;
-    ``"text"``, its own text). ``search_kwargs`` takes the same names, and
+    ``"text"``, its own text) and ``route_overviews`` (``None``: the memory's, which
+    answers an overview request such as "What do you know about Maya?" with
+    ``MemTree.overview``; ``False``: never; ``"always"``: the retriever's overview
+    mode, every query answered by an overview of what it names, in time order, each
+    part dated). ``search_kwargs`` takes the same names, and
     LangChain's ``filter`` (for ``where``) and ``score_threshold`` (for
     ``min_similarity``).
 
     Document metadata: ``id``, ``score``, ``depth``, ``is_leaf``, ``timestamp``
     (ISO 8601, UTC, or ``None``; a stored number no date can show comes raw), ``leaf_ids`` (the leaves below the node),
     ``source_id``, ``found_by`` (the summary whose match brought the leaf in, or
-    ``None``) and ``metadata`` (the node's own metadata).
+    ``None``), ``answered_by`` (``"retrieve"`` or ``"overview"``: which path gave it)
+    and ``metadata`` (the node's own metadata).
 
     Example::
 
         retriever = MemTreeRetriever(memory=memory, k=4, token_budget=300)
         docs = retriever.invoke("What is Maya's dog called?", k=2)
         retriever = MemTreeRetriever(memory=memory, search_kwargs={"k": 1})  # as a vector store's
+        overview = MemTreeRetriever(memory=memory, route_overviews="always", token_budget=500)
+        docs = overview.invoke("Maya's running")  # her running, breadth first, in time order
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
@@ -82,6 +90,7 @@ class MemTreeRetriever(BaseRetriever):
     min_similarity: float | Literal["auto"] | None = "auto"
     min_score: float | None = None
     summary_hits: Literal["leaves", "text"] | None = None
+    route_overviews: bool | Literal["always"] | None = None
     search_kwargs: dict[str, Any] = Field(default_factory=dict)
     """Options as LangChain's vector-store retrievers take them; they override the fields."""
 
@@ -155,6 +164,7 @@ def to_document(hit: RetrievedNode) -> Document:
             "leaf_ids": list(hit.leaf_ids),
             "source_id": hit.source_id,
             "found_by": hit.found_by,
+            "answered_by": hit.answered_by,
             "metadata": dict(hit.metadata),
         },
     )

@@ -493,7 +493,9 @@ class MemTreeStore(BaseStore):
         for ns in namespaces:
             memories.append((ns, (yield Call(self._memories, "sibling", (ns,)))))
         traversal = (self.mode or self._memories.config.mode) == "traversal"
-        options = {"leaves_only": True, "query_embedding": vector}
+        # A store search ranks items (LangGraph's scores are relevances): an overview
+        # request is searched as a lookup, not answered by MemTree.overview.
+        options = {"leaves_only": True, "query_embedding": vector, "route_overviews": False}
         k = wanted * 2 + 8
         while True:
             leaves: list[tuple[int, float, float, NamespaceKey, str]] = []  # (tier, hybrid, cosine, ...): tier 0 leads

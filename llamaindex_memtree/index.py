@@ -63,6 +63,7 @@ RETRIEVER_OPTIONS: tuple[str, ...] = (
     "time_range",
     "min_similarity",
     "min_score",
+    "route_overviews",
     "verbose",
     "callback_manager",
 )
@@ -490,8 +491,9 @@ class MemTreeIndex(BaseIndex[MemTreeIndexStruct]):
         **kwargs: Any,
     ) -> MemTreeRetriever:
         """A :class:`MemTreeRetriever` over this index's tree (options there:
-        ``leaves_only``, ``summary_hits``, ``filters``, ``time_range``, ``min_similarity``, ``min_score``, ``verbose``,
-        ``callback_manager``). ``similarity_top_k`` defaults to LlamaIndex's own
+        ``leaves_only``, ``summary_hits``, ``filters``, ``time_range``, ``min_similarity``, ``min_score``,
+        ``route_overviews``, ``verbose``, ``callback_manager``; ``as_query_engine(route_overviews="always")``
+        answers every question with an overview). ``similarity_top_k`` defaults to LlamaIndex's own
         default (2), as ``VectorStoreIndex``'s does.
 
         ``as_query_engine`` and ``as_chat_engine`` pass their own keyword arguments

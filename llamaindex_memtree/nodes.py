@@ -39,6 +39,7 @@ RESULT_METADATA_KEYS: tuple[str, ...] = (
     "leaf_ids",
     "memtree_score",
     "found_by",
+    "answered_by",
 )
 """Metadata keys every retrieved node carries (they replace same-named keys of the
 node's own metadata in the returned copy; the stored node is untouched)."""
@@ -111,6 +112,7 @@ def result_metadata(hit: RetrievedNode) -> dict[str, Any]:
         "leaf_ids": list(hit.leaf_ids),
         "memtree_score": hit.score,
         "found_by": hit.found_by,
+        "answered_by": hit.answered_by,
     }
 
 

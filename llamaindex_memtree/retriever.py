@@ -21,6 +21,7 @@ from llamaindex_memtree.filters import narrowed_time_range, translate_filters
 from llamaindex_memtree.nodes import to_node_with_score
 from memtree import MemTree, RetrievedNode
 from memtree.inputs import TimeLike, to_min_score, to_time_range
+from memtree.intent import ALWAYS
 from memtree.summary_hits import check_summary_hits
 
 
@@ -58,8 +59,15 @@ class MemTreeRetriever(BaseRetriever):
     Leaves come back as their original nodes when ``docstore`` holds them, summaries
     as ``TextNode`` s whose ``CHILD`` relationships name the nodes they summarize.
     Every result's metadata has ``memtree_id``, ``depth``, ``is_leaf``, ``timestamp``,
-    ``leaf_ids``, ``memtree_score`` and ``found_by`` (the summary that brought a leaf
-    in, or ``None``).
+    ``leaf_ids``, ``memtree_score``, ``found_by`` (the summary that brought a leaf
+    in, or ``None``) and ``answered_by``.
+
+    ``route_overviews``: ``None`` (the memory's, on by default) answers an overview
+    request ("What do you know about Maya?", "What happened in May?") with
+    ``MemTree.overview``: the memory's parts about it, in time order, each dated
+    (``answered_by="overview"``); ``False`` ranks it as any question; ``"always"``
+    answers every query so, the retriever's (and its query and chat engines')
+    overview mode.
 
     Example::
 
@@ -81,6 +89,7 @@ class MemTreeRetriever(BaseRetriever):
         time_range: tuple[TimeLike | None, TimeLike | None] | None = None,
         min_similarity: float | Literal["auto"] | None = "auto",
         min_score: float | None = None,
+        route_overviews: bool | Literal["always"] | None = None,
         timestamp_key: str | None = None,
         docstore: BaseDocumentStore | None = None,
         callback_manager: CallbackManager | None = None,
@@ -104,6 +113,9 @@ class MemTreeRetriever(BaseRetriever):
             to_min_score(min_similarity, "min_similarity")  # a bad floor fails now, not at the first query
         self.min_similarity = min_similarity
         self.min_score = min_score
+        if route_overviews not in (None, True, False, ALWAYS):
+            raise ValueError(f"route_overviews must be True, False, 'always' or None, got {route_overviews!r}")
+        self.route_overviews = route_overviews
         self.docstore = docstore
         super().__init__(callback_manager=callback_manager, object_map=object_map, verbose=verbose)
 
@@ -118,6 +130,7 @@ class MemTreeRetriever(BaseRetriever):
             "time_range": self.time_range,
             "min_similarity": self.min_similarity,
             "min_score": self.min_score,
+            "route_overviews": self.route_overviews,
         }
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:

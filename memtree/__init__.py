@@ -27,10 +27,14 @@ Writing
   routing          where a new text goes: depth-adaptive threshold, descent from the root
   calibration      theta0="auto": the routing threshold learnt from the embedder's scale
 Reading
+  overview         MemTree.overview: a person, topic or time span covered breadth first, dated
   retrieval        a query checked, ranked (collapsed or traversal, hybrid) and packed to a budget
+  intent           what a query asks for: an overview (about whom or what, when) or a lookup
+  time_expressions "in May 2023", "last week": a query's time expressions as a time range (dateparser)
   recency          same_subject: a newer memory about the same subject put above an older one
   packing          a ranking made into results under k, the token budget and sentence de-duplication
   summary_hits     what a summary that ranks delivers: its best leaves (default) or its own text
+  feedback         context feedback: the best first match's tree context moves the query
   replica          this process's tree and index of one namespace, caught up from the store
   checkpoint       which segment a reopen maps, when a new one is written, the folder's lock
   integrity        every invariant of a tree and its index, checked

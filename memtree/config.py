@@ -103,6 +103,16 @@ class MemTreeConfig:
     segment's nodes that must change before the next one is written (in the
     background). ``None``: no files.
 
+    ``parse_times`` (default on) reads a time expression in a query ("in May 2023",
+    "last week", :mod:`memtree.time_expressions`) and ranks the memories inside the
+    range it names higher (``retrieve(parse_times=False)`` per call; a query with
+    none ranks exactly as without it). ``route_overviews`` (default on) answers an
+    overview request ("what do you know about...", "recap...", "what happened
+    in...") with :meth:`MemTree.overview` (:mod:`memtree.intent`).
+    ``context_feedback`` (0.3; 0: off) lets the best first match's tree context move
+    the query before the ranking that is delivered (:mod:`memtree.feedback`): a leaf
+    whose own words miss the question is found through the memory it hangs with.
+
     ``default_ttl`` is how long a memory added without ``ttl`` or ``expires_at`` is
     kept, in seconds (or a ``timedelta``); ``None`` (the default): for ever. Give each
     namespace with its own retention its own config (``MemTree.with_namespace(ns,
@@ -146,6 +156,9 @@ class MemTreeConfig:
     ann_min_probes: int = 8
     segment_min_nodes: int | None = 20_000
     segment_share: float = 0.1
+    parse_times: bool = True
+    route_overviews: bool = True
+    context_feedback: float = 0.3
     token_counter: Callable[[str], int] = field(default=count_tokens, compare=False)
 
     def __post_init__(self) -> None:
@@ -165,6 +178,7 @@ class MemTreeConfig:
         if self.same_subject is not None:
             _check_range("same_subject", self.same_subject, -1.0, 1.0)
         _check_range("lexical_weight", self.lexical_weight, 0.0, 10.0)
+        _check_range("context_feedback", self.context_feedback, 0.0, 10.0)
         _check_range("calibration_quantile", self.calibration_quantile, 0.0, 1.0)
         if not math.isfinite(self.decay):
             raise ValueError(f"decay must be a finite number, got {self.decay}")
@@ -196,6 +210,9 @@ class MemTreeConfig:
             raise ValueError(f"parent_embedding must be 'text', 'mean' or 'sentences', got {self.parent_embedding!r}")
         if self.mode not in RETRIEVAL_MODES:
             raise ValueError(f"unknown mode {self.mode!r}; choose one of {', '.join(RETRIEVAL_MODES)}")
+        for name in ("parse_times", "route_overviews"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.summary_hits not in ("leaves", "text"):
             raise ValueError(f"summary_hits must be 'leaves' or 'text', got {self.summary_hits!r}")
 

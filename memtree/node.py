@@ -169,6 +169,11 @@ class RetrievedNode:
     """The summary whose match brought this leaf in (``summary_hits="leaves"``, the
     default: a summary that ranks delivers its best leaves in its place); ``None``
     when the node ranked by itself."""
+    answered_by: str = "retrieve"
+    """Which path gave this result: ``"retrieve"`` (ranked against the query) or
+    ``"overview"`` (a part of :meth:`MemTree.overview <memtree.tree.MemTree.overview>`,
+    which ``retrieve`` answers overview requests with: "what do you know about...",
+    "recap...", "what happened in...")."""
 
     @property
     def time(self) -> datetime | None:

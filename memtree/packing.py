@@ -132,7 +132,7 @@ class _Packer:
         if packing.token_budget is not None:
             cost = packing.count_tokens(context)
             if self.used_tokens + cost > packing.token_budget:
-                context = _cut(context, packing.token_budget - self.used_tokens, packing.count_tokens)
+                context = cut_to_budget(context, packing.token_budget - self.used_tokens, packing.count_tokens)
                 full = False
                 if not context:
                     return False
@@ -160,7 +160,7 @@ def _live(leaf_ids: tuple[str, ...], hidden: frozenset[str]) -> tuple[str, ...]:
     return tuple(leaf for leaf in leaf_ids if leaf not in hidden) if hidden else leaf_ids
 
 
-def _cut(text: str, budget: int, count_tokens: Callable[[str], int]) -> str:
+def cut_to_budget(text: str, budget: int, count_tokens: Callable[[str], int]) -> str:
     """The longest word prefix of ``text`` that costs at most ``budget`` tokens."""
     if budget <= 0:
         return ""

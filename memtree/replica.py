@@ -79,6 +79,21 @@ class Replica:
     never, even where the store keeps files).
     """
 
+    @classmethod
+    def configured(
+        cls, store: Store, namespace: NamespaceKey, config: MemTreeConfig, refresh_interval: float
+    ) -> Replica:
+        """The replica a memory with ``config`` reads through: BM25 kept when words
+        count in ranking, approximate search and segments as the config sets them."""
+        return cls(
+            store,
+            namespace,
+            lexical=config.lexical_weight > 0,
+            refresh_interval=refresh_interval,
+            ann=ann_settings(config),
+            checkpoints=checkpoint_policy(config),
+        )
+
     def __init__(
         self,
         store: Store,

@@ -35,9 +35,11 @@ import numpy.typing as npt
 
 from memtree.config import RETRIEVAL_MODES, MemTreeConfig
 from memtree.embed import check_query_embedding
+from memtree.feedback import NAME_WEIGHT, Feedback, boosted, context_feedback, passes_floor
 from memtree.index import Mask, VectorIndex
 from memtree.inputs import TimeLike, to_min_score, to_time_range
-from memtree.lexical import LexicalQuery
+from memtree.intent import routed_overview
+from memtree.lexical import LexicalIndex, LexicalQuery
 from memtree.node import ROOT_ID, RetrievedNode, Vector
 from memtree.packing import Packing, pack
 from memtree.recency import SIBLINGS as SIBLINGS  # where users imported it from before
@@ -48,6 +50,7 @@ from memtree.spare_core import IN_TURN, SEARCHES, Overlap
 from memtree.state import TreeState
 from memtree.summary_hits import SUMMARY_HIT_WEIGHT, best_leaves_under, check_summary_hits
 from memtree.text import require_text
+from memtree.time_expressions import time_span
 from memtree.where import Selection, Where, parse_where
 
 Ranked = list[tuple[str, float]]
@@ -76,10 +79,30 @@ class Filters:
 
 @dataclass(frozen=True)
 class LexicalShare:
-    """The query's words and the weight BM25 gets beside cosine similarity."""
+    """The query's words and the weight BM25 gets beside cosine similarity; ``names``
+    (context feedback, :mod:`memtree.feedback`) count as words of the query at
+    ``name_weight``."""
 
     text: str
     weight: float
+    names: tuple[str, ...] = ()
+    name_weight: float = NAME_WEIGHT
+
+
+def prepared_words(words: LexicalIndex, lexical: LexicalShare) -> LexicalQuery:
+    """``lexical``'s words as the BM25 index weighs them, its names at their weight."""
+    prepared = words.prepare(lexical.text)
+    if not lexical.names:
+        return prepared
+    extra = words.prepare(" ".join(lexical.names))
+    new = ~np.isin(extra.terms, prepared.terms)
+    if not new.any():
+        return prepared
+    return LexicalQuery(
+        np.concatenate([prepared.terms, extra.terms[new]]),
+        np.concatenate([prepared.weights, extra.weights[new] * lexical.name_weight]),
+        prepared.average_length,
+    )
 
 
 def first_limit(k: int) -> int:
@@ -115,6 +138,25 @@ def relevance_floor(embedder_name: str) -> float | None:
     return next((floor for model, floor in CALIBRATED_FLOORS.items() if model in name), None)
 
 
+TIME_PREFERENCE = 0.2
+"""What a node inside the time range a query names (:mod:`memtree.time_expressions`)
+adds to its score. A boost rather than a filter: an event is often told of after
+its day ("last week I..."), and a range that misses it must not hide it. On the 100
+LoCoMo questions of conversations 0-4 that name a time, it raised evidence recall by
++2.2 / +7.6 / +6.1 / +2.1 points at 250 / 500 / 1000 / 2000 words, where filtering
+by the range lost 1.1-11.7 points and ranking the range first then the rest gained
+-0.4 / +5.8 / +4.1 / +1.9 (0.1 gave +0.7 / +6.6 / +6.1 / +3.1)."""
+
+
+@dataclass(frozen=True)
+class Preference:
+    """Nodes whose event time lies in ``time_range`` (inclusive; ``None`` leaves a
+    side open) rank ``boost`` higher."""
+
+    time_range: tuple[float | None, float | None]
+    boost: float = TIME_PREFERENCE
+
+
 OVERLAP_MIN_NODES = 8192
 """From this many nodes up, hybrid ranking runs its BM25 search beside the vector
 scan by default; on smaller memories the scan is too short for the thread handoff
@@ -145,6 +187,7 @@ def rank_collapsed(
     lexical: LexicalShare | None = None,
     overlap: Overlap | None = None,
     summary_weight: float = SUMMARY_WEIGHT,
+    prefer: Preference | None = None,
     exact: bool = False,
 ) -> Ranked:
     """The best nodes among those the filters allow, by cosine similarity or, when
@@ -170,7 +213,12 @@ def rank_collapsed(
     both in turn).
 
     The vector search is approximate on memories past ``ann_min_nodes`` unless
-    ``exact`` (:meth:`memtree.index.VectorIndex.search`); the filters hold either way."""
+    ``exact`` (:meth:`memtree.index.VectorIndex.search`); the filters hold either way.
+
+    With ``prefer``, the best nodes inside its time range are ranked as well and every
+    node of either list is rescored on one scale (:func:`_preferring`)."""
+    if prefer is not None:
+        return _preferring(index, state, query, limit, filters, lexical, overlap, summary_weight, prefer, exact)
     selection = state.leaves_matching(filters.where) if filters.where else None
     ids = selection.ids if selection is not None and not selection.negated else None
     excluded = selection.ids if selection is not None and selection.negated else None
@@ -221,7 +269,7 @@ def _rank_hybrid(
         return index.search(query, limit, mask, exact=exact)
 
     def word_search() -> tuple[LexicalQuery, Ranked, list[float]]:
-        prepared = words.prepare(lexical.text)
+        prepared = prepared_words(words, lexical)
         hits = words.search(prepared, limit, allowed) if len(prepared) else []
         return prepared, hits, index.score(query, [node_id for node_id, _ in hits]).tolist()
 
@@ -240,6 +288,55 @@ def _rank_hybrid(
         for node_id, similarity in similarities.items()
     ]
     return _discounted(index, fused, summary_weight)
+
+
+def _preferring(
+    index: VectorIndex,
+    state: TreeState,
+    query: Vector,
+    limit: int,
+    filters: Filters,
+    lexical: LexicalShare | None,
+    overlap: Overlap | None,
+    summary_weight: float,
+    prefer: Preference,
+    exact: bool = False,
+) -> Ranked:
+    """The ``limit`` best nodes the filters allow and the ``limit`` best of them inside
+    the preferred range, each scored as :func:`_node_scorer` scores (BM25 over the
+    best BM25 of the whole memory, so a node scores the same in both lists), the
+    summaries discounted, the nodes inside the range raised by ``prefer.boost``."""
+    inside = replace(filters, time_range=_narrowed(filters.time_range, prefer.time_range))
+    ranked = rank_collapsed(index, state, query, limit, filters, lexical, overlap, summary_weight, exact=exact)
+    preferred = rank_collapsed(index, state, query, limit, inside, lexical, overlap, summary_weight, exact=exact)
+    ids = list(dict.fromkeys([node_id for node_id, _ in ranked] + [node_id for node_id, _ in preferred]))
+    if not ids:
+        return []
+    weighted = lexical is not None and lexical.weight > 0 and state.lexical is not None
+    scores = _node_scorer(index, state, query, lexical)(ids).tolist()
+    leaves = index.leaf_flags(ids).tolist()
+    start, end = prefer.time_range
+    fused = []
+    for node_id, score, leaf in zip(ids, scores, leaves, strict=True):
+        if weighted and not leaf:
+            score *= summary_weight
+        stamp = state.nodes[node_id].timestamp
+        if stamp is not None and (start is None or stamp >= start) and (end is None or stamp <= end):
+            score += prefer.boost
+        fused.append((node_id, float(score)))
+    fused.sort(key=lambda pair: (-pair[1], pair[0]))
+    return fused
+
+
+def _narrowed(
+    given: tuple[float | None, float | None] | None, preferred: tuple[float | None, float | None]
+) -> tuple[float | None, float | None]:
+    """The part of ``preferred`` inside ``given`` (an empty range when they miss)."""
+    if given is None:
+        return preferred
+    starts = [side for side in (given[0], preferred[0]) if side is not None]
+    ends = [side for side in (given[1], preferred[1]) if side is not None]
+    return (max(starts) if starts else None, min(ends) if ends else None)
 
 
 def _discounted(index: VectorIndex, ranked: Ranked, summary_weight: float = SUMMARY_WEIGHT) -> Ranked:
@@ -300,7 +397,7 @@ def _node_scorer(
     """Scores of given nodes: cosine, or the hybrid score of :func:`rank_collapsed`
     (BM25 normalized by the best BM25 score of the whole memory)."""
     words = state.lexical if lexical is not None and lexical.weight > 0 else None
-    prepared = words.prepare(lexical.text) if words is not None and lexical is not None else None
+    prepared = prepared_words(words, lexical) if words is not None and lexical is not None else None
     hits = words.search(prepared, 1) if words is not None and prepared is not None and len(prepared) else []
     peak = hits[0][1] if hits else 0.0
     weight = lexical.weight if lexical is not None else 0.0
@@ -324,6 +421,8 @@ def retrieve(
     packing: Packing,
     filters: Filters,
     lexical: LexicalShare | None = None,
+    prefer: Preference | None = None,
+    feedback_weight: float = 0.0,
     *,
     exact: bool = False,
 ) -> list[RetrievedNode]:
@@ -337,7 +436,9 @@ def retrieve(
     first (:func:`rank_traversal`) and, if that runs out, goes on with the other
     nodes in collapsed order. ``exact``: no approximate vector search (see
     :func:`rank_collapsed`)."""
-    results = _ranked_and_packed(index, state, query, mode, beam, packing, filters, lexical, exact)
+    results = _ranked_and_packed(
+        index, state, query, mode, beam, packing, filters, lexical, prefer, feedback_weight, exact
+    )
     if packing.same_subject is not None:
         newer_first(index, state, results, packing.same_subject)
     return results
@@ -352,27 +453,66 @@ def _ranked_and_packed(
     packing: Packing,
     filters: Filters,
     lexical: LexicalShare | None,
+    prefer: Preference | None = None,
+    feedback_weight: float = 0.0,
     exact: bool = False,
 ) -> list[RetrievedNode]:
     lead: Ranked = []
-    leaves_of = _leaves_of(index, state, query, packing, filters, lexical)
+    original = query
+    feedback: Feedback | None = None
+    first: Ranked | None = None  # a first ranking that gave no feedback is the one delivered
+    if mode != "traversal" and feedback_weight > 0:
+        first = rank_collapsed(
+            index,
+            state,
+            query,
+            first_limit(packing.k),
+            filters,
+            lexical,
+            summary_weight=_weight(packing),
+            prefer=prefer,
+            exact=exact,
+        )
+        text = lexical.text if lexical is not None else ""
+        feedback = context_feedback(
+            index, state, query, text, _gated(index, state, query, first, packing), feedback_weight
+        )
+        if feedback is not None:
+            first, query = None, feedback.vector
+            if lexical is not None:
+                lexical = replace(lexical, names=feedback.names)
+    leaves_of = _leaves_of(index, state, query, packing, filters, lexical, original, feedback)
     if mode == "traversal":
         lead = rank_traversal(index, state, query, beam, filters, lexical)
-        gated = _gated(index, state, query, lead, packing)
+        gated = _gated(index, state, original, lead, packing, feedback)
         results, exhausted = pack(state, gated, packing, filters.hidden, leaves_of)
         if not exhausted:
-            return with_similarities(index, query, results)
+            return with_similarities(index, original, results)
     taken = {node_id for node_id, _ in lead}
     limit = first_limit(packing.k)
     while True:
-        ranked = rank_collapsed(
-            index, state, query, limit, filters, lexical, summary_weight=_weight(packing), exact=exact
-        )
+        if first is not None:
+            ranked, first = first, None
+        else:
+            ranked = rank_collapsed(
+                index,
+                state,
+                query,
+                limit,
+                filters,
+                lexical,
+                summary_weight=_weight(packing),
+                prefer=prefer,
+                exact=exact,
+            )
+        if feedback is not None:
+            ranked = boosted(state, ranked, feedback.speaker)
         combined = [*lead, *(pair for pair in ranked if pair[0] not in taken)] if lead else ranked
-        gated = _gated(index, state, query, combined, packing)
+        gated = _gated(index, state, original, combined, packing, feedback)
         results, exhausted = pack(state, gated, packing, filters.hidden, leaves_of)
-        if not exhausted or len(ranked) < limit or _gate_closed(ranked, packing, lexical):
-            return with_similarities(index, query, results)
+        closed = _gate_closed(ranked, packing, lexical) and (feedback is None or packing.min_similarity is None)
+        if not exhausted or len(ranked) < limit or closed:
+            return with_similarities(index, original, results)
         limit *= 4
 
 
@@ -383,6 +523,8 @@ def _leaves_of(
     packing: Packing,
     filters: Filters,
     lexical: LexicalShare | None,
+    original: Vector | None = None,
+    feedback: Feedback | None = None,
 ) -> Callable[[str], Ranked] | None:
     """What a summary hit delivers in its place (``summary_hits="leaves"``), or
     ``None`` when summaries deliver their own text (or cannot rank at all)."""
@@ -402,11 +544,12 @@ def _leaves_of(
     return best_leaves_under(
         index,
         state,
-        query,
+        query if original is None else original,
         score,
         lambda node_id: _allowed(state, node_id, filters, selection),
         packing.min_score,
         packing.min_similarity,
+        feedback=feedback,
     )
 
 
@@ -435,13 +578,23 @@ def _weight(packing: Packing) -> float:
     return SUMMARY_HIT_WEIGHT if packing.summary_hits == "leaves" else SUMMARY_WEIGHT
 
 
-def _gated(index: VectorIndex, state: TreeState, query: Vector, ranked: Ranked, packing: Packing) -> Ranked:
-    """``ranked`` without the nodes below ``min_score`` or ``min_similarity``."""
+def _gated(
+    index: VectorIndex,
+    state: TreeState,
+    query: Vector,
+    ranked: Ranked,
+    packing: Packing,
+    feedback: Feedback | None = None,
+) -> Ranked:
+    """``ranked`` without the nodes below ``min_score`` or the relevance floor
+    (``min_similarity``; under context feedback a node may pass through its context:
+    :func:`memtree.feedback.passes_floor`)."""
     if packing.min_score is not None:
         ranked = [pair for pair in ranked if pair[1] >= packing.min_score]
     if packing.min_similarity is not None and ranked:
-        cosines = index.score(query, [node_id for node_id, _ in ranked]).tolist()
-        ranked = [pair for pair, cosine in zip(ranked, cosines, strict=True) if cosine >= packing.min_similarity]
+        ids = [node_id for node_id, _ in ranked]
+        passing = passes_floor(index, state, query, ids, packing.min_similarity, feedback)
+        ranked = [pair for pair, keep in zip(ranked, passing, strict=True) if keep]
     return ranked
 
 
@@ -513,12 +666,35 @@ class RetrieveOptions(TypedDict, total=False):
     exact: bool
     """``True``: rank by an exact scan of every vector even where an approximate
     (IVF) index serves searches (:mod:`memtree.ann`); ``False`` (left out): the index's way."""
+    now: TimeLike | None
+    """The reference time of relative expressions in the query ("last week"); left
+    out: the current time."""
+    parse_times: bool | None
+    """Whether a time expression in the query ranks the memories of its range higher
+    (:mod:`memtree.time_expressions`; ``None``: ``config.parse_times``). A ``time_range``
+    given turns it off."""
+    route_overviews: bool | Literal["always"] | None
+    """Whether an overview request ("what do you know about...", "recap...") is
+    answered by ``MemTree.overview`` (``None``: ``config.route_overviews``);
+    ``"always"``: every query, as an overview of what it names."""
+    context_feedback: float | None
+    """How far the best first match's tree context moves the query
+    (:mod:`memtree.feedback`; ``0``: not at all; ``None``: ``config.context_feedback``)."""
 
 
 RETRIEVE_OPTIONS: tuple[str, ...] = tuple(RetrieveOptions.__annotations__)
 """The names :class:`RetrieveOptions` allows, in order (adapters check theirs against it)."""
 
-_GIVEN_OR_CONFIG = ("k", "token_budget", "mode", "min_score", "lexical_weight", "same_subject", "summary_hits")
+_GIVEN_OR_CONFIG = (
+    "k",
+    "token_budget",
+    "mode",
+    "min_score",
+    "lexical_weight",
+    "same_subject",
+    "summary_hits",
+    "context_feedback",
+)
 """Options whose ``None`` means "the config's" (for the others ``None`` is a value:
 ``min_similarity=None`` turns the relevance floor off)."""
 
@@ -534,7 +710,15 @@ class Query:
     filters: Filters
     lexical_weight: float
     vector: Vector | None = None
+    prefer: Preference | None = None
+    """The time range the query names, ranked higher (``parse_times``)."""
+    feedback: float = 0.0
+    """How far the best leaf's context moves the query (``context_feedback``; 0: not at all)."""
+    routed: dict[str, Any] | None = None
+    """``MemTree.overview``'s arguments when the query is an overview request that
+    ``route_overviews`` sends there (:func:`memtree.intent.routed_overview`)."""
     exact: bool = False
+    """No approximate vector search (``retrieve(exact=True)``)."""
 
 
 def check_query(
@@ -547,7 +731,9 @@ def check_query(
     """``MemTree.retrieve``'s arguments with the config's defaults filled in; a bad
     value (or an unknown option) raises naming it and what it accepts.
     ``calibrated_floor`` is the memory's embedder's relevance floor, which
-    ``min_similarity="auto"`` (the config's default) stands for."""
+    ``min_similarity="auto"`` (the config's default) stands for. Unless a
+    ``time_range`` is given or ``parse_times`` is off, a time expression in the query
+    ("in May 2023", "last week", counted back from ``now``) becomes a :class:`Preference`."""
     require_text(query, "query")
     unknown = sorted(set(options) - set(RETRIEVE_OPTIONS))
     if unknown:
@@ -592,7 +778,16 @@ def check_query(
     exact = options.get("exact", False)
     if not isinstance(exact, bool):
         raise TypeError(f"exact must be True or False, got {exact!r}")
-    return Query(query, mode, packing, filters, float(weight), vector, exact)
+    parse = config.parse_times if options.get("parse_times") is None else options["parse_times"]
+    if not isinstance(parse, bool):
+        raise TypeError(f"parse_times must be True, False or None (the config's), got {parse!r}")
+    span = time_span(query, options.get("now")) if parse and time_range is None else None
+    prefer = Preference(span.as_range) if span is not None else None
+    feedback = given.get("context_feedback", config.context_feedback)
+    if isinstance(feedback, bool) or not isinstance(feedback, (int, float)) or not 0 <= feedback <= 10:
+        raise ValueError(f"context_feedback must be a number between 0 (off) and 10, got {feedback!r}")
+    routed = routed_overview(config, query, options, state)
+    return Query(query, mode, packing, filters, float(weight), vector, prefer, float(feedback), routed, exact)
 
 
 def resolve_floor(floor: object, configured: object, calibrated: float | None) -> float | None:
@@ -624,4 +819,16 @@ def answer(replica: Replica, query: Query, vector: Vector, beam: int) -> list[Re
         hidden = state.hidden(now)  # expired memories are never returned, nor summaries still holding them
         hidden = hidden | tainted(state, now) if hidden else hidden
         filters = replace(query.filters, hidden=hidden) if hidden else query.filters
-        return retrieve(index, state, vector, query.mode, beam, query.packing, filters, lexical, exact=query.exact)
+        return retrieve(
+            index,
+            state,
+            vector,
+            query.mode,
+            beam,
+            query.packing,
+            filters,
+            lexical,
+            query.prefer,
+            query.feedback,
+            exact=query.exact,
+        )

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from memtree.feedback import Feedback, passes_floor
 from memtree.index import VectorIndex
 from memtree.node import Vector
 from memtree.state import TreeState
@@ -60,14 +61,16 @@ def best_leaves_under(
     allowed: Callable[[str], bool],
     min_score: float | None,
     min_similarity: float | None,
+    feedback: Feedback | None = None,
 ) -> Callable[[str], Ranked]:
     """A function from a summary's id to its leaves that may be delivered, best
     first (ties by id), each with its own score (``score``: the ranking's scorer).
 
     A leaf may be delivered if ``allowed`` (the retrieval's filters: not expired,
     inside the time range) and if it passes the retrieval's own gates on its own
-    score and cosine, so a summary never brings in a leaf that would have been cut
-    had it ranked by itself."""
+    score and the relevance floor (:func:`memtree.feedback.passes_floor`, with the
+    retrieval's ``feedback``), so a summary never brings in a leaf that would have
+    been cut had it ranked by itself."""
 
     known: dict[str, Ranked] = {}  # a retrieval that widens its search packs again
 
@@ -84,8 +87,8 @@ def best_leaves_under(
         if min_score is not None:
             ranked = [pair for pair in ranked if pair[1] >= min_score]
         if min_similarity is not None and ranked:
-            cosines = index.score(query, [leaf for leaf, _ in ranked]).tolist()
-            ranked = [pair for pair, cosine in zip(ranked, cosines, strict=True) if cosine >= min_similarity]
+            passing = passes_floor(index, state, query, [leaf for leaf, _ in ranked], min_similarity, feedback)
+            ranked = [pair for pair, keep in zip(ranked, passing, strict=True) if keep]
         ranked.sort(key=lambda pair: (-pair[1], pair[0]))
         return ranked
 

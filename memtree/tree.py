@@ -23,7 +23,8 @@ from memtree.index import VectorIndex
 from memtree.model_calls import ModelCalls
 from memtree.model_choice import choose_models, given_models
 from memtree.node import LeafVersion, Node, RetrievedNode, Vector
-from memtree.replica import Replica, ann_settings, checkpoint_policy
+from memtree.overview import OverviewOptions, answer_overview, check_overview
+from memtree.replica import Replica
 from memtree.retrieval import RetrieveOptions, answer, check_query, relevance_floor
 from memtree.siblings import Siblings
 from memtree.state import TreeState
@@ -83,12 +84,8 @@ class MemTree:
         self.store, owns_store = as_store(store)
         self._owns_store, self._closed, self._counters = owns_store, False, Counters()
         self._siblings: Siblings[MemTree] = Siblings(self.with_namespace, SIBLING_CACHE_SIZE, MemTree.close)
-        lexical = self.config.lexical_weight > 0
         try:
-            self._replica = Replica(
-                self.store, self.namespace, lexical=lexical, refresh_interval=refresh_interval,
-                ann=ann_settings(self.config), checkpoints=checkpoint_policy(self.config),
-            )  # fmt: skip
+            self._replica = Replica.configured(self.store, self.namespace, self.config, refresh_interval)
             self._replica.refresh(force=True)
             # A stored namespace embeds with the model that built it (model_choice).
             models = choose_models(*given, None, stored=self._replica.state.info.embedder)
@@ -244,14 +241,12 @@ class MemTree:
         return self._writer.background.wait(timeout)
 
     def retrieve(self, query: str, **options: Unpack[RetrieveOptions]) -> list[RetrievedNode]:
-        """The nodes most relevant to ``query``, best first. Options, as keywords
-        (:class:`~memtree.retrieval.RetrieveOptions`; left out: the config's): ``k``,
-        ``token_budget``, ``mode``, ``min_similarity``, ``min_score``, ``leaves_only``,
-        ``where``, ``time_range``, ``query_embedding``, ``lexical_weight``,
-        ``same_subject``, ``summary_hits``. The relevance floor applies by default
-        (``min_similarity="auto"``: :attr:`relevance_floor`), so a query nothing stored
-        is about gets nothing; ``min_similarity=None`` turns it off."""
+        """The nodes most relevant to ``query``, best first; options as keywords, each left out
+        the config's (:class:`~memtree.retrieval.RetrieveOptions`). The relevance floor
+        applies by default (:attr:`relevance_floor`; ``min_similarity=None``: off)."""
         checked = check_query(self.config, self._state, query, options, self.relevance_floor)
+        if checked.routed is not None:  # an overview request ("what do you know about...")
+            return self.overview(**checked.routed)
         self._replica.maybe_refresh()
         vector = self._writer.embed_query(query) if checked.vector is None else checked.vector
         return answer(self._replica, checked, vector, self.config.beam)
@@ -259,21 +254,30 @@ class MemTree:
     async def aretrieve(self, query: str, **options: Unpack[RetrieveOptions]) -> list[RetrievedNode]:
         """Async :meth:`retrieve` (same options)."""
         checked = check_query(self.config, self._state, query, options, self.relevance_floor)
+        if checked.routed is not None:
+            return await self.aoverview(**checked.routed)
         await asyncio.to_thread(self._replica.maybe_refresh)
         vector = await self._writer.aembed_query(query) if checked.vector is None else checked.vector
         return answer(self._replica, checked, vector, self.config.beam)
 
+    def overview(self, about: str | None = None, **options: Unpack[OverviewOptions]) -> list[RetrievedNode]:
+        """What the memory holds about ``about`` (``None``: all): :mod:`memtree.overview`."""
+        checked = check_overview(self.config, about, options, self.relevance_floor)
+        return answer_overview(self._replica, checked, self._writer.embed_query)
+
+    async def aoverview(self, about: str | None = None, **options: Unpack[OverviewOptions]) -> list[RetrievedNode]:
+        """Async :meth:`overview` (same options)."""
+        return await asyncio.to_thread(self.overview, about, **options)
+
     @property
     def relevance_floor(self) -> float | None:
-        """The relevance floor calibrated for this memory's embedder, which
-        :meth:`retrieve` applies by default (``min_similarity="auto"``); ``None``: no
-        floor measured for this model (:func:`memtree.retrieval.relevance_floor`)."""
+        """The relevance floor calibrated for this memory's embedder, which :meth:`retrieve`
+        applies by default (``min_similarity="auto"``); ``None``: none measured for it."""
         return relevance_floor(self.embedder.name)
 
     def embed_query(self, query: str) -> Vector:
-        """The vector :meth:`retrieve` would compute for ``query`` (checked, unit
-        length); pass it back as ``query_embedding`` to search many namespaces
-        that share this memory's embedder with a single embedding call."""
+        """The vector :meth:`retrieve` would compute for ``query`` (unit length); pass it back
+        as ``query_embedding`` to search many namespaces sharing this embedder with one call."""
         return self._writer.embed_query(require_text(query, "query"))
 
     async def aembed_query(self, query: str) -> Vector:
@@ -281,10 +285,10 @@ class MemTree:
         return await self._writer.aembed_query(require_text(query, "query"))
 
     def delete(self, node_ids: str | Iterable[str]) -> int:
-        """Forget one leaf or several (ids) in one change; return how many. Each
-        affected summary is rewritten once from what remains, a parent left with one
-        child folded away. An unknown id (``KeyError``) or a summary's id
-        (``ValueError``) deletes nothing. ``delete(find(source_id="..."))`` forgets a source."""
+        """Forget one leaf or several (ids) in one change; return how many. Each affected
+        summary is rewritten once from what remains, a parent left with one child folded away.
+        An unknown id (``KeyError``) or a summary's id (``ValueError``) deletes nothing.
+        ``delete(find(source_id="..."))`` forgets a source."""
         return self._writer.delete([node_ids] if isinstance(node_ids, str) else node_ids)
 
     async def adelete(self, node_ids: str | Iterable[str]) -> int:
@@ -295,10 +299,9 @@ class MemTree:
     adelete_many = deprecated("adelete_many", adelete, "adelete(ids)")
 
     def sweep_expired(self) -> int:
-        """Delete every leaf whose expiry has passed, its ancestors rewritten as by
-        :meth:`delete`; return how many (``stats().extra["expired"]`` counts
-        them). Reads never return an expired leaf even before it is swept; writes
-        (:meth:`add`, :meth:`add_many`) and exports sweep on the way."""
+        """Delete every leaf whose expiry has passed, its ancestors rewritten as by :meth:`delete`;
+        return how many (``stats().extra["expired"]`` counts them). Reads never return an
+        expired leaf even before it is swept; writes (:meth:`add`...) and exports sweep too."""
         return self._writer.sweep_expired()
 
     async def asweep_expired(self) -> int:
@@ -317,10 +320,9 @@ class MemTree:
         return await self._writer.aset_expiry(check_leaf_ids(leaf_ids), keywords.new_expiry(options))
 
     def update(self, leaf_id: str, text: str, **options: Unpack[keywords.UpdateOptions]) -> str:
-        """Correct a leaf in place (same id; options ``metadata`` / ``timestamp``, left
-        out or ``None``: kept); summaries above its old and new place are rewritten,
-        :meth:`history` keeps the version replaced (:mod:`memtree.update`); the leaf
-        keeps its expiry."""
+        """Correct a leaf in place (same id; options ``metadata`` / ``timestamp``, left out or
+        ``None``: kept); summaries above its old and new place are rewritten, :meth:`history`
+        keeps the version replaced (:mod:`memtree.update`); the leaf keeps its expiry."""
         self.get(leaf_id)  # an expired leaf is gone: KeyError, as for an unknown id
         return updating.update(self._writer, leaf_id, text, **keywords.update_options(options))
 

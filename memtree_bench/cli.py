@@ -15,6 +15,7 @@ import typer
 
 from memtree.commands.common import CliError, cli_errors
 from memtree_bench.cli_locomo import locomo
+from memtree_bench.cli_overview import overview
 from memtree_bench.deps import require_bench_extra
 
 bench_app = typer.Typer(
@@ -97,3 +98,4 @@ def _option_names(message: str) -> str:
 
 
 bench_app.command()(locomo)
+bench_app.command()(overview)

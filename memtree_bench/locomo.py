@@ -15,6 +15,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 CATEGORY_NAMES: dict[int, str] = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 RETRIEVAL_CATEGORIES: tuple[int, ...] = (1, 2, 3, 4)
@@ -58,6 +59,13 @@ class Conversation:
 
 def load_locomo(path: str | os.PathLike[str], categories: Sequence[int] = RETRIEVAL_CATEGORIES) -> list[Conversation]:
     """Every conversation of the LoCoMo file at ``path``, with questions of ``categories``."""
+    return [conversation_of(item, categories) for item in read_locomo(path)]
+
+
+def read_locomo(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The raw objects of a file in LoCoMo's schema (a list of objects with a
+    ``conversation``), for readers of more than the turns and questions (the
+    annotations the overview benchmark builds its questions from)."""
     try:
         with open(path, encoding="utf-8") as file:
             raw = json.load(file)
@@ -70,7 +78,7 @@ def load_locomo(path: str | os.PathLike[str], categories: Sequence[int] = RETRIE
         raise ValueError(f"{os.fspath(path)!r} is not LoCoMo JSON: {error}") from None
     if not isinstance(raw, list) or not all(isinstance(item, dict) and "conversation" in item for item in raw):
         raise ValueError(f"{os.fspath(path)!r} is not LoCoMo data: expected a list of objects with 'conversation'")
-    return [_conversation(item, set(categories)) for item in raw]
+    return raw
 
 
 def select_conversations(conversations: list[Conversation], spec: str) -> list[Conversation]:
@@ -109,6 +117,11 @@ def first_sessions(conversation: Conversation, sessions: int) -> Conversation:
     by_id = {turn.dia_id: turn for turn in turns}
     questions = tuple(q for q in conversation.questions if all(e in by_id for e in q.evidence))
     return Conversation(conversation.sample_id, turns, questions, conversation.dropped_questions, by_id)
+
+
+def conversation_of(item: dict[str, Any], categories: Sequence[int] = RETRIEVAL_CATEGORIES) -> Conversation:
+    """One raw LoCoMo object (see :func:`read_locomo`) as a :class:`Conversation`."""
+    return _conversation(item, set(categories))
 
 
 def _conversation(item: dict[str, object], categories: set[int]) -> Conversation:

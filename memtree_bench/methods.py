@@ -362,9 +362,12 @@ class MemTreeMethod(Method):
         self.mode = mode
         self.retrieve_options = retrieve_options or {}
         self.memory: Any = None
+        self.now: float | None = None
 
     def ingest(self, turns: Sequence[Turn], conversation: str | None = None) -> IngestCost:
         self.memory, cost = self.builder.build(turns, conversation)
+        stamps = [turn.timestamp for turn in turns if turn.timestamp is not None]
+        self.now = max(stamps) if stamps else None
         return cost
 
     def ranked_texts(self, question: str, words: int) -> list[str]:
@@ -372,7 +375,9 @@ class MemTreeMethod(Method):
         # Evidence recall compares rankings at a word budget, so the relevance floor
         # that MemTree.retrieve applies by default is off unless a row turns it on:
         # it would only stop some rows from filling the budget (docs/benchmarks.md).
-        options = {"min_similarity": None, **self.retrieve_options}
+        # Relative times in questions ("last year") count back from the latest turn,
+        # the moment the questions are asked in, not from the day the benchmark runs.
+        options = {"min_similarity": None, "now": self.now, **self.retrieve_options}
         results = self.memory.retrieve(question, k=k, mode=self.mode, **options)
         return [result.context for result in results]
 

@@ -8,6 +8,7 @@ words. A method that returns long summaries pays for their length.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 
 from memtree.text import fold, split_sentences
 
@@ -34,11 +35,16 @@ def contexts_at_budgets(texts: Sequence[str], budgets: Sequence[int]) -> dict[in
 
 def turn_recall(utterance: str, context_folded: str) -> float:
     """Fraction of the utterance's sentences found verbatim in the (folded) context."""
-    sentences = [fold(sentence) for sentence in split_sentences(utterance)]
-    sentences = [sentence for sentence in sentences if sentence]
+    sentences = _folded_sentences(utterance)
     if not sentences:
         return 0.0
     return sum(sentence in context_folded for sentence in sentences) / len(sentences)
+
+
+@lru_cache(maxsize=100_000)
+def _folded_sentences(utterance: str) -> tuple[str, ...]:
+    """An utterance's non-empty folded sentences, split once however many contexts it is scored against."""
+    return tuple(sentence for sentence in (fold(part) for part in split_sentences(utterance)) if sentence)
 
 
 def evidence_recall(evidence_utterances: Sequence[str], context: str) -> float:

@@ -539,6 +539,32 @@ def test_reciprocal_rank_fusion_puts_first_what_both_rankings_hold_high(monkeypa
 
 
 @pytest.mark.slow
+def test_locomo_lookups_scores_issue_36s_ranking_beside_todays(tmp_path: Path) -> None:
+    """The lookups script on a tiny conversation (hashing embeddings): the main rows and
+    the rows that turn time parsing and context feedback off, from trees it saves."""
+    from tests.test_bench_locomo import QA, SESSIONS
+
+    data = tmp_path / "locomo_small.json"
+    conversation = {"speaker_a": "Ana", "speaker_b": "Ben", **SESSIONS}
+    data.write_text(json.dumps([{"sample_id": "tiny-1", "conversation": conversation, "qa": QA}]), encoding="utf-8")
+    command = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "locomo_lookups.py"),
+        f"--data={data}",
+        f"--trees={tmp_path / 'trees'}",
+        "--embedder=hashing",
+        f"--out={tmp_path}",
+        "--name=lookups",
+    ]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    subprocess.run(command, check=True, cwd=ROOT, env=env, capture_output=True, timeout=600)
+    report = (tmp_path / "lookups.md").read_text(encoding="utf-8")
+    for row in ("flat hybrid, as before", "memtree, as before", "time parsing only", "context feedback only"):
+        assert row in report
+    assert len(list((tmp_path / "trees").glob("*.db"))) == 2  # the default tree and the flat one, saved
+
+
+@pytest.mark.slow
 def test_the_adversarial_pass_runs_the_whole_table_and_reports_it(tmp_path: Path) -> None:
     """benchmarks/adversarial_pass.py (issue 39) at its smallest, SQLite only."""
     out = tmp_path / "pass"

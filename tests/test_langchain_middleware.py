@@ -15,7 +15,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from lc_fakes import PromptRecorder, hashing_memory, scripted
 from pydantic import BaseModel
 
-from langchain_memtree import MEMORY_HEADER, MemTreeMemoryMiddleware, format_memories
+from langchain_memtree import MEMORY_HEADER, OVERVIEW_HEADER, MemTreeMemoryMiddleware, format_memories, format_overview
 from memtree import HashingEmbedder, MemTree, MemTreeConfig, RetrievedNode
 
 
@@ -380,3 +380,40 @@ def test_recorded_exchanges_expire_with_the_memorys_default_ttl() -> None:
     (leaf,) = memory.leaves()
     assert leaf.expires_at is not None and before + 3600 <= leaf.expires_at <= time.time() + 3600
     memory.close()
+
+
+def test_a_message_asking_for_an_overview_gets_the_memory_s_overview_in_time_order() -> None:
+    memory = seeded()
+    middleware = MemTreeMemoryMiddleware(memory=memory, namespace=memory.namespace, token_budget=200, record=False)
+    agent = create_agent(scripted("You have a greyhound."), tools=[], middleware=[middleware])
+    recorder = PromptRecorder()
+    agent.invoke({"messages": [HumanMessage("What do you know about me?")]}, config={"callbacks": [recorder]})
+    parts = memory.overview(token_budget=200)
+    assert [part.answered_by for part in parts] == ["overview"] * 3
+    assert system_text(recorder) == format_overview(parts)
+    assert system_text(recorder).startswith(
+        f"{OVERVIEW_HEADER}\n- 2024-04-28: User: My greyhound is called Pepper.\n  Assistant: Lovely name!\n"
+        "- 2024-05-20: User: I work night shifts as a nurse."
+    )
+    off = MemTreeMemoryMiddleware(memory=memory, namespace=memory.namespace, record=False, route_overviews=False)
+    recorder = PromptRecorder()
+    create_agent(scripted("ok"), tools=[], middleware=[off]).invoke(
+        {"messages": [HumanMessage("What do you know about my greyhound?")]}, config={"callbacks": [recorder]}
+    )
+    assert system_text(recorder).startswith(MEMORY_HEADER)
+    with pytest.raises(TypeError, match="route_overviews"):
+        MemTreeMemoryMiddleware(memory=memory, route_overviews="sometimes")  # type: ignore[arg-type]
+
+
+def test_a_recap_of_a_relative_day_counts_back_from_the_middleware_s_clock() -> None:
+    memory = seeded()
+    middleware = MemTreeMemoryMiddleware(
+        memory=memory, namespace=memory.namespace, record=False, clock=lambda: "2024-05-21T09:00:00+00:00"
+    )
+    recorder = PromptRecorder()
+    create_agent(scripted("ok"), tools=[], middleware=[middleware]).invoke(
+        {"messages": [HumanMessage("What did we talk about yesterday?")]}, config={"callbacks": [recorder]}
+    )
+    assert system_text(recorder) == (
+        f"{OVERVIEW_HEADER}\n- 2024-05-20: User: I work night shifts as a nurse.\n  Assistant: That sounds tiring."
+    )

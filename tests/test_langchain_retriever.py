@@ -65,6 +65,7 @@ def test_documents_carry_json_metadata_and_the_node_context() -> None:
             "leaf_ids": list(hit.leaf_ids),
             "source_id": hit.source_id,
             "found_by": hit.found_by,
+            "answered_by": "retrieve",
             "metadata": hit.metadata,
         }
         json.dumps(doc.metadata)  # plain JSON, ready for any vector or doc store
@@ -117,3 +118,26 @@ def test_bad_options_are_refused_clearly() -> None:
     with pytest.raises(ValueError, match="time_range starts after it ends"):
         MemTreeRetriever(memory=memory, time_range=("2024-02-01", "2024-01-01"))
     assert len(MemTreeRetriever(memory=memory, k=1, token_budget=None).invoke("cello")) == 1
+
+
+def test_an_overview_request_is_answered_by_an_overview_and_the_documents_say_so() -> None:
+    retriever = MemTreeRetriever(memory=populated(), token_budget=300)
+    docs = retriever.invoke("What do you know about Pepper the greyhound?")
+    assert docs and {doc.metadata["answered_by"] for doc in docs} == {"overview"}
+    assert [doc.metadata["timestamp"] for doc in docs] == sorted(doc.metadata["timestamp"] for doc in docs)
+    assert all(doc.page_content.startswith("2024-") for doc in docs)  # each part dated
+    assert {doc.metadata["answered_by"] for doc in retriever.invoke("What is Pepper scared of?")} == {"retrieve"}
+    lookup = retriever.invoke("What do you know about Pepper the greyhound?", route_overviews=False)
+    assert {doc.metadata["answered_by"] for doc in lookup} == {"retrieve"}
+
+
+def test_the_overview_mode_answers_every_query_with_an_overview_of_it() -> None:
+    retriever = MemTreeRetriever(memory=populated(), route_overviews="always", token_budget=300)
+    docs = retriever.invoke("Leo's ramen")
+    assert docs and {doc.metadata["answered_by"] for doc in docs} == {"overview"}
+    assert {doc.page_content for doc in docs} == {
+        "2024-04-28: Leo ate chicken ramen with yuzu in Kyoto.",
+        "2024-08-10: Leo learned to make ramen broth at home.",
+    }
+    with pytest.raises(ValueError, match="route_overviews"):  # pydantic's ValidationError, at construction
+        MemTreeRetriever(memory=populated(), route_overviews="sometimes")  # type: ignore[arg-type]

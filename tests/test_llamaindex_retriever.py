@@ -246,3 +246,21 @@ def test_retriever_over_a_bare_memory_builds_nodes_from_leaves() -> None:
     assert first.node.metadata["speaker"] == "Maya"
     with pytest.raises(TypeError, match=r"memory must be a memtree\.MemTree"):
         MemTreeRetriever("not a memory")  # type: ignore[arg-type]
+
+
+def test_an_overview_request_is_answered_by_an_overview_in_every_path(index: MemTreeIndex) -> None:
+    from llama_index.core.llms import MockLLM
+
+    request = "What do you know about Pepper?"
+    routed = index.as_retriever(token_budget=300).retrieve(request)
+    assert routed and {r.node.metadata["answered_by"] for r in routed} == {"overview"}
+    looked_up = index.as_retriever(token_budget=300, route_overviews=False).retrieve(request)
+    assert {r.node.metadata["answered_by"] for r in looked_up} == {"retrieve"}
+    mode = index.as_retriever(token_budget=300, route_overviews="always").retrieve("Pepper the greyhound")
+    assert mode and {r.node.metadata["answered_by"] for r in mode} == {"overview"}
+    answer = index.as_query_engine(llm=MockLLM(), token_budget=300, route_overviews="always").query("Pepper")
+    assert answer.source_nodes and {s.node.metadata["answered_by"] for s in answer.source_nodes} == {"overview"}
+    chat = index.as_chat_engine(chat_mode="context", llm=MockLLM(), token_budget=300).chat(request)
+    assert chat.source_nodes and {s.node.metadata["answered_by"] for s in chat.source_nodes} == {"overview"}
+    with pytest.raises(ValueError, match="route_overviews"):
+        MemTreeRetriever(index.memory, route_overviews="sometimes")  # type: ignore[arg-type]

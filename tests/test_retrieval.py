@@ -33,8 +33,9 @@ TEXTS = [
 
 def build(**options: object) -> MemTree:
     """The memory these tests rank: summaries deliver their own text, so a test sees
-    the ranking itself (what a summary delivers instead is test_summary_hits.py's)."""
-    options = {"summary_hits": "text", **options}
+    the ranking itself (what a summary delivers instead is test_summary_hits.py's),
+    and the first match's context does not move the query (test_feedback.py's)."""
+    options = {"summary_hits": "text", "context_feedback": 0.0, **options}
     config = MemTreeConfig(theta0=0.15, drop_repeated_sentences=False, **options)  # type: ignore[arg-type]
     memory = MemTree(embedder=HashingEmbedder(64), config=config)
     for day, text in enumerate(TEXTS, start=1):
@@ -98,7 +99,11 @@ def test_collapsed_retrieval_equals_brute_force_ranking_on_a_large_tree(lexical_
     rng = np.random.default_rng(7)
     words = [f"w{i}" for i in range(60)]
     config = MemTreeConfig(
-        theta0=0.2, drop_repeated_sentences=False, lexical_weight=lexical_weight, summary_hits="text"
+        theta0=0.2,
+        drop_repeated_sentences=False,
+        lexical_weight=lexical_weight,
+        summary_hits="text",
+        context_feedback=0.0,
     )
     memory = MemTree(embedder=HashingEmbedder(32), config=config)
     memory.add_many([" ".join(rng.choice(words, size=6)) for _ in range(300)])
@@ -117,7 +122,7 @@ def test_discounted_summaries_rank_as_the_fused_candidates_say() -> None:
     4k + 16 candidates) still equals scoring everything on this tree."""
     people = ["Alice", "Bob", "Carol", "Dan", "Eve"]
     things = ["cat", "piano", "marathon", "bakery", "garden", "chess", "boat", "violin"]
-    config = MemTreeConfig(theta0=0.1, drop_repeated_sentences=False, summary_hits="text")
+    config = MemTreeConfig(theta0=0.1, drop_repeated_sentences=False, summary_hits="text", context_feedback=0.0)
     memory = MemTree(embedder=HashingEmbedder(64), config=config)
     for i in range(60):
         memory.add(f"{people[i % 5]} talked about the {things[i % 8]} on day {i}.")
