@@ -11,6 +11,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from PIL import Image
 from playwright.sync_api import sync_playwright
 
 from memtree import MemTree, viz
@@ -43,6 +44,15 @@ def main() -> None:
             view.locator("#tree li.hit.leaf > .row").first.click()
             view.screenshot(path=str(HERE / "tree-view.png"))
             browser.close()
+    for name in ("demo-tree.png", "tree-view.png"):
+        shrink(HERE / name)
+
+
+def shrink(path: Path) -> None:
+    """64 colours are enough for these flat pictures and keep each file near 100 KB
+    (the repository carries every version of them)."""
+    picture = Image.open(path).convert("RGB")
+    picture.quantize(colors=64, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
 
 
 if __name__ == "__main__":
