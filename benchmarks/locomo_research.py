@@ -1211,7 +1211,9 @@ def score(scene: Scene, queries: list[Query], variant: Variant, into: Scored) ->
 
 def check_against_engine(scene_path: Path, scene: Scene, queries: list[Query], embedder: DiskCachedEmbedder) -> str:
     """How many questions' contexts differ between the engine's ``retrieve`` and the
-    re-implementation (the engine's default, summary-text and leaves-only rows)."""
+    re-implementation (the engine's default, summary-text and leaves-only rows). The
+    re-implementation models the ranking, not issue 36's query side (time parsing,
+    context feedback, overview routing), so the engine is asked without it."""
     from memtree.tree import MemTree
 
     with MemTree(embedder=embedder, aggregator=ExtractiveAggregator(embedder)) as memory:
@@ -1225,7 +1227,16 @@ def check_against_engine(scene_path: Path, scene: Scene, queries: list[Query], e
         for query in queries:
             for name, variant, options in checks:
                 # min_score -1, no floor: the re-implementation applies no score threshold.
-                found = memory.retrieve(query.text, k=max(BUDGETS) // 8, min_score=-1.0, min_similarity=None, **options)
+                found = memory.retrieve(
+                    query.text,
+                    k=max(BUDGETS) // 8,
+                    min_score=-1.0,
+                    min_similarity=None,
+                    parse_times=False,
+                    context_feedback=0.0,
+                    route_overviews=False,
+                    **options,
+                )
                 engine = [r.context for r in found]
                 ours = variant(scene, query)
                 if contexts_at_budgets(engine, BUDGETS) != contexts_at_budgets(ours, BUDGETS):
