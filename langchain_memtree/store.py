@@ -521,8 +521,18 @@ class MemTreeStore(BaseStore):
                     for item_key, record in records.items()
                     if not is_expired(record, now) and matches(record["value"], op.filter)
                 ]
-            # beam-reached first; equal scores stay in namespace, then insertion, order
-            hits.sort(key=lambda hit: (best[(hit[1], hit[2])][0], -best[(hit[1], hit[2])][1]))
+            # beam-reached first; equal scores in namespace order, then in the order first put
+            # (leaf ids are random, so the tree's own order of equal scores is no order at all)
+            place = {ns: position for position, ns in enumerate(namespaces)}
+            hits.sort(
+                key=lambda hit: (
+                    best[(hit[1], hit[2])][0],
+                    -best[(hit[1], hit[2])][1],
+                    place[hit[1]],
+                    str(hit[3].get("created_at", "")),
+                    hit[2],
+                )
+            )
             if len(hits) >= wanted or exhausted:
                 return hits
             k *= 4

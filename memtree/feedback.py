@@ -44,6 +44,9 @@ NAME_WEIGHT = 0.5
 SPEAKER_BOOST = 0.1
 """What the leaves of the one speaker a query names add to their score."""
 
+TIE = 1e-6
+"""Two first scores this close are a tie: the question points at neither context."""
+
 Ranked = list[tuple[str, float]]
 
 _LABEL = re.compile(r"^.{0,60}?[A-Z][\w'’-]*(?: [A-Z][\w'’-]*)?:\s")
@@ -66,12 +69,14 @@ def context_feedback(
 ) -> Feedback | None:
     """The feedback of a first ranking (``ranked``, best first) for the query ``text``
     embedded as ``query``, the context's vector added at ``weight``
-    (``MemTreeConfig.context_feedback``); ``None`` when it found no leaf."""
+    (``MemTreeConfig.context_feedback``); ``None`` when it found no leaf, or when its
+    two best leaves score the same."""
     speaker = named_speaker(state, ranked, text)
     ranked = boosted(state, ranked, speaker)
-    best = next((node_id for node_id, _ in ranked if state.nodes[node_id].is_leaf), None)
-    if best is None:
-        return None
+    leaves = [(node_id, score) for node_id, score in ranked if state.nodes[node_id].is_leaf][:2]
+    if not leaves or (len(leaves) == 2 and leaves[0][1] - leaves[1][1] <= TIE):
+        return None  # no leaf, or two equally good: which context counts would be chance (ids are random)
+    best = leaves[0][0]
     parent = state.nodes[best].parent
     context_id = parent if parent is not None and parent != ROOT_ID and parent in index else best
     context = index.vectors([context_id])[0]

@@ -56,3 +56,20 @@ def test_names_are_capitalized_words_inside_sentences_the_query_lacks() -> None:
     leaf = "28 April 2024 Maya: We adopted a greyhound called Pepper. Leo's friend Ana from Porto came. I'm glad."
     assert names_in(leaf, "What is Maya's dog afraid of?", "Maya") == ("Pepper", "Ana", "Porto")
     assert names_in("Pepper is scared of bicycles.", "What is Pepper afraid of?", None) == ()
+
+
+def test_two_equally_good_first_matches_give_no_feedback_so_rankings_do_not_depend_on_ids() -> None:
+    """A tie at the top would let the random leaf ids choose whose context moves the
+    query; two memories built alike must rank alike."""
+    texts = [
+        "Maya adopted a rescue greyhound called Pepper.",
+        "Maya works night shifts as a nurse in Oslo.",
+        "Maya loves cardamom buns from the corner bakery.",
+    ]
+    scores = []
+    for _ in range(8):
+        memory = MemTree(embedder=HashingEmbedder(64), config=MemTreeConfig(theta0=0.2, min_similarity=None))
+        memory.add_many(texts)
+        hits = memory.retrieve("greyhound nurse ramen", k=3, leaves_only=True)
+        scores.append(sorted((hit.text, round(hit.score, 6)) for hit in hits))
+    assert all(ranking == scores[0] for ranking in scores)
