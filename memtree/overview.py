@@ -59,6 +59,7 @@ from memtree.index import VectorIndex
 from memtree.inputs import TimeLike, to_timestamp
 from memtree.node import ROOT_ID, Node, RetrievedNode, Vector, to_datetime
 from memtree.packing import DeliveredSentences, cut_to_budget
+from memtree.redaction import unreadable
 from memtree.replica import Replica
 from memtree.state import TreeState
 from memtree.text import date_of, fold, split_sentences
@@ -246,7 +247,7 @@ def answer_overview(
         index, state = replica.index, replica.state
         if index is None or len(index) == 0:
             return []
-        return _Overview(index, state, query, vector, settings, state.hidden(time.time())).parts()
+        return _Overview(index, state, query, vector, settings, unreadable(state, time.time())).parts()
 
 
 class _Overview:
@@ -441,6 +442,8 @@ class _Overview:
             return candidates
         scope = set(self.leaves)
         for summary in self._summaries_over(scope):
+            if summary in self.hidden:  # it still holds an expired leaf's text
+                continue
             below = [leaf for leaf in self.state.leaf_ids_under(summary) if leaf not in self.hidden]
             inside = tuple(leaf for leaf in below if leaf in scope)
             share = len(inside) / len(below) if below else 0.0

@@ -59,6 +59,15 @@ def tainted(state: TreeState, now: float) -> frozenset[str]:
     return frozenset(above - hidden)
 
 
+def unreadable(state: TreeState, now: float) -> frozenset[str]:
+    """What no reader may show at ``now``: the nodes :meth:`TreeState.hidden` hides
+    (expired leaves, summaries with nothing live below) and the :func:`tainted`
+    summaries that still hold an expired leaf's text. Every read path masks this one
+    set, so a new reader cannot forget half of it."""
+    hidden = state.hidden(now)
+    return hidden | tainted(state, now) if hidden else hidden
+
+
 def masked_texts(state: TreeState, now: float, limit: int = STANDIN_CHARS) -> dict[str, str]:
     """The stand-in text of every :func:`tainted` summary, made of what is live below
     it (deepest first, so a tainted child gives its stand-in, not its text)."""

@@ -44,7 +44,7 @@ from memtree.node import ROOT_ID, RetrievedNode, Vector
 from memtree.packing import Packing, pack
 from memtree.recency import SIBLINGS as SIBLINGS  # where users imported it from before
 from memtree.recency import newer_first
-from memtree.redaction import tainted
+from memtree.redaction import unreadable
 from memtree.replica import Replica
 from memtree.spare_core import IN_TURN, SEARCHES, Overlap
 from memtree.state import TreeState
@@ -816,8 +816,7 @@ def answer(replica: Replica, query: Query, vector: Vector, beam: int) -> list[Re
         if index is None or len(index) == 0:
             return []
         now = time.time()
-        hidden = state.hidden(now)  # expired memories are never returned, nor summaries still holding them
-        hidden = hidden | tainted(state, now) if hidden else hidden
+        hidden = unreadable(state, now)  # expired memories are never returned, nor summaries still holding them
         filters = replace(query.filters, hidden=hidden) if hidden else query.filters
         return retrieve(
             index,

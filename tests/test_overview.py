@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -13,6 +14,7 @@ import pytest
 from memtree import Aggregator, HashingEmbedder, MemTree, MemTreeConfig
 from memtree.intent import overview_request
 from memtree.node import Vector
+from memtree.overview import Settings, answer_overview, check_overview
 from memtree.text import count_tokens
 
 NOW = datetime(2024, 7, 1, tzinfo=UTC)
@@ -227,3 +229,24 @@ def test_a_question_about_what_someone_discussed_with_whom_is_a_lookup() -> None
     assert overview_request("What did Jolene and Deb discuss as a strategy for studying?", NOW) is None
     request = overview_request("What did we discuss about the wedding?", NOW)
     assert request is not None and request.about == "the wedding"
+
+
+def test_an_overview_never_reads_a_summary_that_still_holds_an_expired_memory() -> None:
+    """Before a sweep, a summary above an expired leaf may still say what it said;
+    the overview masks it as retrieve does (memtree.redaction.unreadable)."""
+    def prose(prompt: str) -> str:  # a model's summary: it restates, it does not quote
+        return "Maya named " + ", ".join(sorted(set(re.findall(r"zq\w+zq", prompt)))) + "."
+
+    memory = MemTree(embedder=HashingEmbedder(64), llm=prose, config=MemTreeConfig(theta0=0.0))
+    for day, word in enumerate(["alpha", "bravo", "charlie", "delta", "echo", "foxtrot"]):
+        text = f"Maya: on day {day} I told Leo a long story about my garden, my bike and the word zq{word}zq."
+        memory.add(text, timestamp=f"2024-01-0{day + 1}", ttl=0.3 if word == "bravo" else None)
+    assert any("zqbravozq" in node.text for node in memory._state.nodes.values() if not node.is_leaf)
+    expires = time.time() + 0.3
+    while time.time() <= expires:  # the real clock must pass the expiry (no upper bound: not a timing test)
+        time.sleep(0.05)
+    query = check_overview(memory.config, None, {"token_budget": 500})
+    for settings in (Settings(), Settings(summary_share=0.5), Settings(summary_share=None, summary_sentences=True)):
+        parts = answer_overview(memory._replica, query, memory.embed_query, settings)
+        assert parts and not any("zqbravozq" in part.text for part in parts)
+    assert not any("zqbravozq" in part.text for part in memory.overview(token_budget=500))
