@@ -18,6 +18,11 @@ hours of ``memtree bench overview``), under the benchmark's own rule
 
     python benchmarks/overview_person.py --data locomo10.json --trees /work/trees/ext-final --conversations 0-4
 
+``--family day`` (``month``, ``multi-hop``) scores another family the same way (its
+oracle picks from the question's scope: the span's turns, the named speaker's).
+``--recipe model --trees /work/trees/llm --flat-trees /work/trees/ext-final`` reads
+the model-written trees.
+
 Derived from the data: prints a table, writes nothing into the repository.
 """
 
@@ -94,6 +99,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--flat-trees", type=Path, help="where the flat trees are (default: --trees)")
     parser.add_argument("--conversations", default="0-4")
     parser.add_argument("--budgets", default="250,500")
+    parser.add_argument("--family", default="person", help="person, day, month or multi-hop")
     parser.add_argument("--no-oracle", action="store_true", help="skip the oracle rows (slow)")
     parser.add_argument("--rows", default="all", help="all, or overview (only memtree overview and flat hybrid)")
     args = parser.parse_args(argv)
@@ -144,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
             tree = _open_copy(saved, recipe, sample_id, turns, embedder, scratch, run)
             memories = Memories(conversation, flat, tree, embedder)
             utterances, names = conversation.utterances, conversation.speakers
-            for question in (q for q in conversation.questions if q.family == "person"):
+            for question in (q for q in conversation.questions if q.family == args.family):
                 line = [f"{sample_id} {question.question} ({len(question.facts)} facts)"]
                 for row in rows:
                     contexts = row.contexts(memories, question, budgets)
@@ -176,7 +182,7 @@ def main(argv: list[str] | None = None) -> None:
                 print(" | ".join(line), file=sys.stderr, flush=True)
             tree.close()
             flat.close()
-    print(f"\nperson questions, conversations {args.conversations}, trees {args.trees} ({args.recipe})")
+    print(f"\n{args.family} questions, conversations {args.conversations}, trees {args.trees} ({args.recipe})")
     print("| row | " + " | ".join(f"{b} words" for b in budgets) + " |")
     print("|---|" + "---:|" * len(budgets))
     for name, by_budget in totals.items():
