@@ -506,7 +506,7 @@ def _ranked_and_packed(
                 exact=exact,
             )
         if feedback is not None:
-            ranked = boosted(state, ranked, feedback.speaker)
+            ranked = boosted(index, state, ranked, feedback.speaker)
         combined = [*lead, *(pair for pair in ranked if pair[0] not in taken)] if lead else ranked
         gated = _gated(index, state, original, combined, packing, feedback)
         results, exhausted = pack(state, gated, packing, filters.hidden, leaves_of)
