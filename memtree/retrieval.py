@@ -54,9 +54,10 @@ from memtree.time_expressions import time_span
 from memtree.where import Selection, Where, parse_where
 
 Ranked = list[tuple[str, float]]
-WordHits = dict[tuple[bytes, bytes, int, bool], Ranked]
-"""BM25 searches made during one retrieval, by query: context feedback's second ranking
-asks the same words again unless it added names."""
+WordHits = dict[tuple[bytes, bytes, int, bool], tuple[Ranked, dict[str, float]]]
+"""BM25 searches made during one retrieval, by query, with every BM25 score worked out
+for that query since: context feedback's second ranking asks the same words again
+unless it added names."""
 
 
 @dataclass(frozen=True)
@@ -310,25 +311,27 @@ def _rank_hybrid(
             return _scored_among(index, query, among, limit)
         return index.search(query, limit, mask, exact=exact)
 
-    def word_search() -> tuple[LexicalQuery, Ranked, list[float]]:
+    def word_search() -> tuple[LexicalQuery, Ranked, list[float], dict[str, float]]:
         prepared = prepared_words(words, lexical)
         approximate = not exact and index.approximate  # then the words' search may be approximate too
         key = (prepared.terms.tobytes(), prepared.weights.tobytes(), limit, approximate)
-        hits = memo.get(key) if memo is not None else None
-        if hits is None:
+        found = memo.get(key) if memo is not None else None
+        if found is None:
             hits = words.search_and_score(prepared, limit, allowed, approximate=approximate)[0] if len(prepared) else []
+            found = (hits, dict(hits))
             if memo is not None:
-                memo[key] = hits
-        return prepared, hits, index.score(query, [node_id for node_id, _ in hits]).tolist()
+                memo[key] = found
+        hits, known = found
+        return prepared, hits, index.score(query, [node_id for node_id, _ in hits]).tolist(), known
 
-    dense, (prepared, hits, hit_similarities) = overlap.run(vector_search, word_search)
+    dense, (prepared, hits, hit_similarities, known) = overlap.run(vector_search, word_search)
     if not hits or hits[0][1] <= 0:  # no node shares a word with the query
         return _discounted(index, dense, summary_weight)
     similarities = dict(zip((node_id for node_id, _ in hits), hit_similarities, strict=True))
     similarities.update(dense)  # where both found a node, the vector search's own cosine
-    lexical_scores = dict(hits)
-    unscored = [node_id for node_id, _ in dense if node_id not in lexical_scores]
-    lexical_scores.update(zip(unscored, words.score_of(prepared, unscored).tolist(), strict=True))
+    unscored = [node_id for node_id, _ in dense if node_id not in known]
+    known.update(zip(unscored, words.score_of(prepared, unscored).tolist(), strict=True))
+    lexical_scores = known
     peak, weight = hits[0][1], lexical.weight
     scale = 1.0 / (1.0 + weight)
     fused = [
