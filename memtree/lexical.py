@@ -112,7 +112,7 @@ compaction would cost more than they do)."""
 _SCORE_ALL_ENTRIES = 30_000
 """Up to this many posting entries over the query's terms, score them all in one
 vectorized pass: cheaper than MaxScore's bookkeeping, which pays off on longer lists."""
-APPROXIMATE_ENTRIES = 20_000
+APPROXIMATE_ENTRIES = 5000
 """An approximate search (:meth:`LexicalIndex.search_and_score`) reads the posting
 lists of a query's rarest words up to this many entries in all."""
 APPROXIMATE_POOL = 4
@@ -735,10 +735,10 @@ class LexicalIndex:
             candidates, exact = check.best(touched, values, limit)
         else:
             with _Scratch(self._scratch, len(self._ids)) as accumulator:
+                found = None
                 if approximate and entries > APPROXIMATE_ENTRIES:
-                    candidates = self._rare_candidates(accumulator, prepared, limit, check)
-                else:
-                    candidates = self._candidates(accumulator, prepared, limit, check)
+                    found = self._rare_candidates(accumulator, prepared, limit, check)
+                candidates = found if found is not None else self._candidates(accumulator, prepared, limit, check)
             known = extra[extra >= 0]
             scored = self._exact(prepared, np.concatenate([candidates, known]))
             exact = scored[: candidates.size]
@@ -845,13 +845,17 @@ class LexicalIndex:
             for slots in seen:
                 accumulator[slots] = 0.0
 
-    def _rare_candidates(self, accumulator: FloatArray, query: LexicalQuery, limit: int, allowed: _Allowed) -> IntArray:
+    def _rare_candidates(
+        self, accumulator: FloatArray, query: LexicalQuery, limit: int, allowed: _Allowed
+    ) -> IntArray | None:
         """Slots likely to hold the ``limit`` best allowed documents: the
         ``APPROXIMATE_POOL * limit`` best by the partial score of the query's rarest
         terms, read rarest first while they hold at most :data:`APPROXIMATE_ENTRIES`
         posting entries (the rarest is always read). A document missed is one whose
         score comes from common words alone, which weigh least (idf); the caller scores
-        the candidates exactly, so every score it returns is the true one."""
+        the candidates exactly, so every score it returns is the true one. ``None``
+        when the rare words found fewer than ``limit`` allowed documents (a filter that
+        keeps few of them): then the exact search reads on."""
         sizes = self._size[query.terms]
         order = np.argsort(sizes, kind="stable").tolist()
         seen: list[IntArray] = []
@@ -865,11 +869,11 @@ class LexicalIndex:
                 read += size
             slots = np.concatenate(seen) if len(seen) > 1 else seen[0]
             partial = accumulator[slots]
-            pool = APPROXIMATE_POOL * limit
-            threshold = allowed.kth_best(slots, partial, pool)
-            if threshold == -math.inf:
-                return allowed.filter(slots)
-            return allowed.filter(slots[partial >= threshold])
+            threshold = allowed.kth_best(slots, partial, APPROXIMATE_POOL * limit)
+            if threshold > -math.inf:
+                return allowed.filter(slots[partial >= threshold])
+            kept = allowed.filter(slots)
+            return kept if kept.size >= limit or len(seen) == len(order) else None
         finally:
             for slots in seen:
                 accumulator[slots] = 0.0

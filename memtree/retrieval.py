@@ -301,8 +301,9 @@ def _rank_hybrid(
     """The union of the ``limit`` best nodes by cosine and by BM25, scored and
     discounted as :func:`rank_collapsed` says, best first (ties by id).
 
-    The BM25 search (with the cosines of its hits) does not need the vector search,
-    so ``overlap`` runs it beside the scan; the ranking is the same either way."""
+    The BM25 search does not need the vector search, so ``overlap`` runs it beside
+    the scan; the ranking is the same either way. The BM25 hits the vector search did
+    not return are scored by cosine after both."""
     words = state.lexical
     assert words is not None
 
@@ -311,7 +312,7 @@ def _rank_hybrid(
             return _scored_among(index, query, among, limit)
         return index.search(query, limit, mask, exact=exact)
 
-    def word_search() -> tuple[LexicalQuery, Ranked, list[float], dict[str, float]]:
+    def word_search() -> tuple[LexicalQuery, Ranked, dict[str, float]]:
         prepared = prepared_words(words, lexical)
         approximate = not exact and index.approximate  # then the words' search may be approximate too
         key = (prepared.terms.tobytes(), prepared.weights.tobytes(), limit, approximate)
@@ -321,14 +322,14 @@ def _rank_hybrid(
             found = (hits, dict(hits))
             if memo is not None:
                 memo[key] = found
-        hits, known = found
-        return prepared, hits, index.score(query, [node_id for node_id, _ in hits]).tolist(), known
+        return prepared, found[0], found[1]
 
-    dense, (prepared, hits, hit_similarities, known) = overlap.run(vector_search, word_search)
+    dense, (prepared, hits, known) = overlap.run(vector_search, word_search)
     if not hits or hits[0][1] <= 0:  # no node shares a word with the query
         return _discounted(index, dense, summary_weight)
-    similarities = dict(zip((node_id for node_id, _ in hits), hit_similarities, strict=True))
-    similarities.update(dense)  # where both found a node, the vector search's own cosine
+    similarities = dict(dense)  # where both found a node, the vector search's own cosine
+    unseen = [node_id for node_id, _ in hits if node_id not in similarities]
+    similarities.update(zip(unseen, index.score(query, unseen).tolist(), strict=True))
     unscored = [node_id for node_id, _ in dense if node_id not in known]
     known.update(zip(unscored, words.score_of(prepared, unscored).tolist(), strict=True))
     lexical_scores = known
