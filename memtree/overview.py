@@ -370,6 +370,7 @@ class _Overview:
         if feedback is not None:
             moved = LexicalShare(lexical.text, lexical.weight, names=feedback.names) if lexical is not None else None
             first = boosted(
+                self.index,
                 self.state,
                 rank_collapsed(self.index, self.state, feedback.vector, limit, filters, moved),
                 feedback.speaker,

@@ -273,6 +273,7 @@ def test_a_question_about_what_someone_discussed_with_whom_is_a_lookup() -> None
 def test_an_overview_never_reads_a_summary_that_still_holds_an_expired_memory() -> None:
     """Before a sweep, a summary above an expired leaf may still say what it said;
     the overview masks it as retrieve does (memtree.redaction.unreadable)."""
+
     def prose(prompt: str) -> str:  # a model's summary: it restates, it does not quote
         return "Maya named " + ", ".join(sorted(set(re.findall(r"zq\w+zq", prompt)))) + "."
 
