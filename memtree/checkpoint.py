@@ -22,7 +22,13 @@ Rules (docs/storage-and-failure-semantics.md):
 * the writer removes older segments and temporary folders once the new one is in
   place. A process that still maps a removed segment keeps reading it (the kernel
   keeps the files until the last map goes) and moves to the newer one on its next
-  adoption.
+  adoption;
+* ``compact()`` leaves no segment holding a deleted text: it writes one of the
+  current tree at once and removes the rest (:meth:`Replica.purge_segments
+  <memtree.replica.Replica.purge_segments>`), waiting for the lock, and removes
+  other namespaces' segments of an older generation (:func:`remove_outdated`); a
+  background writer whose tree is of a generation the store no longer has writes
+  nothing.
 """
 
 from __future__ import annotations

@@ -544,6 +544,8 @@ class Replica:
             return
         folder = self.segments or SegmentFolder(located.path, True, self.namespace, located.identity)
         self.wait()  # this process's background writer first: it holds the lock while it writes
+        if self._prepared is not None:
+            self.refresh(force=True)  # take the segment it wrote: if it is the current tree, it stays
         with folder.writing(wait=True) as held:
             if not held:
                 return

@@ -61,7 +61,9 @@ def on_disk(location: str, index_dir: str) -> list[Path]:
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
-def test_after_compact_no_file_holds_a_deleted_text(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+def test_after_compact_no_file_holds_a_deleted_text(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     if backend == "postgres":
         location, index_dir = request.getfixturevalue("postgres_dsn"), str(tmp_path / "index")
     else:
