@@ -34,6 +34,14 @@ How it stays fast as a memory grows to millions of nodes:
   reach it are kept and scored exactly from their own term lists (a forward index).
   Common words then cost little more than their upper bound.
 
+* **Approximate candidates at scale.** Where the vector search is approximate
+  (memories past ``ann_min_nodes``, without ``exact=True``), the BM25 side may be
+  too: candidates come from the query's rarest words only, up to
+  :data:`APPROXIMATE_ENTRIES` posting entries, and are then scored exactly. At 1M
+  nodes this reads a few thousand entries a query instead of the hundreds of
+  thousands a common word holds; recall@10 of the hybrid ranking against exact
+  search stays at 0.98 (benchmarks/results/scale.md).
+
 Scores are exactly those of the textbook computation: each document's terms are
 summed in query order with the same floating-point operations.
 """
