@@ -499,10 +499,17 @@ class _Matrix:
             yield first, self._tail[first - split : end - split]
 
     def read(self, slots: IntArray) -> Matrix:
+        """A copy of these rows. Rows all in one part are gathered in one ``take``
+        (routing reads a wide parent's children on every insert: the masked copies
+        cost more than the product that follows)."""
+        if not self.base_rows:
+            return np.take(self._tail, slots, axis=0)
         out = np.empty((slots.size, self.dimension), dtype=np.float32)
         in_base = slots < self.base_rows
         if in_base.all():
             out[:] = self._base[slots]
+        elif not in_base.any():
+            np.take(self._tail, slots - self.base_rows, axis=0, out=out)
         else:
             out[in_base] = self._base[slots[in_base]]
             out[~in_base] = self._tail[slots[~in_base] - self.base_rows]

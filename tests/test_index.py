@@ -197,3 +197,22 @@ def test_scoring_a_wide_parents_children_matches_scoring_them_by_id(ops: list[tu
                 index.score_children(query, "parent", children)
         else:
             np.testing.assert_array_equal(index.score_children(query, "parent", children), index.score(query, present))
+
+
+def test_rows_read_from_a_mapped_base_and_the_rows_after_it_are_the_rows_written() -> None:
+    """An index over a segment keeps the segment's rows as its base and appends after
+    them: reading rows from the base only, the appended part only or both gives the
+    vectors written, in the order asked."""
+    rng = np.random.default_rng(7)
+    base = unit_rows(rng, 6, 8)
+    base_ids = [f"b{i}" for i in range(6)]
+    index = VectorIndex.mapped(
+        8, base.copy(), np.ones(6, dtype=bool), np.zeros(6), base_ids.__getitem__, lambda i: int(i[1:]), None
+    )
+    extra = unit_rows(rng, 3, 8)
+    index.upsert(["t0", "t1", "t2"], extra, [True] * 3, [None] * 3)
+    truth = dict(zip([*base_ids, "t0", "t1", "t2"], [*base, *extra], strict=True))
+    query = unit_rows(rng, 1, 8)[0]
+    for ids in (["b4", "b1"], ["t2", "t0"], ["t1", "b5", "t0", "b0"]):
+        np.testing.assert_array_equal(index.vectors(ids), np.stack([truth[i] for i in ids]))
+        np.testing.assert_allclose(index.score(query, ids), [truth[i] @ query for i in ids], atol=1e-6)
