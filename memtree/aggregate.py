@@ -297,12 +297,14 @@ def _select_mmr(vectors: Matrix, relevance: np.ndarray, lengths: list[int], budg
     remaining = budget
     available = np.ones(len(lengths), dtype=bool)
     redundancy = np.full(len(lengths), -1.0, dtype=np.float32)
+    words = np.asarray(lengths)
+    central = (1.0 - diversity) * relevance  # the same every round: computed once (every insert runs this per level)
     while True:
-        fits = available & (np.asarray(lengths) <= remaining)
+        fits = available & (words <= remaining)
         if not fits.any():
             return chosen
         penalty = np.where(redundancy < 0, 0.0, redundancy)
-        score = (1.0 - diversity) * relevance - diversity * penalty
+        score = central - diversity * penalty
         score = np.where(fits, score, -np.inf)
         pick = int(np.argmax(score))
         chosen.append(pick)
