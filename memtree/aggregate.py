@@ -211,7 +211,8 @@ class ExtractiveAggregator(Aggregator):
             return "\n".join(candidates)
         vectors = sentence_vectors()
         target = vectors.mean(axis=0) if centroid is None else np.asarray(centroid, dtype=np.float32)
-        norm = float(np.linalg.norm(target))
+        flat = target.ravel()
+        norm = float(np.sqrt(flat.dot(flat)))  # np.linalg.norm's own arithmetic, without its checks
         relevance = vectors @ (target / norm) if norm > 0 else np.zeros(len(candidates), np.float32)
         chosen = _select_mmr(vectors, relevance, lengths, budget, self.diversity)
         if not chosen:  # even the best sentence is longer than the budget: keep its start
@@ -306,7 +307,7 @@ def _select_mmr(vectors: Matrix, relevance: np.ndarray, lengths: list[int], budg
         penalty = np.where(redundancy < 0, 0.0, redundancy)
         score = central - diversity * penalty
         score = np.where(fits, score, -np.inf)
-        pick = int(np.argmax(score))
+        pick = int(score.argmax())
         chosen.append(pick)
         available[pick] = False
         remaining -= lengths[pick]
