@@ -22,7 +22,13 @@ Rules (docs/storage-and-failure-semantics.md):
 * the writer removes older segments and temporary folders once the new one is in
   place. A process that still maps a removed segment keeps reading it (the kernel
   keeps the files until the last map goes) and moves to the newer one on its next
-  adoption.
+  adoption;
+* ``compact()`` leaves no segment holding a deleted text: it writes one of the
+  current tree at once and removes the rest (:meth:`Replica.purge_segments
+  <memtree.replica.Replica.purge_segments>`), waiting for the lock, and removes
+  other namespaces' segments of an older generation (:func:`remove_outdated`); a
+  background writer whose tree is of a generation the store no longer has writes
+  nothing.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,10 +120,22 @@ class SegmentFolder:
         candidates = self.candidates()
         return bool(candidates) and candidates[0][0] > seq
 
+    def entries(self) -> list[Path]:
+        """The segments and temporary folders in the folder (what :meth:`clean` removes)."""
+        try:
+            return sorted(
+                entry
+                for entry in self.path.iterdir()
+                if entry.is_dir() and entry.name.startswith((SEGMENT_PREFIX, TEMPORARY_PREFIX))
+            )
+        except OSError:
+            return []
+
     @contextmanager
-    def writing(self) -> Iterator[bool]:
-        """Hold the folder's writer lock if no other process does: yields whether it
-        is held (a process that does not get it writes nothing)."""
+    def writing(self, *, wait: bool = False) -> Iterator[bool]:
+        """Hold the folder's writer lock if no other process does (``wait``: once the
+        one that does lets go): yields whether it is held (a process that does not get
+        it writes nothing)."""
         if not self.writable:
             yield False
             return
@@ -129,7 +147,7 @@ class SegmentFolder:
             return
         try:
             try:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
                 yield False
                 return
@@ -150,3 +168,32 @@ class SegmentFolder:
 def segment_bytes(path: Path) -> int:
     """Bytes a segment folder holds on disk."""
     return sum(entry.stat().st_size for entry in path.iterdir()) if path.exists() else 0
+
+
+def remove_outdated(root: Path, head: Callable[[NamespaceKey], tuple[int, str]], identity: str, skip: Path) -> None:
+    """In every namespace's folder under ``root`` but ``skip``, remove the segments no
+    reopen can use any more: of a generation that is not their namespace's now (it was
+    compacted, so they may hold deleted texts, or deleted), of another database, or
+    that cannot be opened; and temporary folders. Each folder under its writer lock
+    (waiting for a writer there to finish). A segment of the current generation stays:
+    it is replaced by the next one a process of that namespace writes."""
+    try:
+        folders = [entry for entry in root.iterdir() if entry.is_dir() and entry != skip]
+    except OSError:
+        return
+    for path in folders:
+        with SegmentFolder(path, True, ()).writing(wait=True) as held:
+            if not held:
+                continue
+            for entry in SegmentFolder(path, True, ()).entries():
+                if entry.name.startswith(SEGMENT_PREFIX):
+                    try:
+                        segment = Segment.open(entry)
+                        fits = segment.identity == identity and head(tuple(segment.manifest["namespace"]))[1] == (
+                            segment.generation
+                        )
+                    except (SegmentError, OSError, KeyError, TypeError):
+                        fits = False
+                    if fits:
+                        continue
+                shutil.rmtree(entry, ignore_errors=True)

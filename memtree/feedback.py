@@ -71,9 +71,10 @@ def context_feedback(
     embedded as ``query``, the context's vector added at ``weight``
     (``MemTreeConfig.context_feedback``); ``None`` when it found no leaf, or when its
     two best leaves score the same."""
-    speaker = named_speaker(state, ranked, text)
-    ranked = boosted(state, ranked, speaker)
-    leaves = [(node_id, score) for node_id, score in ranked if state.nodes[node_id].is_leaf][:2]
+    speakers = _leaf_speakers(index, state, ranked)
+    speaker = _named(speakers, text)
+    ranked = _raised(ranked, speakers, speaker, SPEAKER_BOOST)
+    leaves = [(node_id, score) for node_id, score in ranked if node_id in speakers][:2]
     if not leaves or (len(leaves) == 2 and leaves[0][1] - leaves[1][1] <= TIE):
         return None  # no leaf, or two equally good: which context counts would be chance (ids are random)
     best = leaves[0][0]
@@ -85,28 +86,50 @@ def context_feedback(
     return Feedback(moved, names_in(state.nodes[best].text, text, speaker), speaker)
 
 
-def named_speaker(state: TreeState, ranked: Ranked, text: str) -> str | None:
+def named_speaker(index: VectorIndex, state: TreeState, ranked: Ranked, text: str) -> str | None:
     """The one speaker among the ranked leaves (``Name:`` at a leaf's start) whose name
     ``text`` says, or ``None`` (none, or several)."""
-    words = {_POSSESSIVE.sub("", word.lower()) for word in _TOKEN.findall(text)}
-    named = set()
-    for node_id, _ in ranked:
-        node = state.nodes[node_id]
-        speaker = speaker_of(node.text) if node.is_leaf else None
-        if speaker and all(part.lower() in words for part in speaker.split()):
-            named.add(speaker)
-    return next(iter(named)) if len(named) == 1 else None
+    return _named(_leaf_speakers(index, state, ranked), text)
 
 
-def boosted(state: TreeState, ranked: Ranked, speaker: str | None, boost: float = SPEAKER_BOOST) -> Ranked:
+def boosted(
+    index: VectorIndex, state: TreeState, ranked: Ranked, speaker: str | None, boost: float = SPEAKER_BOOST
+) -> Ranked:
     """``ranked`` with the leaves of ``speaker`` raised by ``boost``, best first (ties by id)."""
     if speaker is None or boost == 0:
         return ranked
-    nodes = state.nodes
-    raised = [
-        (node_id, score + boost if nodes[node_id].is_leaf and speaker_of(nodes[node_id].text) == speaker else score)
-        for node_id, score in ranked
-    ]
+    return _raised(ranked, _leaf_speakers(index, state, ranked), speaker, boost)
+
+
+def _leaf_speakers(index: VectorIndex, state: TreeState, ranked: Ranked) -> dict[str, str | None]:
+    """The speaker of each ranked leaf (``None``: no ``Name:`` label), by id; summaries
+    are absent. Read from the leaf flags and texts alone: building a node from a
+    stored row for each of the dozens ranked would cost more than the search."""
+    ids = [node_id for node_id, _ in ranked]
+    if not ids:
+        return {}
+    texts = state.nodes.text_of
+    return {
+        node_id: speaker_of(texts(node_id))
+        for node_id, leaf in zip(ids, index.leaf_flags(ids).tolist(), strict=True)
+        if leaf
+    }
+
+
+def _named(speakers: dict[str, str | None], text: str) -> str | None:
+    words = {_POSSESSIVE.sub("", word.lower()) for word in _TOKEN.findall(text)}
+    named = {
+        speaker
+        for speaker in set(speakers.values())
+        if speaker and all(part.lower() in words for part in speaker.split())
+    }
+    return next(iter(named)) if len(named) == 1 else None
+
+
+def _raised(ranked: Ranked, speakers: dict[str, str | None], speaker: str | None, boost: float) -> Ranked:
+    if speaker is None or boost == 0:
+        return ranked
+    raised = [(node_id, score + boost if speakers.get(node_id) == speaker else score) for node_id, score in ranked]
     raised.sort(key=lambda pair: (-pair[1], pair[0]))
     return raised
 
@@ -149,5 +172,6 @@ def passes_floor(
         passing |= index.score(feedback.vector, node_ids) >= floor
         if feedback.names:
             named = re.compile(r"\b(?:" + "|".join(map(re.escape, feedback.names)) + r")\b")
-            passing |= np.array([named.search(state.nodes[node_id].text) is not None for node_id in node_ids])
+            texts = state.nodes.text_of
+            passing |= np.array([named.search(texts(node_id)) is not None for node_id in node_ids])
     return [bool(value) for value in passing]

@@ -34,6 +34,14 @@ How it stays fast as a memory grows to millions of nodes:
   reach it are kept and scored exactly from their own term lists (a forward index).
   Common words then cost little more than their upper bound.
 
+* **Approximate candidates at scale.** Where the vector search is approximate
+  (memories past ``ann_min_nodes``, without ``exact=True``), the BM25 side may be
+  too: candidates come from the query's rarest words only, up to
+  :data:`APPROXIMATE_ENTRIES` posting entries, and are then scored exactly. At 1M
+  nodes this reads a few thousand entries a query instead of the hundreds of
+  thousands a common word holds; recall@10 of the hybrid ranking against exact
+  search stays at 0.98 (benchmarks/results/scale.md).
+
 Scores are exactly those of the textbook computation: each document's terms are
 summed in query order with the same floating-point operations.
 """
@@ -112,6 +120,11 @@ compaction would cost more than they do)."""
 _SCORE_ALL_ENTRIES = 30_000
 """Up to this many posting entries over the query's terms, score them all in one
 vectorized pass: cheaper than MaxScore's bookkeeping, which pays off on longer lists."""
+APPROXIMATE_ENTRIES = 5000
+"""An approximate search (:meth:`LexicalIndex.search_and_score`) reads the posting
+lists of a query's rarest words up to this many entries in all."""
+APPROXIMATE_POOL = 4
+"""An approximate search scores exactly this many times ``limit`` candidates."""
 _TEXTS_PER_CHUNK = 20_000
 """Bulk tokenizing handles this many texts at a time."""
 _DENSE_SCORES = 8
@@ -708,21 +721,32 @@ class LexicalIndex:
         limit: int,
         allowed: Callable[[str], bool] | None = None,
         also: Sequence[str] = (),
+        *,
+        approximate: bool = False,
     ) -> tuple[list[tuple[str, float]], FloatArray]:
         """:meth:`search`, and in the same pass the scores of the ids in ``also``
         (whatever ``allowed`` says; 0 for an absent id), as :meth:`score_of` gives them.
-        Hybrid retrieval asks for the BM25 scores of the vector search's hits this way."""
+        Hybrid retrieval asks for the BM25 scores of the vector search's hits this way.
+
+        ``approximate``: candidates come from the query's rarest terms only, up to
+        :data:`APPROXIMATE_ENTRIES` posting entries (:meth:`_rare_candidates`); the
+        scores returned are still exact. Retrieval asks for it where its vector search
+        is approximate too (memories past ``ann_min_nodes``, without ``exact=True``)."""
         prepared = self.prepare(query) if isinstance(query, str) else query
         extra = np.fromiter(map(self._slot, also), dtype=np.int64, count=len(also))
         if not len(prepared):
             return [], np.zeros(len(also), dtype=np.float64)
         check = _Allowed(self._ids, allowed)
-        if int(self._size[prepared.terms].sum()) <= _SCORE_ALL_ENTRIES:
+        entries = int(self._size[prepared.terms].sum())
+        if entries <= _SCORE_ALL_ENTRIES:
             touched, values, extra_scores = self._score_all(prepared, extra)
             candidates, exact = check.best(touched, values, limit)
         else:
             with _Scratch(self._scratch, len(self._ids)) as accumulator:
-                candidates = self._candidates(accumulator, prepared, limit, check)
+                found = None
+                if approximate and entries > APPROXIMATE_ENTRIES:
+                    found = self._rare_candidates(accumulator, prepared, limit, check)
+                candidates = found if found is not None else self._candidates(accumulator, prepared, limit, check)
             known = extra[extra >= 0]
             scored = self._exact(prepared, np.concatenate([candidates, known]))
             exact = scored[: candidates.size]
@@ -825,6 +849,39 @@ class LexicalIndex:
             if threshold == -math.inf:
                 return allowed.filter(slots)
             return allowed.filter(slots[partial >= threshold - abs(threshold) * _SLACK])
+        finally:
+            for slots in seen:
+                accumulator[slots] = 0.0
+
+    def _rare_candidates(
+        self, accumulator: FloatArray, query: LexicalQuery, limit: int, allowed: _Allowed
+    ) -> IntArray | None:
+        """Slots likely to hold the ``limit`` best allowed documents: the
+        ``APPROXIMATE_POOL * limit`` best by the partial score of the query's rarest
+        terms, read rarest first while they hold at most :data:`APPROXIMATE_ENTRIES`
+        posting entries (the rarest is always read). A document missed is one whose
+        score comes from common words alone, which weigh least (idf); the caller scores
+        the candidates exactly, so every score it returns is the true one. ``None``
+        when the rare words found fewer than ``limit`` allowed documents (a filter that
+        keeps few of them): then the exact search reads on."""
+        sizes = self._size[query.terms]
+        order = np.argsort(sizes, kind="stable").tolist()
+        seen: list[IntArray] = []
+        read = 0
+        try:
+            for step, position in enumerate(order):
+                size = int(sizes[position])
+                if step and read + size > APPROXIMATE_ENTRIES:
+                    break
+                seen.append(self._accumulate(accumulator, query, position))
+                read += size
+            slots = np.concatenate(seen) if len(seen) > 1 else seen[0]
+            partial = accumulator[slots]
+            threshold = allowed.kth_best(slots, partial, APPROXIMATE_POOL * limit)
+            if threshold > -math.inf:
+                return allowed.filter(slots[partial >= threshold])
+            kept = allowed.filter(slots)
+            return kept if kept.size >= limit or len(seen) == len(order) else None
         finally:
             for slots in seen:
                 accumulator[slots] = 0.0

@@ -56,6 +56,18 @@ class NodeTable(Mapping[str, Node]):
         node = self._from_segment(node_id)
         return default if node is None else node
 
+    def text_of(self, node_id: str) -> str:
+        """A node's text without building the node (a query reads the texts of dozens of
+        ranked nodes; building each from its row costs ten times the text alone)."""
+        node = self._live.get(node_id) or self._built.get(node_id)
+        if node is not None:
+            return node.text
+        row = self._clean_row(node_id)
+        if row < 0:
+            raise KeyError(node_id)
+        assert self.segment is not None
+        return self.segment.text_at(row)
+
     def __contains__(self, node_id: object) -> bool:
         if node_id in self._live:
             return True

@@ -23,16 +23,19 @@ least informative ones ("Maya: thanks!"). An overview covers that part instead:
    worth per token (to the power 0.5 without a topic, 1 with one), each part a day
    has given discounting that day's next by :data:`REPEAT_DISCOUNT` (without a topic;
    a topic takes its most relevant parts wherever they are), until ``token_budget``
-   or ``k``.
+   or ``k``. A part costs the tokens it is delivered in (its date said). Without a
+   topic, a content word a chosen part already said no longer counts in the worth
+   of the next (a second turn about the adoption tells less that is new).
 4. **Summaries.** A summary stands in for its leaves when all of them lie in the
    scope and its text is not made of their own sentences: a model's prose restates
    several of their facts in fewer words, an extractive summary only repeats some of
    their sentences. It is worth the information of its own text.
 5. **Order.** The parts come in time order, each dated: a text that does not start
    with a date gets ``YYYY-MM-DD: `` (a summary its first and last day), said once
-   per day. A part's ``score`` is its worth over the best part's, its ``similarity``
-   its cosine with the topic (``None`` without one), ``answered_by`` is
-   ``"overview"``.
+   per day; a transcript turn's own date and time (``1:56 pm on 8 May, 2023 Maya:``)
+   is said as that day (``2023-05-08: Maya:``), in one word instead of six. A part's
+   ``score`` is its worth over the best part's, its ``similarity`` its cosine with
+   the topic (``None`` without one), ``answered_by`` is ``"overview"``.
 
 No model is called; the topic, when there is one, is embedded once. Each mechanism
 was kept for what it measured on LoCoMo conversations 0-4 with extractive trees
@@ -200,9 +203,13 @@ class Choice:
     """A leaf's information times ``((1 + first-person words) / (1 + second-person
     words)) ** self_weight``: what a speaker says of themselves ("I moved to Porto")
     holds the facts about them; a reply about the listener, or a question, little."""
+    novelty: float = 0.0
+    """How much a content word already said by a chosen part stops counting in the
+    information of the next: 0 counts it again, 1 not at all (a second turn about the
+    adoption says less that is new than a first turn about the move)."""
 
 
-SCOPE = Choice(repeat_discount=REPEAT_DISCOUNT, cost_power=0.5, self_weight=1.0)
+SCOPE = Choice(repeat_discount=REPEAT_DISCOUNT, cost_power=0.5, self_weight=1.0, novelty=1.0)
 """An overview of a person, a span or everything: coverage first."""
 
 TOPIC = Choice(repeat_discount=1.0, cost_power=1.0, self_weight=0.0)
@@ -363,6 +370,7 @@ class _Overview:
         if feedback is not None:
             moved = LexicalShare(lexical.text, lexical.weight, names=feedback.names) if lexical is not None else None
             first = boosted(
+                self.index,
                 self.state,
                 rank_collapsed(self.index, self.state, feedback.vector, limit, filters, moved),
                 feedback.speaker,
@@ -485,12 +493,13 @@ class _Overview:
 
     def parts(self) -> list[RetrievedNode]:
         query = self.query
-        count = query.count_tokens
         heaps: dict[object, list[tuple[float, int, _Part]]] = {}
-        for number, part in enumerate(self._candidates()):
-            cost = max(1, count(part.text))
+        power = self.choice.cost_power
+        candidates = self._candidates()
+        costs = [self._cost(part) for part in candidates]
+        for number, part in enumerate(candidates):
             key = self._segment(self.state.nodes[part.leaves[0]])
-            heaps.setdefault(key, []).append((-part.worth / cost**self.choice.cost_power, number, part))
+            heaps.setdefault(key, []).append((-part.worth / costs[number] ** power, number, part))
         for heap in heaps.values():
             heapq.heapify(heap)
         taken: Counter[object] = Counter()
@@ -498,9 +507,16 @@ class _Overview:
         chosen: list[_Part] = []
         spent = 0
         discount = self.choice.repeat_discount
+        novelty = self.choice.novelty
+        said: set[str] = set()
         while heaps and spent < query.token_budget and (query.k is None or len(chosen) < query.k):
             key = min(heaps, key=lambda seg: heaps[seg][0][0] * discount ** taken[seg])
-            _, _, part = heapq.heappop(heaps[key])
+            priority, number, part = heapq.heappop(heaps[key])
+            if novelty > 0 and said:
+                fresh = -self._new_worth(part, said, novelty) / costs[number] ** power
+                if fresh > priority + 1e-12:  # worth less now: back in line (lazy greedy)
+                    heapq.heappush(heaps[key], (fresh, number, part))
+                    continue
             if not heaps[key]:
                 del heaps[key]
             if not part.sentence and any(leaf in covered for leaf in part.leaves):
@@ -509,8 +525,27 @@ class _Overview:
                 covered.update(part.leaves)
             chosen.append(part)
             taken[key] += 1
-            spent += count(part.text)
+            spent += costs[number]
+            if novelty > 0:
+                said.update(_content_words(part.text))
         return self._packed(chosen)
+
+    def _cost(self, part: _Part) -> int:
+        """What a part costs as delivered, its date said (at least 1 token): a
+        transcript turn's own date is delivered shorter (:func:`_dated`), and a budget
+        counted on the stored text would end the choice with room left."""
+        stamps = [self.state.nodes[leaf].timestamp for leaf in part.leaves]
+        return max(1, self.query.count_tokens(_dated(part.text, stamps)[0]))
+
+    def _new_worth(self, part: _Part, said: set[str], novelty: float) -> float:
+        """A part's worth with the content words already said counting ``1 - novelty``
+        of their information: the same share of its worth as of its information."""
+        words = set(_content_words(part.text))
+        full = self._rarity(words)
+        if full <= 0:
+            return part.worth
+        repeated = self._rarity(words & said)
+        return part.worth * (full - novelty * repeated) / full
 
     # -- delivery -------------------------------------------------------------------------
 
@@ -642,18 +677,28 @@ def _quotes_leaves(state: TreeState, summary: str, leaves: list[str]) -> bool:
 
 def _dated(text: str, stamps: list[float | None], previous: str | None = None) -> tuple[str, str | None]:
     """``text`` with its date in front (``YYYY-MM-DD: ``, or a first and last date)
-    unless it already starts with one, and the date it goes by. When the part before
-    went by the same single day (``previous``), the date is not said again: none is
-    added, and a transcript turn's date is left out (``1:56 pm on 8 May, 2023
-    Caroline: ...`` becomes ``Caroline: ...``), as packing leaves out a sentence
+    unless it already starts with one, and the date it goes by. A transcript turn's
+    own date of that day (``1:56 pm on 8 May, 2023 Caroline: ...``) gives way to the
+    short one (``2023-05-08: Caroline: ...``): six words say what one does, and an
+    overview is read by the day. When the part before went by the same single day
+    (``previous``), the date is not said again, as packing leaves out a sentence
     already given."""
     days = sorted({moment.date() for moment in map(to_datetime, stamps) if moment is not None})
     day = days[0].isoformat() if len(days) == 1 else None
+    transcript = _TRANSCRIPT_DATE.match(text)
+    if transcript and day is not None and _transcript_day(transcript.group()) == day:
+        text = text[transcript.end() :].lstrip()
     written = date_of(text) is not None
     if day is not None and day == previous:
-        transcript = _TRANSCRIPT_DATE.match(text)
-        return (text[transcript.end() :].lstrip() if transcript else text), day
+        again = _TRANSCRIPT_DATE.match(text)
+        return (text[again.end() :].lstrip() if again else text), day
     if written or not days:
         return text, day
     span = days[0].isoformat() if len(days) == 1 else f"{days[0].isoformat()} – {days[-1].isoformat()}"
     return f"{span}: {text}", day
+
+
+def _transcript_day(written: str) -> str | None:
+    """The day (``YYYY-MM-DD``) a transcript turn's date names, if it names one."""
+    moments = [to_datetime(stamp) for stamp in _dates_in(written)]
+    return moments[0].date().isoformat() if moments and moments[0] is not None else None

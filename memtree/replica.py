@@ -35,14 +35,22 @@ from typing import Any, TypeVar
 import numpy as np
 
 from memtree.ann import IvfIndex, train_centroids
-from memtree.checkpoint import LOCK_FILE, CheckpointPolicy, SegmentFolder
+from memtree.checkpoint import LOCK_FILE, CheckpointPolicy, SegmentFolder, remove_outdated
 from memtree.config import MemTreeConfig
 from memtree.index import AnnSettings, VectorIndex
 from memtree.node import ROOT_ID, LeafVersion, Node
 from memtree.redaction import masked_texts, redacted
 from memtree.segment import FrozenTree, Segment, SegmentError, ivf_lists, write_segment
 from memtree.state import TreeState, paused_gc
-from memtree.store.base import ChangeBatch, NamespaceInfo, NamespaceKey, RecordChanges, Store, WriteTransaction
+from memtree.store.base import (
+    ChangeBatch,
+    CompactionReport,
+    NamespaceInfo,
+    NamespaceKey,
+    RecordChanges,
+    Store,
+    WriteTransaction,
+)
 
 R = TypeVar("R")
 
@@ -462,28 +470,12 @@ class Replica:
                     return
                 except SegmentError:
                     pass  # damaged: write one from this tree instead
-            with self.lock.read():
-                state, index = self.state, self.index
-                if index is None or state.info.dimension is None or state.generation is None:
-                    return
-                root, changed, clean = state.freeze()
-                segment = state.nodes.segment
-                rows = len(index)
-                trained = index.ivf.trained_rows if index.ivf is not None else 0
-                frozen = FrozenTree(
-                    namespace=self.namespace,
-                    identity=folder.identity,
-                    generation=state.generation,
-                    seq=state.seq,
-                    info=state.info,
-                    dimension=state.info.dimension,
-                    root=root,
-                    changed=changed,
-                    base=segment,
-                    base_kept=clean,
-                    ivf_rows=rows if self.ann.min_rows is not None and rows >= self.ann.min_rows else None,
-                    retrain=not trained or rows >= RETRAIN_GROWTH * trained,
-                )
+            if self.store.head(self.namespace)[1] != self.state.generation:
+                return  # compacted or deleted since this tree was read: a segment of it would never be used
+            frozen = self._freeze(folder)
+            if frozen is None:
+                return
+            segment = frozen.base
             if segment is not None and segment.verify():
                 logger.warning("memtree: segment %s fails its checksums; reading the tree from the rows", segment.path)
                 folder.clean(keep=folder.path / LOCK_FILE)
@@ -494,6 +486,99 @@ class Replica:
         self._prepare(path)
         self.events["segments_written"] = self.events.get("segments_written", 0) + 1
         self.events["segment_seconds"] = self.events.get("segment_seconds", 0.0) + time.perf_counter() - started
+
+    def _freeze(self, folder: SegmentFolder) -> FrozenTree | None:
+        """What a new segment is written from: a frozen copy of the tree, taken under
+        the read lock (``None``: no tree to write yet)."""
+        with self.lock.read():
+            state, index = self.state, self.index
+            if index is None or state.info.dimension is None or state.generation is None:
+                return None
+            root, changed, clean = state.freeze()
+            rows = len(index)
+            trained = index.ivf.trained_rows if index.ivf is not None else 0
+            return FrozenTree(
+                namespace=self.namespace,
+                identity=folder.identity,
+                generation=state.generation,
+                seq=state.seq,
+                info=state.info,
+                dimension=state.info.dimension,
+                root=root,
+                changed=changed,
+                base=state.nodes.segment,
+                base_kept=clean,
+                ivf_rows=rows if self.ann.min_rows is not None and rows >= self.ann.min_rows else None,
+                retrain=not trained or rows >= RETRAIN_GROWTH * trained,
+            )
+
+    # -- compaction --------------------------------------------------------------------------------
+
+    def compact(self) -> CompactionReport:
+        """Drop the store's dead rows (:meth:`Store.compact`), catch up, then leave no
+        index file of this namespace holding a text its rows no longer hold
+        (:meth:`purge_segments`), and remove the other namespaces' segments that the
+        compaction made useless (:func:`~memtree.checkpoint.remove_outdated`)."""
+        report = self.store.compact()
+        self.refresh(force=True)
+        self.purge_segments()
+        located = self.store.index_folder(self.namespace)
+        if located is not None and located.writable:  # other namespaces: what compaction made useless
+            remove_outdated(located.path.parent, self.store.head, located.identity, skip=located.path)
+        return report
+
+    def purge_segments(self) -> None:
+        """Replace this namespace's segments by one written now from the current tree
+        (or, below the size segments are written from, remove them), unless the folder
+        already holds just one that is the current tree with no word of a removed text.
+
+        A segment holds the texts, metadata and words of the tree it was frozen from,
+        deleted or replaced ones included until a newer segment replaces it: a delete
+        made for privacy is only gone from disk once this has run. It waits for the
+        folder's writer lock (a segment another process is writing is replaced after
+        it); a process still mapping a removed segment keeps reading it (on Linux the
+        kernel frees the pages with the last map) and moves to the new one at its next
+        refresh."""
+        located = self.store.index_folder(self.namespace)
+        if located is None or not located.writable or not located.path.is_dir():
+            return
+        folder = self.segments or SegmentFolder(located.path, True, self.namespace, located.identity)
+        self.wait()  # this process's background writer first: it holds the lock while it writes
+        if self._prepared is not None:
+            self.refresh(force=True)  # take the segment it wrote: if it is the current tree, it stays
+        with folder.writing(wait=True) as held:
+            if not held:
+                return
+            entries = folder.entries()
+            if not entries:
+                return
+            current = self.state.nodes.segment
+            if current is not None and entries == [current.path] and self._is_current_tree(current):
+                return
+            policy, index = self.checkpoints, self.index
+            due = self.segments is not None and policy is not None and len(index or ()) >= policy.min_rows
+            frozen = self._freeze(folder) if due else None
+            if frozen is None:
+                folder.clean(keep=folder.path / LOCK_FILE)  # no segment is due at this size: a reopen reads the rows
+                return
+            if frozen.base is not None and frozen.base.verify():
+                logger.warning("memtree: segment %s fails its checksums; reading the rows", frozen.base.path)
+                folder.clean(keep=folder.path / LOCK_FILE)
+                self._prepare_from_rows()
+            else:
+                path = write_segment(folder.path, frozen)
+                folder.clean(keep=path)
+                self._prepare(path)
+        self.refresh(force=True)  # adopt it now: this process no longer maps the old segment
+
+    def _is_current_tree(self, segment: Segment) -> bool:
+        """Whether ``segment`` is exactly this process's tree (nothing committed or
+        changed since it was written) and its vocabulary has no word without a posting
+        (segments written before words were dropped with their texts kept them)."""
+        state = self.state
+        if segment.seq != state.seq or segment.generation != state.generation or state.nodes.dirty_rows:
+            return False
+        return bool(np.all(np.diff(np.asarray(segment.arrays["lex_posting_offsets"])) > 0))
 
     def _prepare(self, path: Path) -> None:
         """Load a segment and catch it up from the store, ready for :meth:`_adopt`."""

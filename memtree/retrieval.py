@@ -54,6 +54,10 @@ from memtree.time_expressions import time_span
 from memtree.where import Selection, Where, parse_where
 
 Ranked = list[tuple[str, float]]
+WordHits = dict[tuple[bytes, bytes, int, bool], tuple[Ranked, dict[str, float]]]
+"""BM25 searches made during one retrieval, by query, with every BM25 score worked out
+for that query since: context feedback's second ranking asks the same words again
+unless it added names."""
 
 
 @dataclass(frozen=True)
@@ -189,6 +193,8 @@ def rank_collapsed(
     summary_weight: float = SUMMARY_WEIGHT,
     prefer: Preference | None = None,
     exact: bool = False,
+    among: Sequence[str] | None = None,
+    memo: WordHits | None = None,
 ) -> Ranked:
     """The best nodes among those the filters allow, by cosine similarity or, when
     ``lexical`` is given, by ``(cosine + weight * BM25 / best BM25) / (1 + weight)``:
@@ -216,7 +222,12 @@ def rank_collapsed(
     ``exact`` (:meth:`memtree.index.VectorIndex.search`); the filters hold either way.
 
     With ``prefer``, the best nodes inside its time range are ranked as well and every
-    node of either list is rescored on one scale (:func:`_preferring`)."""
+    node of either list is rescored on one scale (:func:`_preferring`).
+
+    ``among``: the vector side scores these nodes (which the filters allowed in an
+    earlier ranking) instead of searching: context feedback's second ranking on an
+    approximate memory (:func:`_feedback_among`). ``memo``: BM25 searches already
+    made for this retrieval, by query (the filters are the same for all of them)."""
     if prefer is not None:
         return _preferring(index, state, query, limit, filters, lexical, overlap, summary_weight, prefer, exact)
     selection = state.leaves_matching(filters.where) if filters.where else None
@@ -234,7 +245,11 @@ def rank_collapsed(
         excluded=excluded,
     )
     if lexical is None or lexical.weight <= 0 or state.lexical is None:
-        return index.search(query, limit, mask, exact=exact)
+        return (
+            _scored_among(index, query, among, limit)
+            if among is not None
+            else index.search(query, limit, mask, exact=exact)
+        )
     allowed: Callable[[str], bool] | None = None
     if mask is not None:  # the same rows the mask lets through, asked per id by the BM25 search
         rows = mask
@@ -242,7 +257,31 @@ def rank_collapsed(
     if overlap is None:  # a spare core pays only beside a full scan (see OVERLAP_MIN_NODES)
         scans = exact or not index.approximate
         overlap = SEARCHES if scans and len(index) >= OVERLAP_MIN_NODES else IN_TURN
-    return _rank_hybrid(index, state, query, limit, mask, allowed, lexical, overlap, summary_weight, exact)
+    return _rank_hybrid(index, state, query, limit, mask, allowed, lexical, overlap, summary_weight, exact, among, memo)
+
+
+def _scored_among(index: VectorIndex, query: Vector, among: Sequence[str], limit: int) -> Ranked:
+    """The ``limit`` best of ``among`` by cosine, best first (ties by id)."""
+    ids = list(among)
+    ranked = sorted(zip(ids, index.score(query, ids).tolist(), strict=True), key=lambda pair: (-pair[1], pair[0]))
+    return ranked[:limit]
+
+
+def _feedback_among(
+    index: VectorIndex, first: Ranked | None, exact: bool, prefer: Preference | None
+) -> list[str] | None:
+    """What context feedback's second ranking re-scores instead of searching again:
+    the first ranking's nodes, on a memory searched approximately (past
+    ``ann_min_nodes``, without ``exact``). The moved query is the first one nudged
+    towards one context, so its nearest nodes are mostly the first ranking's; a second
+    approximate search would cost as much as the first (at 1M nodes, half of a query's
+    time) and, by recall@10 against exact search, finds little more
+    (benchmarks/results/scale.md). The BM25 side still searches: names the
+    feedback adds find leaves the first ranking had no reason to reach ("Pepper").
+    Exact memories (all below ``ann_min_nodes``) search twice, as before."""
+    if first is None or exact or prefer is not None or not index.approximate:
+        return None
+    return [node_id for node_id, _ in first]
 
 
 def _rank_hybrid(
@@ -256,31 +295,44 @@ def _rank_hybrid(
     overlap: Overlap,
     summary_weight: float = SUMMARY_WEIGHT,
     exact: bool = False,
+    among: Sequence[str] | None = None,
+    memo: WordHits | None = None,
 ) -> Ranked:
     """The union of the ``limit`` best nodes by cosine and by BM25, scored and
     discounted as :func:`rank_collapsed` says, best first (ties by id).
 
-    The BM25 search (with the cosines of its hits) does not need the vector search,
-    so ``overlap`` runs it beside the scan; the ranking is the same either way."""
+    The BM25 search does not need the vector search, so ``overlap`` runs it beside
+    the scan; the ranking is the same either way. The BM25 hits the vector search did
+    not return are scored by cosine after both."""
     words = state.lexical
     assert words is not None
 
     def vector_search() -> Ranked:
+        if among is not None:
+            return _scored_among(index, query, among, limit)
         return index.search(query, limit, mask, exact=exact)
 
-    def word_search() -> tuple[LexicalQuery, Ranked, list[float]]:
+    def word_search() -> tuple[LexicalQuery, Ranked, dict[str, float]]:
         prepared = prepared_words(words, lexical)
-        hits = words.search(prepared, limit, allowed) if len(prepared) else []
-        return prepared, hits, index.score(query, [node_id for node_id, _ in hits]).tolist()
+        approximate = not exact and index.approximate  # then the words' search may be approximate too
+        key = (prepared.terms.tobytes(), prepared.weights.tobytes(), limit, approximate)
+        found = memo.get(key) if memo is not None else None
+        if found is None:
+            hits = words.search_and_score(prepared, limit, allowed, approximate=approximate)[0] if len(prepared) else []
+            found = (hits, dict(hits))
+            if memo is not None:
+                memo[key] = found
+        return prepared, found[0], found[1]
 
-    dense, (prepared, hits, hit_similarities) = overlap.run(vector_search, word_search)
+    dense, (prepared, hits, known) = overlap.run(vector_search, word_search)
     if not hits or hits[0][1] <= 0:  # no node shares a word with the query
         return _discounted(index, dense, summary_weight)
-    similarities = dict(zip((node_id for node_id, _ in hits), hit_similarities, strict=True))
-    similarities.update(dense)  # where both found a node, the vector search's own cosine
-    lexical_scores = dict(hits)
-    unscored = [node_id for node_id, _ in dense if node_id not in lexical_scores]
-    lexical_scores.update(zip(unscored, words.score_of(prepared, unscored).tolist(), strict=True))
+    similarities = dict(dense)  # where both found a node, the vector search's own cosine
+    unseen = [node_id for node_id, _ in hits if node_id not in similarities]
+    similarities.update(zip(unseen, index.score(query, unseen).tolist(), strict=True))
+    unscored = [node_id for node_id, _ in dense if node_id not in known]
+    known.update(zip(unscored, words.score_of(prepared, unscored).tolist(), strict=True))
+    lexical_scores = known
     peak, weight = hits[0][1], lexical.weight
     scale = 1.0 / (1.0 + weight)
     fused = [
@@ -461,6 +513,8 @@ def _ranked_and_packed(
     original = query
     feedback: Feedback | None = None
     first: Ranked | None = None  # a first ranking that gave no feedback is the one delivered
+    among: list[str] | None = None
+    memo: WordHits = {}  # the filters stay the same through this retrieval
     if mode != "traversal" and feedback_weight > 0:
         first = rank_collapsed(
             index,
@@ -472,12 +526,14 @@ def _ranked_and_packed(
             summary_weight=_weight(packing),
             prefer=prefer,
             exact=exact,
+            memo=memo,
         )
         text = lexical.text if lexical is not None else ""
         feedback = context_feedback(
             index, state, query, text, _gated(index, state, query, first, packing), feedback_weight
         )
         if feedback is not None:
+            among = _feedback_among(index, first, exact, prefer)
             first, query = None, feedback.vector
             if lexical is not None:
                 lexical = replace(lexical, names=feedback.names)
@@ -504,9 +560,12 @@ def _ranked_and_packed(
                 summary_weight=_weight(packing),
                 prefer=prefer,
                 exact=exact,
+                among=among,
+                memo=memo,
             )
+            among = None  # a widened ranking searches
         if feedback is not None:
-            ranked = boosted(state, ranked, feedback.speaker)
+            ranked = boosted(index, state, ranked, feedback.speaker)
         combined = [*lead, *(pair for pair in ranked if pair[0] not in taken)] if lead else ranked
         gated = _gated(index, state, original, combined, packing, feedback)
         results, exhausted = pack(state, gated, packing, filters.hidden, leaves_of)

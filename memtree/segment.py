@@ -886,8 +886,18 @@ def _write_lexical(out: _Writer, merged: _Rows, base: Segment | None, texts: lis
     if a is not None and merged.from_base.any():
         lengths[merged.from_base] = np.asarray(a["lex_lengths"])[merged.base_row[merged.from_base]]
     lengths[~merged.from_base] = counted.lengths[merged.changed_index[~merged.from_base]]
-    terms_total = known + len(new_words)
+    numbered = known + len(new_words)
     entry_terms = forward >> _TERM_SHIFT
+    # Only words some row still holds are kept, renumbered in order: a word that only
+    # deleted or replaced texts had leaves the vocabulary with them (nothing of a removed
+    # text is carried into the next segment).
+    live = np.bincount(entry_terms, minlength=numbered) > 0
+    renumber = np.cumsum(live, dtype=np.int64) - 1
+    kept_terms = np.flatnonzero(live)
+    terms_total = int(kept_terms.size)
+    if terms_total < numbered:
+        entry_terms = renumber[entry_terms]
+        forward = (entry_terms << _TERM_SHIFT) | (forward & _TF_MASK)
     entry_rows = np.repeat(np.arange(merged.count, dtype=np.int64), np.diff(forward_offsets))
     grouped = stable_order(entry_terms)
     sizes = np.bincount(entry_terms, minlength=terms_total).astype(np.int64)
@@ -904,10 +914,14 @@ def _write_lexical(out: _Writer, merged: _Rows, base: Segment | None, texts: lis
     if a is not None:
         term_blob, term_offsets = _append_texts(a["lex_term_blob"], np.asarray(a["lex_term_offsets"]), new_words)
         hashes = np.concatenate((np.asarray(a["lex_term_hash"]), key_hashes(new_words)))
-        term_rows = np.concatenate((np.asarray(a["lex_term_hash_row"], dtype=np.int64), np.arange(known, terms_total)))
+        term_rows = np.concatenate((np.asarray(a["lex_term_hash_row"], dtype=np.int64), np.arange(known, numbered)))
     else:
         term_blob, term_offsets = encode_texts(new_words)
-        hashes, term_rows = key_hashes(new_words), np.arange(terms_total)
+        hashes, term_rows = key_hashes(new_words), np.arange(numbered)
+    if terms_total < numbered:
+        term_blob, term_offsets = gather_texts(np.asarray(term_blob), np.asarray(term_offsets), kept_terms)
+        held = live[term_rows]
+        hashes, term_rows = hashes[held], renumber[term_rows[held]]
     keys = HashedKeys.build(hashes.astype(np.uint64), term_rows)
     out.save("lex_term_blob", term_blob)
     out.save("lex_term_offsets", term_offsets)

@@ -377,10 +377,9 @@ class MemTree:
     def compact(self) -> CompactionReport:
         """Drop the store's dead rows (tombstones, in every namespace) and give their
         space back (``VACUUM``), safely while other processes read and write (they
-        reload a compacted namespace whole); returns what was dropped and the sizes."""
-        report = self.store.compact()
-        self.refresh(force=True)
-        return report
+        reload a compacted namespace whole), then replace this namespace's index files
+        by ones holding no deleted or replaced text; returns what was dropped and the sizes."""
+        return self._replica.compact()
 
     def export_jsonl(self, target: str | os.PathLike[str] | TextIO) -> int:
         """Write this namespace as a JSONL backup (:mod:`memtree.backup`: readable,

@@ -3,6 +3,8 @@ every list is read, and the lists stay in step with adds, updates and removals."
 
 from __future__ import annotations
 
+from unittest import mock
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -178,3 +180,51 @@ def test_exact_must_be_a_bool() -> None:
 def test_bad_ann_settings_are_refused(field: str, value: object) -> None:
     with pytest.raises(ValueError, match=field):
         MemTreeConfig(**{field: value})  # type: ignore[arg-type]
+
+
+def test_context_feedback_on_an_approximate_memory_searches_once() -> None:
+    """Context feedback ranks twice. Past ``ann_min_nodes`` the second ranking re-scores
+    the first one's nodes with the moved query instead of a second approximate vector
+    search, and asks BM25 once when the feedback adds no words (the two searches cost
+    half of a query at a million nodes); filters still hold; ``exact=True`` still
+    searches exactly both times."""
+    from memtree import feedback as feedback_module
+    from memtree import retrieval as retrieval_module
+    from memtree.lexical import LexicalIndex
+
+    config = MemTreeConfig(ann_min_nodes=150, ann_probe_share=0.05, ann_min_probes=1)
+    memory = MemTree(embedder=HashingEmbedder(32), config=config)
+    rows = notes(260)
+    memory.add_many([text for text, _, _ in rows], metadata=[m for _, m, _ in rows], timestamps=[t for *_, t in rows])
+    memory._replica.wait()
+    assert memory._replica.index is not None and memory._replica.index.approximate
+    searches: list[bool] = []
+    words: list[str] = []
+    given: list[object] = []
+    vector_search, word_search = VectorIndex.search, LexicalIndex.search_and_score
+    moved = retrieval_module.context_feedback
+
+    def spy_vectors(self: VectorIndex, *args: object, exact: bool = False, **kwargs: object) -> object:
+        searches.append(exact)
+        return vector_search(self, *args, exact=exact, **kwargs)  # type: ignore[arg-type]
+
+    def spy_words(self: LexicalIndex, query: object, *args: object, **kwargs: object) -> object:
+        words.append(repr(query))
+        return word_search(self, query, *args, **kwargs)  # type: ignore[arg-type]
+
+    def spy_feedback(*args: object, **kwargs: object) -> object:
+        given.append(result := moved(*args, **kwargs))  # type: ignore[arg-type]
+        return result
+
+    with (
+        mock.patch.object(VectorIndex, "search", spy_vectors),
+        mock.patch.object(LexicalIndex, "search_and_score", spy_words),
+        mock.patch.object(retrieval_module, "context_feedback", spy_feedback),
+    ):
+        hits = memory.retrieve("garden and coffee near day 3", k=6, where={"speaker": "Bo"})
+        assert isinstance(given[-1], feedback_module.Feedback) and not given[-1].names
+        assert searches == [False] and len(words) == 1
+        assert hits and all(hit.is_leaf and hit.metadata["speaker"] == "Bo" for hit in hits)
+        searches.clear()
+        memory.retrieve("garden and coffee near day 3", k=6, exact=True)
+        assert searches == [True, True]

@@ -25,7 +25,9 @@ from memtree import HashingEmbedder, MemTree, MemTreeConfig
 TOO_LONG = [1e300, timedelta.max, 10**400, 3e11]  # 3e11 s: about 9,500 years from now
 TOO_SHORT = [1e-300, 1e-9, 0.0009]
 CASES = [("memory", ttl) for ttl in TOO_LONG + TOO_SHORT] + [
-    (backend, ttl) for backend in ("sqlite", "postgres") for ttl in (1e300, 1e-300)  # same check on every store
+    (backend, ttl)
+    for backend in ("sqlite", "postgres")
+    for ttl in (1e300, 1e-300)  # same check on every store
 ]
 
 

@@ -35,10 +35,10 @@ def test_a_question_naming_one_speaker_prefers_what_that_speaker_said() -> None:
     other = memory.add("8 May 2023 Caroline: I went to a support group meeting.")
     state = memory._state
     ranked = [(reply, 0.50), (own, 0.45), (other, 0.30)]
-    assert named_speaker(state, ranked, "What activities does Melanie do?") == "Melanie"
-    assert named_speaker(state, ranked, "What do Melanie and Caroline do?") is None  # two: no preference
-    assert [node for node, _ in boosted(state, ranked, "Melanie")] == [own, reply, other]
-    assert boosted(state, ranked, None) == ranked
+    assert named_speaker(memory._index, state, ranked, "What activities does Melanie do?") == "Melanie"
+    assert named_speaker(memory._index, state, ranked, "What do Melanie and Caroline do?") is None  # two: no preference
+    assert [node for node, _ in boosted(memory._index, state, ranked, "Melanie")] == [own, reply, other]
+    assert boosted(memory._index, state, ranked, None) == ranked
 
 
 def test_feedback_off_in_the_config_ranks_as_the_first_ranking() -> None:

@@ -273,3 +273,68 @@ def _check_against_reference(
                 assert also.tolist() == probe_scores
                 assert index.score_of(query, probe).tolist() == probe_scores
             assert len(index) == len(reference)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    texts=st.lists(text, min_size=1, max_size=60),
+    query=text,
+    limit=st.integers(min_value=1, max_value=8),
+    allowed=st.none() | st.frozensets(st.sampled_from([f"d{i}" for i in range(60)])),
+    budget=st.sampled_from([0, 5, 40]),
+)
+def test_an_approximate_search_returns_exact_scores_of_allowed_documents(
+    texts: list[str], query: str, limit: int, allowed: frozenset[str] | None, budget: int
+) -> None:
+    """Approximate search (what retrieval asks past ``ann_min_nodes``) may miss a
+    document whose score comes from common words only, but never a filter, never a
+    score: every hit scores what ``score_of`` says, the hits come best first, and as
+    many are found as exact search finds (when the rare words leave too few allowed
+    documents, it reads on)."""
+    index = LexicalIndex()
+    ids = [f"d{i}" for i in range(len(texts))]
+    index.upsert_many(ids, texts)
+    check = None if allowed is None else allowed.__contains__
+    with (
+        mock.patch.object(lexical_module, "_SCORE_ALL_ENTRIES", 0),
+        mock.patch.object(lexical_module, "APPROXIMATE_ENTRIES", budget),
+    ):
+        hits = index.search_and_score(query, limit, check, approximate=True)[0]
+    exact = index.search(query, limit, check)
+    assert len(hits) <= limit
+    assert all(allowed is None or node_id in allowed for node_id, _ in hits)
+    assert [score for _, score in hits] == sorted((score for _, score in hits), reverse=True)
+    truth = index.score_of(query, [node_id for node_id, _ in hits]).tolist()
+    assert [score for _, score in hits] == pytest.approx(truth, rel=1e-12)
+    if exact and exact[0][1] > 0:
+        assert len(hits) == min(limit, len(exact))  # a filter that keeps few: the search reads on
+    if len(exact) < limit:  # every allowed document sharing a word fits: nothing to miss
+        assert {node_id for node_id, _ in hits} <= {node_id for node_id, _ in exact} | {
+            node_id for node_id, score in hits if score == 0
+        }
+
+
+def test_an_approximate_search_reads_the_rare_words_not_the_common_ones() -> None:
+    """A million-document memory cannot read "the"-like lists per query: past the
+    entry budget, the common word's postings are not read, its share of a candidate's
+    score still counts, and the document that the rare words pick stays first."""
+    index = LexicalIndex()
+    texts = [f"common filler {i}" for i in range(400)] + ["common zebra violin", "zebra alone", "violin common common"]
+    index.upsert_many([f"d{i}" for i in range(len(texts))], texts)
+    read: list[int] = []
+    original = LexicalIndex._accumulate
+
+    def counting(self: LexicalIndex, accumulator: np.ndarray, query: object, position: int) -> np.ndarray:
+        read.append(int(self._size[query.terms[position]]))  # type: ignore[attr-defined]
+        return original(self, accumulator, query, position)  # type: ignore[arg-type]
+
+    with (
+        mock.patch.object(LexicalIndex, "_accumulate", counting),
+        mock.patch.object(lexical_module, "_SCORE_ALL_ENTRIES", 10),
+        mock.patch.object(lexical_module, "APPROXIMATE_ENTRIES", 50),
+    ):
+        hits = index.search_and_score("zebra violin common", 2, approximate=True)[0]
+    assert max(read) <= 2  # the rare words' lists only; the common word's 402 entries are not read
+    exact = index.search("zebra violin common", 2)
+    assert hits == exact
+    assert hits[0][0] == "d400"

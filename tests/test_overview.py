@@ -219,9 +219,48 @@ def test_the_date_is_said_once_for_the_parts_of_one_day() -> None:
     assert contexts == [
         "2024-04-28: Maya adopted a rescue greyhound called Pepper from the shelter.",
         "Leo painted a plate with red and green enamel in Kanazawa.",
-        "1:56 pm on 8 May, 2024 Maya: My manager Farid wants me to present the dashboard.",
-        "Leo: My sister Clara is getting married in September.",  # a transcript turn's date, said once
+        "2024-05-08: Maya: My manager Farid wants me to present the dashboard.",  # a transcript's date, short
+        "Leo: My sister Clara is getting married in September.",  # and said once
     ]
+
+
+def test_a_transcript_turn_s_date_is_said_as_its_day_and_the_budget_counts_what_is_delivered() -> None:
+    """``1:56 pm on 8 May, 2024 Maya: ...`` is delivered as ``2024-05-08: Maya: ...``
+    (one word for six), and the choice counts that: a budget that holds every turn as
+    delivered gets every turn, though it would not hold them as stored."""
+    memory = MemTree(embedder=HashingEmbedder(64), config=MemTreeConfig(token_counter=lambda text: len(text.split())))
+    turns = [
+        (f"2024-05-{day:02d}", f"1:56 pm on {day} May, 2024 Maya: {news}")
+        for day, news in [
+            (8, "My manager Farid wants me to present the dashboard."),
+            (15, "We adopted a rescue greyhound called Pepper."),
+            (22, "I signed up for a pottery class in Porto."),
+            (29, "My sister Clara is getting married in September."),
+        ]
+    ]
+    for day, text in turns:
+        memory.add(text, timestamp=day)
+    stored = sum(len(text.split()) for _, text in turns)  # 64 words
+    delivered = stored - 5 * len(turns)  # 44 words: counted as stored, three turns would end the choice
+    parts = memory.overview("Maya", token_budget=delivered)
+    assert [part.context for part in parts] == [
+        "2024-05-08: Maya: My manager Farid wants me to present the dashboard.",
+        "2024-05-15: Maya: We adopted a rescue greyhound called Pepper.",
+        "2024-05-22: Maya: I signed up for a pottery class in Porto.",
+        "2024-05-29: Maya: My sister Clara is getting married in September.",
+    ]
+
+
+def test_an_overview_prefers_a_memory_that_says_something_new() -> None:
+    """A second memory repeating the first one's words tells less than one about
+    something else, though on its own it is worth more."""
+    memory = MemTree(embedder=HashingEmbedder(64), config=MemTreeConfig(token_counter=lambda text: len(text.split())))
+    memory.add("Maya: I adopted a rescue greyhound called Pepper from the Porto shelter.", timestamp="2024-05-01")
+    memory.add("Maya: My rescue greyhound Pepper from the Porto shelter, I adopted him, called him Pepper.",
+               timestamp="2024-05-02")
+    memory.add("Maya: I joined a choir.", timestamp="2024-05-03")
+    parts = memory.overview("Maya", token_budget=19)  # the first and the choir, as delivered
+    assert [part.context.split(": ", 1)[0] for part in parts] == ["2024-05-01", "2024-05-03"]
 
 
 def test_a_question_about_what_someone_discussed_with_whom_is_a_lookup() -> None:
@@ -234,6 +273,7 @@ def test_a_question_about_what_someone_discussed_with_whom_is_a_lookup() -> None
 def test_an_overview_never_reads_a_summary_that_still_holds_an_expired_memory() -> None:
     """Before a sweep, a summary above an expired leaf may still say what it said;
     the overview masks it as retrieve does (memtree.redaction.unreadable)."""
+
     def prose(prompt: str) -> str:  # a model's summary: it restates, it does not quote
         return "Maya named " + ", ".join(sorted(set(re.findall(r"zq\w+zq", prompt)))) + "."
 
