@@ -211,7 +211,8 @@ class ExtractiveAggregator(Aggregator):
             return "\n".join(candidates)
         vectors = sentence_vectors()
         target = vectors.mean(axis=0) if centroid is None else np.asarray(centroid, dtype=np.float32)
-        norm = float(np.linalg.norm(target))
+        flat = target.ravel()
+        norm = float(np.sqrt(flat.dot(flat)))  # np.linalg.norm's own arithmetic, without its checks
         relevance = vectors @ (target / norm) if norm > 0 else np.zeros(len(candidates), np.float32)
         chosen = _select_mmr(vectors, relevance, lengths, budget, self.diversity)
         if not chosen:  # even the best sentence is longer than the budget: keep its start
@@ -297,14 +298,16 @@ def _select_mmr(vectors: Matrix, relevance: np.ndarray, lengths: list[int], budg
     remaining = budget
     available = np.ones(len(lengths), dtype=bool)
     redundancy = np.full(len(lengths), -1.0, dtype=np.float32)
+    words = np.asarray(lengths)
+    central = (1.0 - diversity) * relevance  # the same every round: computed once (every insert runs this per level)
     while True:
-        fits = available & (np.asarray(lengths) <= remaining)
+        fits = available & (words <= remaining)
         if not fits.any():
             return chosen
         penalty = np.where(redundancy < 0, 0.0, redundancy)
-        score = (1.0 - diversity) * relevance - diversity * penalty
+        score = central - diversity * penalty
         score = np.where(fits, score, -np.inf)
-        pick = int(np.argmax(score))
+        pick = int(score.argmax())
         chosen.append(pick)
         available[pick] = False
         remaining -= lengths[pick]

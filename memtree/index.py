@@ -51,6 +51,9 @@ _WIDER = 4
 """An IVF search that found too few allowed rows asks again with this many times the lists."""
 _GATHER_ROWS = 4096
 """Rows gathered at a time when rows are scored by number."""
+_REMEMBERED_FANOUT = 16
+"""A parent with at least this many children keeps its children's slots for routing
+(:meth:`VectorIndex.score_children`); a narrower one is looked up each time."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,9 @@ class VectorIndex:
         self.ivf: IvfIndex | None = None
         self._watch: set[int] | None = None
         """Slots written while an IVF is being built beside the index (see :meth:`watch`)."""
+        self._child_slots: dict[str, tuple[list[str], IntArray]] = {}
+        """Parent id -> (its children when looked up, their slots): see :meth:`score_children`.
+        Emptied whenever a row is removed (rows move); appends and overwrites keep every slot."""
 
     @classmethod
     def mapped(
@@ -216,6 +222,7 @@ class VectorIndex:
         self._ids.extend(ids)
         self._slot = dict(zip(ids, range(count), strict=True))
         self._base_slot = None
+        self._child_slots.clear()
         self._is_leaf.extend(leaf_flags)
         self._time.extend(times)
 
@@ -225,6 +232,7 @@ class VectorIndex:
             slot = self._slot_of(node_id)
             if slot < 0:
                 continue
+            self._child_slots.clear()
             if self._base_slot is not None:
                 self._slot[node_id] = -1
             else:
@@ -300,6 +308,26 @@ class VectorIndex:
         if not ids:
             return np.zeros(0, dtype=np.float32)
         return self._matrix.read(self._require(ids)) @ np.asarray(query, dtype=np.float32)
+
+    def score_children(self, query: Vector, parent_id: str, children: Sequence[str]) -> npt.NDArray[np.float32]:
+        """:meth:`score` of a parent's children (routing's step down), the same numbers.
+
+        Every insert scores the children of the nodes on its path, and the root's
+        grow with the tree (hundreds at 20k nodes): looking each id up was most of an
+        insert's routing. So a wide parent keeps its children's slots, used while
+        its children list is unchanged (compared whole: cheap, the ids are the same
+        objects) and no row was removed since; the product is computed as
+        :meth:`score` computes it, so routing decides exactly as before.
+        """
+        if len(children) < _REMEMBERED_FANOUT:
+            return self.score(query, children)
+        known = self._child_slots.get(parent_id)
+        if known is not None and known[0] == children:
+            slots = known[1]
+        else:
+            slots = self._require(children)
+            self._child_slots[parent_id] = (list(children), slots)
+        return self._matrix.read(slots) @ np.asarray(query, dtype=np.float32)
 
     def leaf_flags(self, ids: Sequence[str]) -> npt.NDArray[np.bool_]:
         """Whether each of these ids is a leaf (as its last upsert said)."""
@@ -477,10 +505,17 @@ class _Matrix:
             yield first, self._tail[first - split : end - split]
 
     def read(self, slots: IntArray) -> Matrix:
+        """A copy of these rows. Rows all in one part are gathered in one ``take``
+        (routing reads a wide parent's children on every insert: the masked copies
+        cost more than the product that follows)."""
+        if not self.base_rows:
+            return np.take(self._tail, slots, axis=0)
         out = np.empty((slots.size, self.dimension), dtype=np.float32)
         in_base = slots < self.base_rows
         if in_base.all():
             out[:] = self._base[slots]
+        elif not in_base.any():
+            np.take(self._tail, slots - self.base_rows, axis=0, out=out)
         else:
             out[in_base] = self._base[slots[in_base]]
             out[~in_base] = self._tail[slots[~in_base] - self.base_rows]

@@ -170,11 +170,12 @@ class Procedures:
             committed=committed,
         )
 
-    def scorer(self, embedding: Vector) -> Callable[[Sequence[str]], Any]:
+    def scorer(self, embedding: Vector) -> Callable[[str, Sequence[str]], Any]:
+        """Routing's scores of a node's children against ``embedding``."""
         index = self.replica.index
         if index is None:
-            return lambda ids: np.zeros(len(ids), dtype=np.float32)
-        return lambda ids: index.score(embedding, ids)
+            return lambda parent, ids: np.zeros(len(ids), dtype=np.float32)
+        return lambda parent, ids: index.score_children(embedding, parent, ids)
 
     def _calibration_sample(self, embedding: Vector) -> float | None:
         """How similar a new text is to its nearest stored leaf, while θ0 is calibrating."""

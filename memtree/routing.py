@@ -18,8 +18,8 @@ from memtree.config import MemTreeConfig
 from memtree.node import ROOT_ID
 from memtree.state import TreeView
 
-Scorer = Callable[[Sequence[str]], npt.NDArray[np.float32]]
-"""Cosine similarity of the new text to each of the given node ids."""
+Scorer = Callable[[str, Sequence[str]], npt.NDArray[np.float32]]
+"""Cosine similarity of the new text to each of the given children of the node named first."""
 
 RouteReason = Literal["empty", "below-threshold", "near-duplicate", "depth-cap", "split"]
 
@@ -66,7 +66,7 @@ def route(state: TreeView, score: Scorer, theta0: float, config: MemTreeConfig) 
             return Route(tuple(path), node.id, None, "empty", tuple(best_scores))
         if depth + 2 > config.depth_cap:  # a leaf hung any deeper would pass the cap
             return Route(tuple(path), node.id, None, "depth-cap", tuple(best_scores))
-        scores = score(node.children)
+        scores = score(node.id, node.children)
         best = int(np.argmax(scores))
         best_score = float(scores[best])
         best_scores.append(best_score)

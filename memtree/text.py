@@ -104,8 +104,10 @@ def count_words(text: str) -> int:
 
 
 def fold(text: str) -> str:
-    """Case- and whitespace-folded text, for comparing sentences."""
-    return _SPACE.sub(" ", text).strip().casefold()
+    """Case- and whitespace-folded text, for comparing sentences. (``str.split``
+    splits at exactly the characters ``\\s`` matches, and is several times faster
+    than the regex: every insert folds the sentences of each summary on its path.)"""
+    return " ".join(text.split()).casefold()
 
 
 def preview(text: str, width: int = 80) -> str:

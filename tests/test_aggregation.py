@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from collections.abc import Sequence
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memtree import (
     ROOT_ID,
@@ -21,7 +24,7 @@ from memtree import (
 from memtree.llm import CallableChatModel
 from memtree.node import Vector
 from memtree.retry import ModelResponseError, RetryPolicy
-from memtree.text import count_words
+from memtree.text import count_words, fold
 
 CHAIN = [f"note {i} about the garden and the roses number {i}" for i in range(8)]
 
@@ -348,3 +351,14 @@ def test_an_aggregator_returning_no_text_keeps_the_leaf_and_marks_the_path_stale
     assert memory.get(leaf).text == CHAIN[3] and len(memory) == 4
     assert all(memory.get(node_id).stale for node_id in ancestors(memory, leaf))
     assert memory.stats().aggregation_failures == len(ancestors(memory, leaf))
+
+
+_WHITESPACE = "".join(c for c in map(chr, range(0x3000 + 1)) if c.isspace())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(f"aZé.\x00{_WHITESPACE}"), max_size=30))
+def test_fold_collapses_every_kind_of_whitespace_as_the_regex_did(text: str) -> None:
+    """Summaries de-duplicate sentences by ``fold``: it must treat every Unicode space
+    (tabs, line breaks, no-break and ideographic spaces) as one space, as the regex did."""
+    assert fold(text) == re.sub(r"\s+", " ", text).strip().casefold()

@@ -161,3 +161,58 @@ def test_inserts_after_a_bulk_load_append_in_place() -> None:
     for i in range(100):
         index.upsert([f"new{i}"], unit_rows(rng, 1, 8), [True], [None])
     assert index._matrix._tail.ctypes.data == storage and len(index) == 900
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["put", "remove", "adopt", "drop", "score"]), st.integers(0, 40)),
+        max_size=150,
+    ),
+    st.integers(0, 99),
+)
+def test_scoring_a_wide_parents_children_matches_scoring_them_by_id(ops: list[tuple[str, int]], seed: int) -> None:
+    """Routing scores a parent's children with ``score_children``, which remembers a
+    wide parent's slots: after any mix of writes, removals (rows move) and changes
+    to the children list it must give exactly what ``score`` gives, and fail the same
+    way for a child with no row."""
+    rng = np.random.default_rng(seed)
+    index = VectorIndex(8)
+    index.upsert([f"n{i}" for i in range(20)], unit_rows(rng, 20, 8), [True] * 20, [None] * 20)
+    children = [f"n{i}" for i in range(20)]  # wide enough to be remembered
+    query = unit_rows(rng, 1, 8)[0]
+    for op, key in ops:
+        node_id = f"n{key}"
+        if op == "put":
+            index.upsert([node_id], unit_rows(rng, 1, 8), [True], [None])
+        elif op == "remove":
+            index.remove([node_id])
+        elif op == "adopt" and node_id not in children:
+            children.append(node_id)  # the parent's own list, changed in place as TreeState does
+        elif op == "drop" and node_id in children:
+            children.remove(node_id)
+        present = [child for child in children if child in index]
+        if len(present) != len(children):
+            with pytest.raises(KeyError):
+                index.score_children(query, "parent", children)
+        else:
+            np.testing.assert_array_equal(index.score_children(query, "parent", children), index.score(query, present))
+
+
+def test_rows_read_from_a_mapped_base_and_the_rows_after_it_are_the_rows_written() -> None:
+    """An index over a segment keeps the segment's rows as its base and appends after
+    them: reading rows from the base only, the appended part only or both gives the
+    vectors written, in the order asked."""
+    rng = np.random.default_rng(7)
+    base = unit_rows(rng, 6, 8)
+    base_ids = [f"b{i}" for i in range(6)]
+    index = VectorIndex.mapped(
+        8, base.copy(), np.ones(6, dtype=bool), np.zeros(6), base_ids.__getitem__, lambda i: int(i[1:]), None
+    )
+    extra = unit_rows(rng, 3, 8)
+    index.upsert(["t0", "t1", "t2"], extra, [True] * 3, [None] * 3)
+    truth = dict(zip([*base_ids, "t0", "t1", "t2"], [*base, *extra], strict=True))
+    query = unit_rows(rng, 1, 8)[0]
+    for ids in (["b4", "b1"], ["t2", "t0"], ["t1", "b5", "t0", "b0"]):
+        np.testing.assert_array_equal(index.vectors(ids), np.stack([truth[i] for i in ids]))
+        np.testing.assert_allclose(index.score(query, ids), [truth[i] @ query for i in ids], atol=1e-6)
