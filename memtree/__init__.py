@@ -43,7 +43,8 @@ Reading
   redaction        stand-ins for summaries above a removed text; what readers see before a sweep; the check
   state            TreeState: the in-process tree and its lookups, changed only by change batches
   node_table       nodes by id: those changed in this process as objects, the rest built from a segment when read
-  segment          a namespace's tree frozen in memory-mapped files: the format, written and opened
+  segment_writer   a frozen tree written as a new segment (synced, renamed into place)
+  segment          a namespace's tree frozen in memory-mapped files: the format, opened and read
   where            the metadata filter of retrieve (Mongo-style operators), parsed and matched
   index            the incremental vector index: exact search, or the IVF from a size on
   ann              the IVF: k-means lists of row numbers of the vector index's matrix

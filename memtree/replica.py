@@ -40,7 +40,8 @@ from memtree.config import MemTreeConfig
 from memtree.index import AnnSettings, VectorIndex
 from memtree.node import ROOT_ID, LeafVersion, Node
 from memtree.redaction import masked_texts, redacted
-from memtree.segment import FrozenTree, Segment, SegmentError, ivf_lists, write_segment
+from memtree.segment import Segment, SegmentError
+from memtree.segment_writer import FrozenTree, ivf_lists, write_segment
 from memtree.state import TreeState, paused_gc
 from memtree.store.base import (
     ChangeBatch,

@@ -108,7 +108,7 @@ def watch(location: str, index_dir: str, expect: int) -> None:
 
 def kill_writing(location: str, index_dir: str, step: int) -> None:
     """Die (SIGKILL, as a power cut or the OOM killer would) inside a segment write."""
-    from memtree import segment
+    from memtree import segment_writer as segment
 
     calls = {"files": 0}
     save, save_rows = segment._Writer.save, segment._Writer.save_rows

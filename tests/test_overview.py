@@ -256,8 +256,10 @@ def test_an_overview_prefers_a_memory_that_says_something_new() -> None:
     something else, though on its own it is worth more."""
     memory = MemTree(embedder=HashingEmbedder(64), config=MemTreeConfig(token_counter=lambda text: len(text.split())))
     memory.add("Maya: I adopted a rescue greyhound called Pepper from the Porto shelter.", timestamp="2024-05-01")
-    memory.add("Maya: My rescue greyhound Pepper from the Porto shelter, I adopted him, called him Pepper.",
-               timestamp="2024-05-02")
+    memory.add(
+        "Maya: My rescue greyhound Pepper from the Porto shelter, I adopted him, called him Pepper.",
+        timestamp="2024-05-02",
+    )
     memory.add("Maya: I joined a choir.", timestamp="2024-05-03")
     parts = memory.overview("Maya", token_budget=19)  # the first and the choir, as delivered
     assert [part.context.split(": ", 1)[0] for part in parts] == ["2024-05-01", "2024-05-03"]
