@@ -438,14 +438,8 @@ class VectorIndex:
         return self._pairs(scores[top], top)
 
     def _pairs(self, scores: np.ndarray, slots: np.ndarray) -> list[tuple[str, float]]:
-        ids, known = self._ids, self._slot
-        pairs = []
-        for value, slot in zip(scores.tolist(), slots.tolist(), strict=True):
-            if slot >= 0:
-                node_id = ids[slot]
-                known[node_id] = slot  # what a search finds is scored and flagged next: by id
-                pairs.append((node_id, value))
-        return pairs
+        ids = self._ids
+        return [(ids[s], v) for v, s in zip(scores.tolist(), slots.tolist(), strict=True) if s >= 0]
 
     def all_vectors(self) -> Matrix:
         """A copy of the whole matrix in row order (for checks and exports)."""

@@ -474,19 +474,26 @@ class Replica:
             if self.store.head(self.namespace)[1] != self.state.generation:
                 return  # compacted or deleted since this tree was read: a segment of it would never be used
             frozen = self._freeze(folder)
-            if frozen is None:
+            path = self._written(folder, frozen) if frozen is not None else None
+            if path is None:
                 return
-            segment = frozen.base
-            if segment is not None and segment.verify():
-                logger.warning("memtree: segment %s fails its checksums; reading the tree from the rows", segment.path)
-                folder.clean(keep=folder.path / LOCK_FILE)
-                self._prepare_from_rows()
-                return
-            path = write_segment(folder.path, frozen)
-            folder.clean(keep=path)
         self._prepare(path)
         self.events["segments_written"] = self.events.get("segments_written", 0) + 1
         self.events["segment_seconds"] = self.events.get("segment_seconds", 0.0) + time.perf_counter() - started
+
+    def _written(self, folder: SegmentFolder, frozen: FrozenTree) -> Path | None:
+        """Write ``frozen`` as the folder's one segment (under its lock); ``None`` when the
+        segment it builds on fails its checksums: then the folder is emptied and the tree
+        is read from the rows instead."""
+        base = frozen.base
+        if base is not None and base.verify():
+            logger.warning("memtree: segment %s fails its checksums; reading the tree from the rows", base.path)
+            folder.clean(keep=folder.path / LOCK_FILE)
+            self._prepare_from_rows()
+            return None
+        path = write_segment(folder.path, frozen)
+        folder.clean(keep=path)
+        return path
 
     def _freeze(self, folder: SegmentFolder) -> FrozenTree | None:
         """What a new segment is written from: a frozen copy of the tree, taken under
@@ -562,13 +569,8 @@ class Replica:
             if frozen is None:
                 folder.clean(keep=folder.path / LOCK_FILE)  # no segment is due at this size: a reopen reads the rows
                 return
-            if frozen.base is not None and frozen.base.verify():
-                logger.warning("memtree: segment %s fails its checksums; reading the rows", frozen.base.path)
-                folder.clean(keep=folder.path / LOCK_FILE)
-                self._prepare_from_rows()
-            else:
-                path = write_segment(folder.path, frozen)
-                folder.clean(keep=path)
+            path = self._written(folder, frozen)
+            if path is not None:
                 self._prepare(path)
         self.refresh(force=True)  # adopt it now: this process no longer maps the old segment
 

@@ -27,7 +27,7 @@ every method must clear: a seeded random sample of the turns in that scope.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -124,33 +124,36 @@ def _session_number(key: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _observations(raw: dict[str, Any], conversation: Conversation) -> list[_Note]:
-    notes = []
+def _by_session(raw: dict[str, Any]) -> Iterator[tuple[int, str, Any]]:
+    """(session number, speaker, that speaker's entries) of an annotation keyed
+    ``session_N`` then by speaker (LoCoMo's observations and event summaries)."""
     for key, by_speaker in raw.items():
         session = _session_number(key)
         if session is None or not isinstance(by_speaker, dict):
             continue
         for speaker, facts in by_speaker.items():
-            for entry in facts if isinstance(facts, list) else []:
-                if not isinstance(entry, (list, tuple)) or not entry or not str(entry[0]).strip():
-                    continue
-                ids = [f"D{int(m.group(1))}:{int(m.group(2))}" for m in _EVIDENCE.finditer(str(entry[1:]))]
-                evidence = tuple(dict.fromkeys(i for i in ids if i in conversation.turn_by_id))
-                notes.append(_Note(session, str(speaker), Fact((str(entry[0]).strip(),), evidence, "observation")))
+            yield session, str(speaker), facts
+
+
+def _observations(raw: dict[str, Any], conversation: Conversation) -> list[_Note]:
+    notes = []
+    for session, speaker, facts in _by_session(raw):
+        for entry in facts if isinstance(facts, list) else []:
+            if not isinstance(entry, (list, tuple)) or not entry or not str(entry[0]).strip():
+                continue
+            ids = [f"D{int(m.group(1))}:{int(m.group(2))}" for m in _EVIDENCE.finditer(str(entry[1:]))]
+            evidence = tuple(dict.fromkeys(i for i in ids if i in conversation.turn_by_id))
+            notes.append(_Note(session, speaker, Fact((str(entry[0]).strip(),), evidence, "observation")))
     return notes
 
 
 def _events(raw: dict[str, Any]) -> list[_Note]:
     notes = []
-    for key, by_speaker in raw.items():
-        session = _session_number(key)
-        if session is None or not isinstance(by_speaker, dict):
+    for session, speaker, facts in _by_session(raw):
+        if speaker == "date" or not isinstance(facts, list):
             continue
-        for speaker, facts in by_speaker.items():
-            if speaker == "date" or not isinstance(facts, list):
-                continue
-            texts = [str(fact).strip() for fact in facts if str(fact).strip()]
-            notes += [_Note(session, str(speaker), Fact((text,), (), "event")) for text in texts]
+        texts = [str(fact).strip() for fact in facts if str(fact).strip()]
+        notes += [_Note(session, speaker, Fact((text,), (), "event")) for text in texts]
     return notes
 
 

@@ -16,26 +16,13 @@ from memtree_bench.locomo import Turn, first_sessions, load_locomo, select_conve
 from memtree_bench.locomo_report import render_markdown_file
 from memtree_bench.metrics import answer_recall, context_at_budget, contexts_at_budgets, evidence_recall
 from tests.cli_runner import memtree, ok, refused
+from tests.locomo_sample import SESSIONS
 
 LOCOMO = Path(
     os.environ.get("MEMTREE_LOCOMO", Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo10.json")
 )
 """Where the tests find LoCoMo: ``../shared/data`` beside the repository, or ``$MEMTREE_LOCOMO``."""
 
-SESSIONS = {
-    "session_1_date_time": "1:56 pm on 8 May, 2023",
-    "session_1": [
-        {"speaker": "Ana", "dia_id": "D1:1", "text": "I adopted a grey cat named Miso. She sleeps on my piano."},
-        {"speaker": "Ben", "dia_id": "D1:2", "text": "Lovely! I started training for the Berlin marathon."},
-        {"speaker": "Ana", "dia_id": "D1:3", "text": "Good luck with the training."},
-    ],
-    "session_2_date_time": "10:04 am on 20 June, 2023",
-    "session_2": [
-        {"speaker": "Ben", "dia_id": "D2:1", "text": "I hurt my knee on a long run last week."},
-        {"speaker": "Ana", "dia_id": "D2:2", "text": "Oh no. Miso knocked over my tea this morning."},
-        {"speaker": "Ben", "dia_id": "D2:3", "text": "Cats! I will rest the knee until July."},
-    ],
-}
 QA = [
     {"question": "What is the name of Ana's cat?", "answer": "Miso", "evidence": ["D1:1"], "category": 4},
     {"question": "When did Ben hurt his knee?", "answer": "June 2023", "evidence": ["D2:01"], "category": 2},
